@@ -1,0 +1,29 @@
+# make run   installs what is missing into .venv and runs the main job (ds2-mini, PyTorch, CPU)
+# make test  installs what is missing and runs the tests
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.benchbase-installed
+SOURCES := pyproject.toml plugins/torch_ds2/pyproject.toml constraints.txt
+
+.PHONY: run test lint clean-venv
+
+run: $(STAMP)
+	$(BIN)/benchbase run --workload ds2-mini --backend torch --hw cpu
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check benchbase plugins tests benchmarks
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(SOURCES) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu]" -e plugins/torch_ds2
+	touch $@
+
+clean-venv:
+	rm -rf $(VENV)

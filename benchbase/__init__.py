@@ -1,0 +1,11 @@
+"""benchbase: time-to-accuracy benchmarks for speech recognition training."""
+
+from __future__ import annotations
+
+import pluggy
+
+__all__ = ["__version__", "hookimpl"]
+__version__ = "0.1.0"
+
+hookimpl = pluggy.HookimplMarker("benchbase")
+"""Marker for plugin hook implementations: ``@benchbase.hookimpl``."""

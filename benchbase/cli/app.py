@@ -1,0 +1,37 @@
+"""The click group and the entry point. Errors the user can fix are one line, exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from benchbase.errors import BenchbaseError
+
+__all__ = ["cli", "main"]
+
+
+@click.group()
+@click.version_option(package_name="benchbase")
+def cli() -> None:
+    """MLPerf-style time-to-accuracy benchmarks for speech recognition training."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as error:
+        _fail(error.format_message(), 2)
+    except click.exceptions.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except BenchbaseError as error:
+        _fail(str(error), error.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"benchbase: error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,59 @@
+"""`benchbase plugins`, `benchbase workloads`, `benchbase profiles`: what is available."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from benchbase.cli.app import cli
+from benchbase.plugins import entry_point_distributions, get_plugin_manager
+from benchbase.registry import collect_registry
+
+
+@cli.command()
+def plugins() -> None:
+    """List loaded plugins, their hooks, and the backends they register."""
+    manager = get_plugin_manager()
+    registry = collect_registry(manager)
+    distributions = entry_point_distributions()
+    table = Table(title="plugins")
+    for column in ("name", "distribution", "hooks", "backends"):
+        table.add_column(column)
+    for name, plugin in sorted(manager.list_name_plugin()):
+        hooks = sorted(caller.name for caller in manager.get_hookcallers(plugin) or [])
+        backends = [b for b, cls in registry.backends.items() if cls.__module__.split(".")[0] in _module_root(plugin)]
+        table.add_row(name, distributions.get(name, "built-in"), ", ".join(hooks), ", ".join(backends))
+    Console().print(table)
+
+
+def _module_root(plugin) -> str:
+    return getattr(plugin, "__name__", type(plugin).__module__).split(".")[0]
+
+
+@cli.command()
+def workloads() -> None:
+    """List registered workloads."""
+    registry = collect_registry(get_plugin_manager())
+    table = Table(title="workloads")
+    for column in ("name", "parameters", "dataset", "targets", "description"):
+        table.add_column(column)
+    for name, spec in sorted(registry.workloads.items()):
+        table.add_row(name, f"{spec.model.parameter_count(spec.features.dimension):,}", spec.data.dataset,
+                      ", ".join(target.label for target in spec.tta.targets), spec.description)
+    Console().print(table)
+
+
+@cli.command()
+def profiles() -> None:
+    """List registered hardware profiles."""
+    registry = collect_registry(get_plugin_manager())
+    table = Table(title="hardware profiles")
+    for column in ("name", "devices", "CPU", "batch (per device)", "readers", "buffer", "price $"):
+        table.add_column(column)
+    for name, profile in sorted(registry.profiles.items()):
+        pipeline = profile.pipeline
+        price = profile.price.total_usd
+        table.add_row(name, f"{profile.devices.count}x {profile.devices.model}", profile.cpu.model,
+                      f"{pipeline.global_batch} ({pipeline.batch_per_device})", str(pipeline.readers),
+                      str(pipeline.buffer), "-" if price is None else f"{price:,.2f}")
+    Console().print(table)

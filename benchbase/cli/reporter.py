@@ -1,0 +1,98 @@
+"""The terminal reporter: the one place that prints. A plugin on the lifecycle hooks that
+shows a live rich view of the run and ends with the TTA table."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from benchbase import hookimpl
+from benchbase.harness.events import BatchProgress, Evaluation, RunResult
+
+__all__ = ["RunReporter", "result_table"]
+
+REFRESH_SECONDS = 0.25
+
+
+class RunReporter:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console)
+        self.task = self.progress.add_task("epoch 1", total=None)
+        self.status: dict[str, str] = {"loss": "-", "throughput": "-", "last eval": "-", "targets": "-"}
+        self.live: Live | None = None
+        self.last_refresh = 0.0
+        self.targets: tuple[str, ...] = ()
+
+    @hookimpl
+    def run_started(self, config, run_dir):
+        self.targets = tuple(target.label for target in config.workload.tta.targets)
+        self.status["targets"] = f"0/{len(self.targets)}"
+        self.console.print(f"[bold]benchbase run[/] {config.workload.name} on {config.backend} / "
+                           f"{config.hardware.name}, seed {config.seed} -> {run_dir}")
+        self.live = Live(self._view(), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    @hookimpl
+    def batch_completed(self, progress: BatchProgress):
+        now = time.monotonic()
+        if now - self.last_refresh < REFRESH_SECONDS and progress.batch_in_epoch != progress.batches_per_epoch:
+            return
+        self.last_refresh = now
+        self.progress.update(self.task, description=f"epoch {progress.epoch}", completed=progress.batch_in_epoch,
+                             total=progress.batches_per_epoch)
+        self.status["loss"] = f"{progress.loss:.3f}"
+        self.status["throughput"] = f"{progress.throughput:.1f} utt/s"
+        self._refresh()
+
+    @hookimpl
+    def eval_started(self, epoch, batches):
+        self.progress.update(self.task, description=f"epoch {epoch}: evaluating")
+        self._refresh()
+
+    @hookimpl
+    def eval_completed(self, evaluation: Evaluation):
+        self.status["last eval"] = f"CER {evaluation.cer:.2f}%  WER {evaluation.wer:.2f}%  (epoch {evaluation.epoch})"
+        self.status["targets"] = f"{len(evaluation.reached)}/{len(self.targets)}: " + (
+            ", ".join(evaluation.reached) or "none yet")
+        self.console.log(f"epoch {evaluation.epoch}: CER {evaluation.cer:.2f}% WER {evaluation.wer:.2f}% "
+                         f"(paper CER {evaluation.paper_cer:.2f}%), eval {evaluation.eval_seconds:.1f} s, "
+                         f"clock {evaluation.seconds / 60:.2f} min")
+        self._refresh()
+
+    @hookimpl
+    def run_finished(self, result: RunResult):
+        if self.live is not None:
+            self.live.stop()
+        self.console.print(result_table(result))
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._view())
+
+    def _view(self) -> Group:
+        table = Table.grid(padding=(0, 2))
+        for key, value in self.status.items():
+            table.add_row(f"[dim]{key}[/]", value)
+        return Group(self.progress, table)
+
+
+def result_table(result: RunResult) -> Table:
+    style = "green" if result.status == "success" else "yellow"
+    table = Table(title=f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
+                        f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min")
+    table.add_column("target")
+    table.add_column("TTA (min)", justify="right")
+    table.add_column("TTA (s)", justify="right")
+    table.add_column("epoch", justify="right")
+    for label, reached in result.tta.items():
+        if reached is None:
+            table.add_row(label, "not reached", "-", "-")
+        else:
+            table.add_row(label, f"{reached['minutes']:.2f}", f"{reached['seconds']:.1f}", str(reached["epoch"]))
+    return table

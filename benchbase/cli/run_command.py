@@ -1,0 +1,92 @@
+"""`benchbase run`: one time-to-accuracy run through the harness."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
+
+from benchbase.cli.app import cli
+from benchbase.cli.reporter import RunReporter
+from benchbase.data.workload_data import default_cache, ensure_workload_data
+from benchbase.errors import InputError, describe_validation_error
+from benchbase.harness import run_benchmark
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
+from benchbase.specs import RunConfig, WorkloadSpec
+
+__all__ = ["run", "with_overrides"]
+
+
+@cli.command()
+@click.option("--workload", "workload_name", required=True, help="Workload name (see `benchbase workloads`).")
+@click.option("--backend", "backend_name", required=True, help="Backend name (see `benchbase plugins`).")
+@click.option("--hw", "hardware", required=True, help="Hardware profile name or a YAML file.")
+@click.option("--out", type=click.Path(path_type=Path), help="Run folder (default: runs/WORKLOAD-BACKEND-HW-TIME).")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
+@click.option("--max-minutes", type=click.FloatRange(min=0.01), help="Override the workload's time limit.")
+@click.option("--max-epochs", type=click.IntRange(min=1), help="Override the workload's epoch limit.")
+@click.option("--target", "targets", multiple=True, metavar="METRIC=VALUE",
+              help="Replace the workload's targets, e.g. --target cer=40 (repeatable).")
+@click.option("--data", type=click.Path(path_type=Path), help="A prepared feature store (required for LibriSpeech).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--cache", type=click.Path(path_type=Path), help="Where the synthetic corpus is cached.")
+def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, cache):
+    """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits)."""
+    manager = get_plugin_manager()
+    registry = collect_registry(manager)
+    backend_class = registry.backend(backend_name)
+    workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets)
+    profile = registry.profile(hardware)
+    console = Console(stderr=False)
+    store = _prepare_data(console, workload, data, cache or default_cache())
+    out = out or Path("runs") / f"{workload.name}-{backend_name}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed, out=out, data=store,
+                       device=device)
+    manager.register(RunReporter(console), name="benchbase-reporter")
+    result = run_benchmark(config, manager, backend_class)
+    console.print(f"run folder: {out}")
+    if result.status != "success":
+        raise click.exceptions.Exit(3)
+
+
+def with_overrides(workload: WorkloadSpec, max_minutes: float | None, max_epochs: int | None,
+                   targets: tuple[str, ...]) -> WorkloadSpec:
+    """The workload with the command line's overrides, validated like the YAML itself."""
+    data = workload.model_dump()
+    if max_minutes is not None:
+        data["max_minutes"] = max_minutes
+    if max_epochs is not None:
+        data["max_epochs"] = max_epochs
+    if targets:
+        data["tta"]["targets"] = [_parse_target(text) for text in targets]
+    try:
+        return WorkloadSpec.model_validate(data)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(f"workload {workload.name!r} with overrides", error)) from None
+
+
+def _parse_target(text: str) -> dict:
+    metric, separator, value = text.partition("=")
+    try:
+        if not separator:
+            raise ValueError
+        return {"metric": metric.strip().lower(), "value": float(value)}
+    except ValueError:
+        raise InputError(f"--target {text!r}: expected METRIC=VALUE, e.g. cer=40") from None
+
+
+def _prepare_data(console: Console, workload: WorkloadSpec, data: Path | None, cache: Path) -> Path:
+    with Progress(console=console, transient=True) as progress:
+        tasks: dict[str, int] = {}
+
+        def report(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = progress.add_task(label, total=total)
+            progress.update(tasks[label], completed=done, total=total)
+
+        return ensure_workload_data(workload, data, cache, report)

@@ -1,0 +1,205 @@
+"""Feature preparation: a LibriSpeech-layout tree -> a sharded feature store.
+
+Runs once, before the run clock starts. Every shard is an independent job on a process
+pool; a shard's summary (kept utterances, drops, problems, feature sums) is written beside
+it, so a preparation that is killed resumes where it stopped, and store.json, written last,
+marks the store complete.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from benchbase.data.alphabet import UnknownCharacterError, encode_transcript
+from benchbase.data.features import extract_features
+from benchbase.data.librispeech import UtteranceSource, list_subset
+from benchbase.data.store import SHARD_SIZE, STATS_FILE, STORE_FILE, Utterance, atomic_write_bytes, write_shard
+from benchbase.errors import InputError
+from benchbase.specs import FeatureSpec, ModelSpec
+
+__all__ = ["prepare_store"]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    path: Path
+    sources: tuple[UtteranceSource, ...]
+    features: FeatureSpec
+    model: ModelSpec
+    max_duration: float
+
+
+@dataclass
+class ShardSummary:
+    kept: int = 0
+    seconds: float = 0.0
+    dropped: dict[str, int] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    frames: int = 0
+    feature_sum: list[float] = field(default_factory=list)
+    feature_sum_squares: list[float] = field(default_factory=list)
+
+
+def prepare_store(
+    corpus_root: Path,
+    subsets: dict[str, tuple[str, ...]],
+    features: FeatureSpec,
+    model: ModelSpec,
+    max_duration: float,
+    out: Path,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> dict:
+    """Extract features of every subset into ``out``; returns the store description.
+
+    ``subsets`` maps a split role ("train", "dev", "test") to LibriSpeech subset names;
+    normalization statistics come from the train role only.
+    """
+    jobs_by_subset = _plan_jobs(corpus_root, subsets, features, model, max_duration, out)
+    all_jobs = [job for jobs in jobs_by_subset.values() for job in jobs]
+    summaries = _run_jobs(all_jobs, workers, progress)
+    description = _describe(corpus_root, subsets, jobs_by_subset, summaries, out)
+    train_subsets = set(subsets.get("train", ()))
+    train = [summaries[job.path] for name in train_subsets for job in jobs_by_subset[name]]
+    _write_statistics(out, train, features.dimension)
+    atomic_write_bytes(out / STORE_FILE, lambda handle: handle.write(json.dumps(description, indent=2).encode()))
+    return description
+
+
+def _plan_jobs(root, subsets, features, model, max_duration, out) -> dict[str, list[ShardJob]]:
+    jobs: dict[str, list[ShardJob]] = {}
+    for name in sorted({name for names in subsets.values() for name in names}):
+        if not (root / name).is_dir():
+            raise InputError(f"{root / name}: subset folder not found")
+        sources, problems = list_subset(root, name)
+        if problems:
+            _write_listing_problems(out / name, problems)
+        jobs[name] = [
+            ShardJob(out / name / f"shard-{index:05d}.npz", tuple(sources[start : start + SHARD_SIZE]),
+                     features, model, max_duration)
+            for index, start in enumerate(range(0, len(sources), SHARD_SIZE))
+        ]
+    return jobs
+
+
+def _write_listing_problems(folder: Path, problems: list[tuple[str, str]]) -> None:
+    text = json.dumps(problems, indent=1).encode()
+    atomic_write_bytes(folder / "listing-problems.json", lambda handle: handle.write(text))
+
+
+def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | None) -> dict[Path, ShardSummary]:
+    summaries = {job.path: summary for job in jobs if (summary := _finished_summary(job.path)) is not None}
+    pending = [job for job in jobs if job.path not in summaries]
+    done = len(summaries)
+    if progress:
+        progress(done, len(jobs))
+    if pending:
+        # spawn, not fork: the caller may already hold threads (torch, the sampler).
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(min(workers or os.cpu_count() or 1, len(pending))) as pool:
+            for job, summary in zip(pending, pool.imap(_prepare_shard, pending)):
+                summaries[job.path] = summary
+                done += 1
+                if progress:
+                    progress(done, len(jobs))
+    return summaries
+
+
+def _finished_summary(shard: Path) -> ShardSummary | None:
+    sidecar = shard.with_suffix(".json")
+    if not (sidecar.is_file() and shard.is_file()):
+        return None
+    data = json.loads(sidecar.read_text(encoding="utf-8"))
+    data["problems"] = [tuple(problem) for problem in data["problems"]]
+    return ShardSummary(**data)
+
+
+def _prepare_shard(job: ShardJob) -> ShardSummary:
+    summary = ShardSummary()
+    utterances = [u for source in job.sources if (u := _prepare_utterance(source, job, summary)) is not None]
+    if utterances:
+        stacked = np.concatenate([u.features for u in utterances]).astype(np.float64)
+        summary.frames = int(stacked.shape[0])
+        summary.feature_sum = stacked.sum(axis=0).tolist()
+        summary.feature_sum_squares = np.square(stacked).sum(axis=0).tolist()
+        write_shard(job.path, utterances)
+    summary.kept = len(utterances)
+    text = json.dumps(asdict(summary)).encode()
+    atomic_write_bytes(job.path.with_suffix(".json"), lambda handle: handle.write(text))
+    return summary
+
+
+def _prepare_utterance(source: UtteranceSource, job: ShardJob, summary: ShardSummary) -> Utterance | None:
+    def drop(reason: str, detail: str | None = None) -> None:
+        summary.dropped[reason] = summary.dropped.get(reason, 0) + 1
+        if detail:
+            summary.problems.append((str(source.audio), detail))
+
+    try:
+        labels = encode_transcript(source.transcript)
+    except UnknownCharacterError as error:
+        return drop("bad_transcript", str(error))
+    try:
+        audio = _read_audio(source.audio, job.features.sample_rate)
+    except (RuntimeError, OSError, ValueError) as error:
+        return drop("unreadable_audio", f"unreadable audio: {str(error).splitlines()[0]}")
+    seconds = len(audio) / job.features.sample_rate
+    if seconds > job.max_duration:
+        return drop("too_long")
+    features = extract_features(audio, job.features)
+    if job.model.output_frames(features.shape[0]) < len(labels):
+        return drop("too_short")
+    summary.seconds += seconds
+    return Utterance(source.utterance_id, features, labels, source.transcript.lower())
+
+
+def _read_audio(path: Path, sample_rate: int) -> np.ndarray:
+    audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    audio = audio.mean(axis=1)
+    if rate != sample_rate:
+        import librosa  # only for the rare file at another rate
+
+        audio = librosa.resample(audio, orig_sr=rate, target_sr=sample_rate)
+    if audio.size == 0:
+        raise ValueError("no samples")
+    return audio
+
+
+def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
+    described = {}
+    for name, jobs in jobs_by_subset.items():
+        parts = [summaries[job.path] for job in jobs]
+        dropped: dict[str, int] = {}
+        for part in parts:
+            for reason, count in part.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + count
+        described[name] = {
+            "shards": [str(job.path.relative_to(out)) for job in jobs if summaries[job.path].kept],
+            "utterances": sum(part.kept for part in parts),
+            "seconds": round(sum(part.seconds for part in parts), 3),
+            "dropped": dropped,
+            "problems": [problem for part in parts for problem in part.problems],
+        }
+    return {"version": 1, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()}, "splits": described}
+
+
+def _write_statistics(out: Path, train: list[ShardSummary], dimension: int) -> None:
+    frames = sum(part.frames for part in train)
+    if frames == 0:
+        raise InputError(f"{out}: no usable training utterance; nothing to compute normalization from")
+    total = np.sum([part.feature_sum for part in train if part.frames], axis=0)
+    total_squares = np.sum([part.feature_sum_squares for part in train if part.frames], axis=0)
+    mean = total / frames
+    std = np.sqrt(np.maximum(total_squares / frames - np.square(mean), 1e-8))
+    arrays = {"mean": mean.astype(np.float32), "std": std.astype(np.float32)}
+    atomic_write_bytes(out / STATS_FILE, lambda handle: np.savez(handle, **arrays))

@@ -1,0 +1,80 @@
+"""Finding or building the feature store a workload trains on.
+
+The synthetic corpus and its features are generated once into a cache folder
+(BENCHBASE_CACHE, default ~/.cache/benchbase) and reused by every later run. The store's
+name carries a hash of everything that shapes it, so a changed feature or filter setting
+builds a new store instead of silently reusing a stale one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from benchbase.data.prepare import prepare_store
+from benchbase.data.store import FeatureStore
+from benchbase.errors import InputError
+from benchbase.specs import WorkloadSpec
+
+__all__ = ["CORPUS_SEED", "default_cache", "ensure_workload_data", "store_key"]
+
+CORPUS_SEED = 0
+"""The corpus is part of the workload, so its seed is fixed; --seed varies training only."""
+
+Progress = Callable[[str, int, int], None]
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("BENCHBASE_CACHE") or Path.home() / ".cache" / "benchbase")
+
+
+def ensure_workload_data(workload: WorkloadSpec, data: Path | None, cache: Path,
+                         progress: Progress | None = None) -> Path:
+    """The prepared store for the workload: ``data`` if given, else the synthetic cache."""
+    if data is not None:
+        if not FeatureStore.exists(data):
+            raise InputError(f"{data}: not a prepared feature store (run `benchbase data prepare` first)")
+        return data
+    if workload.data.dataset != "synthetic":
+        raise InputError(
+            f"workload {workload.name!r} trains on LibriSpeech: pass --data DIR, a store made by `benchbase data prepare`"
+        )
+    return _ensure_synthetic(workload, cache, progress)
+
+
+def _ensure_synthetic(workload: WorkloadSpec, cache: Path, progress: Progress | None) -> Path:
+    from benchbase.data.synth import synthesize_corpus
+
+    utterances = workload.data.synthetic_utterances
+    corpus = cache / f"synthetic-{utterances}-seed{CORPUS_SEED}"
+    store = cache / f"features-{corpus.name}-{store_key(workload)}"
+    if FeatureStore.exists(store):
+        return store
+    cache.mkdir(parents=True, exist_ok=True)
+    synthesize_corpus(corpus, utterances=utterances, seed=CORPUS_SEED,
+                      progress=_labelled(progress, "synthesizing speech"))
+    subsets = {"train": workload.data.train, "dev": workload.data.dev, "test": workload.data.test}
+    prepare_store(corpus, subsets, workload.features, workload.model, workload.data.max_duration, store,
+                  progress=_labelled(progress, "extracting features"))
+    return store
+
+
+def store_key(workload: WorkloadSpec) -> str:
+    """A short hash of the settings that decide a store's contents."""
+    model = workload.model
+    shaping = {
+        "features": workload.features.model_dump(),
+        "max_duration": workload.data.max_duration,
+        "conv": [model.conv_width, model.conv_stride],
+        "subsets": [workload.data.train, workload.data.dev, workload.data.test],
+    }
+    return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _labelled(progress: Progress | None, label: str):
+    if progress is None:
+        return None
+    return lambda done, total: progress(label, done, total)

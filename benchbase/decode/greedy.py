@@ -1,0 +1,21 @@
+"""Greedy (best-path) CTC decoding: argmax per frame, merge repeats, drop blanks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchbase.data.alphabet import decode_labels
+
+__all__ = ["greedy_decode"]
+
+
+def greedy_decode(log_probs: np.ndarray, lengths: np.ndarray, blank: int = 0) -> list[str]:
+    """(batch, frames, symbols) log-probabilities and valid frames per row -> texts."""
+    best = log_probs.argmax(axis=-1)
+    texts = []
+    for row, length in zip(best, lengths):
+        path = row[: int(length)]
+        keep = np.ones(len(path), dtype=bool)
+        keep[1:] = path[1:] != path[:-1]
+        texts.append(decode_labels(path[keep & (path != blank)]))
+    return texts

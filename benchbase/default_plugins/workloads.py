@@ -1,0 +1,16 @@
+"""Registers the workloads that ship with benchbase (benchbase/workloads/*.yaml)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from benchbase import hookimpl
+from benchbase.specs import WorkloadSpec
+from benchbase.yaml_specs import load_spec_text
+
+
+@hookimpl
+def register_workloads(register):
+    for item in sorted(resources.files("benchbase.workloads").iterdir(), key=lambda item: item.name):
+        if item.name.endswith(".yaml"):
+            register(load_spec_text(WorkloadSpec, item.read_text(encoding="utf-8"), f"workloads/{item.name}"))

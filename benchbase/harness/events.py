@@ -1,0 +1,62 @@
+"""What the harness hands to lifecycle hooks and writes into result.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["BatchProgress", "Evaluation", "RunResult"]
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    epoch: int
+    batch_in_epoch: int
+    batches_per_epoch: int
+    batch_index: int
+    """Batches completed in the whole run."""
+    seconds: float
+    """Run clock at the end of the batch."""
+    loss: float
+    throughput: float
+    """Utterances per second for this batch (step and data wait)."""
+    data_wait: float
+    """Seconds the loop waited for this batch."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    epoch: int
+    seconds: float
+    """Run clock at the end of the evaluation."""
+    wer: float
+    cer: float
+    paper_cer: float
+    utterances: int
+    eval_seconds: float
+    reached: dict[str, float]
+    """Every target reached so far: label -> run-clock seconds."""
+    targets: tuple[str, ...]
+
+
+@dataclass
+class RunResult:
+    status: str
+    """success (every target reached) or aborted (max epochs or minutes first)."""
+    stop_reason: str
+    workload: str
+    backend: str
+    hardware: str
+    seed: int
+    tta: dict[str, dict | None]
+    """Target label -> {seconds, minutes, epoch} or None when never reached."""
+    epochs: int
+    batches: int
+    train_samples: int
+    run_seconds: float
+    init_seconds: float
+    parameter_count: int
+    throughput: dict[str, float]
+    data_wait: dict[str, float]
+    final_evaluation: dict[str, float] | None
+    telemetry: dict = field(default_factory=dict)
+    device: str = ""

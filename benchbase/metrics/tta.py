@@ -1,0 +1,46 @@
+"""Time-to-accuracy: TTA(a, e) is the run-clock time at the end of the first evaluation at
+which the median of the last e evaluations of the target's metric is at or below a."""
+
+from __future__ import annotations
+
+import statistics
+
+from benchbase.specs import Target, TTARule
+
+__all__ = ["TargetTracker"]
+
+
+class TargetTracker:
+    """Feeds evaluations in order and remembers when each target was first reached."""
+
+    def __init__(self, rule: TTARule) -> None:
+        self.rule = rule
+        self.history: dict[str, list[float]] = {"wer": [], "cer": []}
+        self.reached: dict[str, float] = {}
+        """Target label -> run-clock seconds at which it was reached."""
+        self.reached_epoch: dict[str, int] = {}
+
+    def update(self, epoch: int, seconds: float, wer: float, cer: float) -> list[Target]:
+        """Record one evaluation; returns the targets it newly reached."""
+        self.history["wer"].append(wer)
+        self.history["cer"].append(cer)
+        newly = [target for target in self.rule.targets if target.label not in self.reached and self._met(target)]
+        for target in newly:
+            self.reached[target.label] = seconds
+            self.reached_epoch[target.label] = epoch
+        return newly
+
+    def aggregate(self, metric: str) -> float | None:
+        """Median of the last e evaluations, or None before there are e of them."""
+        values = self.history[metric]
+        if len(values) < self.rule.window:
+            return None
+        return statistics.median(values[-self.rule.window :])
+
+    def _met(self, target: Target) -> bool:
+        value = self.aggregate(target.metric)
+        return value is not None and value <= target.value
+
+    @property
+    def all_reached(self) -> bool:
+        return len(self.reached) == len(self.rule.targets)

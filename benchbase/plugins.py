@@ -1,0 +1,72 @@
+"""The plugin host: a fresh plugin manager per invocation, no module-level global.
+
+Plugins are found through the entry-point group ``benchbase``. The environment variable
+BENCHBASE_LOAD_PLUGINS restricts which ones load: a comma-separated list of entry-point or
+distribution names; set but empty, no third-party plugin loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from importlib import metadata
+
+import pluggy
+
+from benchbase import hookspecs
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "entry_point_distributions",
+    "get_plugin_manager",
+    "load_entrypoint_plugins",
+]
+
+ENTRY_POINT_GROUP = "benchbase"
+DEFAULT_PLUGINS = (
+    "benchbase.default_plugins.workloads",
+    "benchbase.default_plugins.hardware_profiles",
+)
+
+
+def get_plugin_manager(load_entrypoints: bool = True) -> pluggy.PluginManager:
+    """A new manager with the hook specs, the built-in plugins and (optionally) entry points."""
+    manager = pluggy.PluginManager("benchbase")
+    manager.add_hookspecs(hookspecs)
+    for module_name in DEFAULT_PLUGINS:
+        manager.register(importlib.import_module(module_name), name=module_name)
+    if load_entrypoints:
+        load_entrypoint_plugins(manager)
+    return manager
+
+
+def load_entrypoint_plugins(manager: pluggy.PluginManager) -> list[str]:
+    """Register the ``benchbase`` entry points that BENCHBASE_LOAD_PLUGINS allows."""
+    allowed = _allowed_plugins()
+    loaded = []
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        distribution = entry_point.dist.name if entry_point.dist else ""
+        if allowed is not None and not {entry_point.name, distribution} & allowed:
+            continue
+        if manager.has_plugin(entry_point.name):
+            continue
+        manager.register(entry_point.load(), name=entry_point.name)
+        loaded.append(entry_point.name)
+    return loaded
+
+
+def _allowed_plugins() -> set[str] | None:
+    value = os.environ.get("BENCHBASE_LOAD_PLUGINS")
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def entry_point_distributions() -> dict[str, str]:
+    """Entry-point name -> "distribution version", for `benchbase plugins`."""
+    found = {}
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.dist is not None:
+            found[entry_point.name] = f"{entry_point.dist.name} {entry_point.dist.version}"
+    return found

@@ -1,0 +1,25 @@
+"""Pydantic specs: what a run is made of. All are frozen and reject unknown fields."""
+
+from __future__ import annotations
+
+from benchbase.specs.hardware import CPUSpec, DeviceSpec, HardwareProfile, PipelineDefaults, PriceSpec
+from benchbase.specs.run import RunConfig
+from benchbase.specs.tta import Target, TTARule
+from benchbase.specs.workload import DataSpec, EvalSpec, FeatureSpec, ModelSpec, OptimizerSpec, WorkloadSpec
+
+__all__ = [
+    "CPUSpec",
+    "DataSpec",
+    "DeviceSpec",
+    "EvalSpec",
+    "FeatureSpec",
+    "HardwareProfile",
+    "ModelSpec",
+    "OptimizerSpec",
+    "PipelineDefaults",
+    "PriceSpec",
+    "RunConfig",
+    "TTARule",
+    "Target",
+    "WorkloadSpec",
+]

@@ -1,0 +1,71 @@
+"""HardwareProfile: a platform's devices, host, price and tuned input-pipeline defaults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from benchbase.specs._base import Spec
+
+__all__ = ["CPUSpec", "DeviceSpec", "HardwareProfile", "PipelineDefaults", "PriceSpec"]
+
+
+class DeviceSpec(Spec):
+    kind: Literal["gpu", "cpu"] = Field(description="Accelerator type the backends train on.")
+    count: int = Field(ge=1, le=1024, description="Number of devices used for data-parallel training.")
+    model: str = Field(min_length=1, max_length=120, description="Device model name.")
+    memory_gb: float | None = Field(None, gt=0, le=100_000, description="Memory per device in GB.")
+    interconnect: str = Field("", max_length=300, description="How the devices attach (PCIe lanes, NVLink).")
+
+
+class CPUSpec(Spec):
+    model: str = Field(min_length=1, max_length=120, description="Host CPU model.")
+    sockets: int = Field(1, ge=1, le=16, description="CPU sockets.")
+    cores: int = Field(ge=1, le=4096, description="Physical cores in total.")
+    threads: int = Field(ge=1, le=8192, description="Hardware threads in total.")
+    ghz: float | None = Field(None, gt=0, le=10, description="Base clock in GHz.")
+    ram_gb: float = Field(gt=0, le=1_000_000, description="Host memory in GB.")
+
+
+class PriceSpec(Spec):
+    total_usd: float | None = Field(None, ge=0, le=1e9, description="Whole system price.")
+    gpus_usd: float | None = Field(None, ge=0, le=1e9, description="Price of the GPUs.")
+    cpus_usd: float | None = Field(None, ge=0, le=1e9, description="Price of the CPUs.")
+    date: str = Field("", max_length=40, description="When the prices were taken.")
+
+
+class PipelineDefaults(Spec):
+    global_batch: int = Field(ge=1, le=65_536, description="Utterances per optimizer step over all devices.")
+    batch_per_device: int = Field(ge=1, le=65_536, description="Utterances per device per step.")
+    readers: int = Field(ge=1, le=256, description="Parallel shard readers.")
+    buffer: int = Field(ge=1, le=10_000, description="Prefetched batches.")
+    shuffle_buffer: int = Field(2048, ge=1, le=1_000_000, description="Utterances in the shuffle buffer.")
+    threads: int | None = Field(None, ge=1, le=4096, description="Compute threads for CPU training (None: all cores).")
+
+    @model_validator(mode="after")
+    def _batch_splits_evenly(self) -> PipelineDefaults:
+        if self.global_batch % self.batch_per_device:
+            raise ValueError(
+                f"global_batch {self.global_batch} is not a multiple of batch_per_device {self.batch_per_device}"
+            )
+        return self
+
+
+class HardwareProfile(Spec):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Profile name.")
+    description: str = Field("", max_length=500, description="One line shown by `benchbase profiles`.")
+    devices: DeviceSpec = Field(description="Training devices.")
+    cpu: CPUSpec = Field(description="Host CPU and memory.")
+    price: PriceSpec = Field(default_factory=PriceSpec, description="Hardware prices.")
+    pipeline: PipelineDefaults = Field(description="Input-pipeline defaults tuned for this platform.")
+
+    @model_validator(mode="after")
+    def _batch_matches_devices(self) -> HardwareProfile:
+        per_device = self.pipeline.global_batch // self.pipeline.batch_per_device
+        if per_device != self.devices.count:
+            raise ValueError(
+                f"global_batch {self.pipeline.global_batch} / batch_per_device "
+                f"{self.pipeline.batch_per_device} = {per_device}, but there are {self.devices.count} devices"
+            )
+        return self

@@ -1,0 +1,24 @@
+"""RunConfig: one run = workload + backend + hardware profile + seed + output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from benchbase.specs._base import Spec
+from benchbase.specs.hardware import HardwareProfile
+from benchbase.specs.workload import WorkloadSpec
+
+__all__ = ["RunConfig"]
+
+
+class RunConfig(Spec):
+    workload: WorkloadSpec = Field(description="The resolved workload (after overrides).")
+    backend: str = Field(min_length=1, max_length=64, description="Registered backend name.")
+    hardware: HardwareProfile = Field(description="The resolved hardware profile.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for data order, init and dropout.")
+    out: Path = Field(description="Run folder.")
+    data: Path = Field(description="Prepared feature store the run reads.")
+    device: str = Field("auto", max_length=32, description="Device the backend trains on: auto, cpu, cuda.")
+    submitter: str = Field("benchbase", min_length=1, max_length=120, description="submission_org in the log.")

@@ -1,0 +1,136 @@
+"""WorkloadSpec: everything that defines what is trained and how it is scored.
+
+Every hyperparameter whose default differs between TensorFlow and PyTorch is a field here,
+so that no backend ever falls back on its framework's default (DESIGN.md, principle 3).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from benchbase.specs._base import Spec
+from benchbase.specs.tta import TTARule
+
+__all__ = [
+    "DataSpec",
+    "EvalSpec",
+    "FeatureSpec",
+    "ModelSpec",
+    "OptimizerSpec",
+    "WorkloadSpec",
+]
+
+
+class FeatureSpec(Spec):
+    sample_rate: int = Field(16000, ge=8000, le=48000, description="Audio sample rate in Hz.")
+    window: int = Field(512, ge=64, le=4096, description="STFT window (and FFT) size in samples.")
+    hop: int = Field(160, ge=16, le=2048, description="Frame shift in samples (160 = 10 ms).")
+    mel_bands: int = Field(80, ge=1, le=256, description="Number of log-mel bands.")
+    mfcc: int = Field(13, ge=0, le=80, description="Number of MFCCs appended to the log-mel bands.")
+
+    @property
+    def dimension(self) -> int:
+        """Features per frame: log-mel bands followed by MFCCs."""
+        return self.mel_bands + self.mfcc
+
+
+class ModelSpec(Spec):
+    conv_channels: int = Field(description="Output channels of the 1-D convolution.", ge=1, le=4096)
+    conv_width: int = Field(11, ge=1, le=64, description="Convolution width in frames.")
+    conv_stride: int = Field(2, ge=1, le=8, description="Convolution stride in frames (valid padding).")
+    conv_activation: Literal["relu", "clipped_relu"] = Field(
+        "clipped_relu", description="Activation after the convolution; clipped_relu is min(max(x,0),20) as in DS2."
+    )
+    lstm_layers: int = Field(ge=1, le=16, description="Number of stacked unidirectional LSTM layers.")
+    lstm_units: int = Field(ge=1, le=4096, description="Units per LSTM layer.")
+    lstm_forget_bias: float = Field(
+        1.0, ge=0.0, le=5.0, description="Initial forget-gate bias (Keras's unit_forget_bias; PyTorch starts at 0)."
+    )
+    dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout rate between layers.")
+    batchnorm_momentum: float = Field(
+        0.99,
+        gt=0.0,
+        lt=1.0,
+        description="Share of the running BatchNorm statistics kept per update (Keras convention; "
+        "PyTorch's momentum is 1 minus this).",
+    )
+    batchnorm_epsilon: float = Field(1e-5, gt=0.0, le=1e-1, description="BatchNorm epsilon.")
+    init: Literal["xavier_uniform"] = Field(
+        "xavier_uniform", description="Initializer of every weight matrix (conv, LSTM input and recurrent, FC)."
+    )
+    symbols: int = Field(30, ge=2, le=1024, description="Output symbols including the CTC blank.")
+    ctc_blank_index: int = Field(0, ge=0, description="Index of the CTC blank in the output alphabet.")
+    ctc_reduction: Literal["mean_over_batch"] = Field(
+        "mean_over_batch",
+        description="CTC loss reduction: each utterance's negative log-likelihood summed over its "
+        "frames, averaged over the batch (PyTorch's 'mean' would also divide by label length).",
+    )
+
+    @model_validator(mode="after")
+    def _blank_inside_alphabet(self) -> ModelSpec:
+        if self.ctc_blank_index >= self.symbols:
+            raise ValueError(f"ctc_blank_index {self.ctc_blank_index} is outside the {self.symbols} symbols")
+        return self
+
+    def output_frames(self, input_frames: int) -> int:
+        """Frames after the valid, strided convolution (0 when the input is too short)."""
+        if input_frames < self.conv_width:
+            return 0
+        return (input_frames - self.conv_width) // self.conv_stride + 1
+
+    def parameter_count(self, feature_dimension: int) -> int:
+        """Trainable parameters the layer sizes imply.
+
+        The convolution has no bias (BatchNorm follows it); each LSTM gate has one bias, as
+        in the textbook cell and Keras; BatchNorm contributes scale and shift.
+        """
+        conv = self.conv_width * feature_dimension * self.conv_channels
+        inputs = [self.conv_channels] + [self.lstm_units] * (self.lstm_layers - 1)
+        lstm = sum(4 * self.lstm_units * (size + self.lstm_units + 1) for size in inputs)
+        batchnorm = 2 * self.conv_channels + 2 * self.lstm_units * self.lstm_layers
+        output = self.lstm_units * self.symbols + self.symbols
+        return conv + lstm + batchnorm + output
+
+
+class OptimizerSpec(Spec):
+    name: Literal["adadelta"] = Field("adadelta", description="Optimizer (the paper uses AdaDelta).")
+    learning_rate: float = Field(1.0, gt=0.0, le=100.0, description="AdaDelta learning rate (PyTorch 1.0, Keras 0.001).")
+    rho: float = Field(0.95, gt=0.0, lt=1.0, description="AdaDelta decay rate (PyTorch 0.9, Keras 0.95).")
+    epsilon: float = Field(1e-8, gt=0.0, le=1e-2, description="AdaDelta epsilon (PyTorch 1e-6, Keras 1e-7).")
+    gradient_clip_norm: float | None = Field(
+        None, gt=0.0, le=1e6, description="Global gradient-norm clip, or none."
+    )
+
+
+class DataSpec(Spec):
+    dataset: Literal["synthetic", "librispeech"] = Field(description="Where the audio comes from.")
+    train: tuple[str, ...] = Field(min_length=1, description="Subsets (LibriSpeech folder names) used for training.")
+    dev: tuple[str, ...] = Field(min_length=1, description="Subsets evaluated every epoch.")
+    test: tuple[str, ...] = Field((), description="Subsets held out for final testing.")
+    max_duration: float = Field(16.7, gt=0.0, le=120.0, description="Utterances longer than this (seconds) are dropped.")
+    synthetic_utterances: int = Field(
+        3000, ge=10, le=1_000_000, description="Corpus size when the dataset is synthesized."
+    )
+
+
+class EvalSpec(Spec):
+    every_epochs: int = Field(1, ge=1, le=100, description="Evaluate on the dev split every this many epochs.")
+    decoder: Literal["greedy"] = Field("greedy", description="Decoder used for evaluation.")
+    beam_width: int = Field(1, ge=1, le=8192, description="Beam width of the evaluation decoder.")
+    log_sentences_every: int = Field(50, ge=1, le=100_000, description="Greedy-decode training sentences every N batches.")
+    checkpoint_every: int = Field(250, ge=1, le=1_000_000, description="Write a checkpoint every N batches.")
+
+
+class WorkloadSpec(Spec):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="Workload name.")
+    description: str = Field("", max_length=500, description="One line for `benchbase workloads`.")
+    model: ModelSpec = Field(description="Acoustic model.")
+    features: FeatureSpec = Field(default_factory=FeatureSpec, description="Feature extraction.")
+    data: DataSpec = Field(description="Dataset, splits and filters.")
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer and its pinned settings.")
+    evaluation: EvalSpec = Field(default_factory=EvalSpec, description="Evaluation cadence and decoder.")
+    tta: TTARule = Field(description="Time-to-accuracy targets and window.")
+    max_epochs: int = Field(ge=1, le=10_000, description="Stop (status aborted) after this many epochs.")
+    max_minutes: float = Field(ge=0.01, le=100_000.0, description="Stop (status aborted) after this many minutes on the run clock.")

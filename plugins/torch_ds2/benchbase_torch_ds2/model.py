@@ -1,0 +1,77 @@
+"""The Deep Speech 2-like model of the workload spec, in PyTorch.
+
+conv (width 11, stride 2, valid) -> BatchNorm -> clipped ReLU -> dropout
+  -> [LSTM -> BatchNorm -> dropout] x layers -> linear -> log-softmax
+
+Inputs are right-padded, and the LSTMs are unidirectional, so the outputs at valid frames
+never see padding: no packing is needed, and CTC and decoding ignore the padded frames.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from benchbase.specs import ModelSpec
+
+__all__ = ["DeepSpeech2"]
+
+
+class DeepSpeech2(nn.Module):
+    def __init__(self, spec: ModelSpec, feature_dimension: int) -> None:
+        super().__init__()
+        self.spec = spec
+        momentum = 1.0 - spec.batchnorm_momentum  # PyTorch weighs the new batch, Keras the old mean
+        self.conv = nn.Conv1d(feature_dimension, spec.conv_channels, spec.conv_width, stride=spec.conv_stride,
+                              bias=False)
+        self.conv_norm = nn.BatchNorm1d(spec.conv_channels, eps=spec.batchnorm_epsilon, momentum=momentum)
+        sizes = [spec.conv_channels] + [spec.lstm_units] * spec.lstm_layers
+        self.lstms = nn.ModuleList(nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(spec.lstm_layers))
+        self.lstm_norms = nn.ModuleList(
+            nn.BatchNorm1d(spec.lstm_units, eps=spec.batchnorm_epsilon, momentum=momentum)
+            for _ in range(spec.lstm_layers)
+        )
+        self.dropout = nn.Dropout(spec.dropout)
+        self.output = nn.Linear(spec.lstm_units, spec.symbols)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.conv.weight)
+        for lstm in self.lstms:
+            _initialize_lstm(lstm, self.spec.lstm_forget_bias)
+        nn.init.xavier_uniform_(self.output.weight)
+        nn.init.zeros_(self.output.bias)
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch, frames, features) -> log-probs (batch, frames', symbols), output lengths."""
+        x = self.conv(features.transpose(1, 2))
+        x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
+        for lstm, norm in zip(self.lstms, self.lstm_norms):
+            x, _ = lstm(x)
+            x = self.dropout(norm(x.transpose(1, 2)).transpose(1, 2))
+        output_lengths = torch.div(lengths - self.spec.conv_width, self.spec.conv_stride, rounding_mode="floor") + 1
+        return torch.log_softmax(self.output(x), dim=-1), output_lengths
+
+    def _activation(self, x: torch.Tensor) -> torch.Tensor:
+        if self.spec.conv_activation == "clipped_relu":
+            return torch.clamp(x, 0.0, 20.0)
+        return torch.relu(x)
+
+
+def _initialize_lstm(lstm: nn.LSTM, forget_bias: float) -> None:
+    """Xavier weights and one bias per gate, as the spec and Keras have it.
+
+    PyTorch keeps two bias vectors per layer (input and hidden); the hidden one is zeroed and
+    frozen so that both frameworks train exactly the parameters the spec implies.
+    """
+    units = lstm.hidden_size
+    for name, parameter in lstm.named_parameters():
+        if name.startswith("weight"):
+            nn.init.xavier_uniform_(parameter)
+        elif name.startswith("bias_ih"):
+            nn.init.zeros_(parameter)
+            with torch.no_grad():
+                parameter[units : 2 * units] = forget_bias  # gate order i, f, g, o
+        else:
+            nn.init.zeros_(parameter)
+            parameter.requires_grad_(False)
