@@ -11,12 +11,13 @@ import itertools
 import logging
 from pathlib import Path
 
-from mlperf_logging import mllog
+from mlperf_logging.mllog import mllog
 from mlperf_logging.mllog import constants
 
 __all__ = ["ComplianceLog", "constants"]
 
 _instances = itertools.count()
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class ComplianceLog:
@@ -29,7 +30,7 @@ class ComplianceLog:
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         self._logger.addHandler(self._handler)
         # stack offset 2: the call site reported in each line is the harness, not this wrapper.
-        self._mllog = mllog.MLLogger(logger=self._logger, default_stack_offset=2)
+        self._mllog = mllog.MLLogger(logger=self._logger, default_stack_offset=2, root_dir=_SOURCE_ROOT)
 
     def event(self, key: str, value=None, metadata: dict | None = None) -> None:
         self._mllog.event(key=key, value=value, metadata=metadata)

@@ -1,0 +1,5 @@
+"""`python -m benchbase` is the `benchbase` command."""
+
+from benchbase.cli import main
+
+main()

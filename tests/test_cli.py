@@ -1,0 +1,66 @@
+"""The CLI as a user meets it: a subprocess, its exit code and its one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def benchbase(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "jax", "--workload", "ds2-mini", "--hw", "cpu"], "unknown backend 'jax'; available: "),
+        (["--backend", "torch", "--workload", "ds3", "--hw", "cpu"], "unknown workload 'ds3'; available: ds2, ds2-mini"),
+        (["--backend", "torch", "--workload", "ds2-mini", "--hw", "sys9"], "unknown hardware profile 'sys9'"),
+        (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "cer"], "expected METRIC=VALUE"),
+        (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "per=3"], "tta.targets.0.metric"),
+        (["--backend", "torch", "--workload", "ds2", "--hw", "cpu"], "pass --data DIR"),
+    ],
+)
+def test_bad_run_arguments_are_one_line_errors_with_exit_2(args, message):
+    finished = benchbase("run", *args)
+    assert finished.returncode == 2, finished.stderr
+    assert message in finished.stderr
+    assert finished.stderr.count("\n") == 1 and "Traceback" not in finished.stderr
+
+
+def test_a_malformed_profile_file_is_named(tmp_path):
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("name: mine\ndevices: {kind: cpu, count: 1, model: x}\ncpu: {model: y, cores: 0}\n")
+    finished = benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", str(profile))
+    assert finished.returncode == 2
+    assert finished.stderr.startswith(f"benchbase: error: {profile}: cpu.cores: Input should be greater")
+    assert finished.stderr.count("\n") == 1
+
+
+def test_a_run_folder_that_holds_a_run_is_never_overwritten(tmp_path, small_store):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "result.json").write_text("{}")
+    finished = benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--data",
+                         str(small_store), "--out", str(out))
+    assert finished.returncode == 2 and "run folder exists and is not empty" in finished.stderr
+    assert (out / "result.json").read_text() == "{}"
+
+
+def test_plugins_lists_the_torch_backend_from_its_distribution():
+    finished = benchbase("plugins")
+    assert finished.returncode == 0
+    assert "benchbase-torch-ds2" in finished.stdout and "register_backends" in finished.stdout
+
+
+def test_data_synth_rejects_unknown_characters_in_a_text_file(tmp_path):
+    text = tmp_path / "lines.txt"
+    text.write_text("a fine line\nroom 101 is here\n")
+    finished = benchbase("data", "synth", "--out", str(tmp_path / "c"), "--utterances", "4", "--text", str(text))
+    assert finished.returncode == 2
+    assert f"{text}:2" in finished.stderr and "'1'" in finished.stderr
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,158 @@
+"""The plugin host: an in-test third-party backend, entry-point discovery, restriction."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+import benchbase
+from benchbase import hookspecs, plugins
+from benchbase.backend import Backend, Batch
+from benchbase.errors import InputError
+from benchbase.harness import run_benchmark
+from benchbase.registry import collect_registry
+from benchbase.specs import RunConfig
+
+
+class LinearCTCBackend(Backend):
+    """A third party's backend, written against the public contract only: a per-frame
+    linear layer trained with CTC and plain SGD (a real, if weak, acoustic model)."""
+
+    name = "linear-ctc"
+    description = "in-test third-party backend"
+
+    def build(self, model, optimizer, feature_dimension, plan, seed):
+        torch.manual_seed(seed)
+        self.layer = torch.nn.Linear(feature_dimension, model.symbols)
+        self.optimizer = torch.optim.SGD(self.layer.parameters(), lr=0.01)
+
+    def _forward(self, batch: Batch):
+        return torch.log_softmax(self.layer(torch.from_numpy(batch.features)), dim=-1)
+
+    def train_step(self, batch):
+        log_probs = self._forward(batch)
+        loss = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), torch.from_numpy(batch.labels),
+                                            torch.from_numpy(batch.feature_lengths),
+                                            torch.from_numpy(batch.label_lengths), reduction="sum",
+                                            zero_infinity=True) / batch.size
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+    def predict(self, batch):
+        with torch.no_grad():
+            return self._forward(batch).numpy(), batch.feature_lengths.copy()
+
+    def save_checkpoint(self, path: Path):
+        torch.save(self.layer.state_dict(), path)
+
+    def load_checkpoint(self, path: Path):
+        self.layer.load_state_dict(torch.load(path))
+
+    def parameter_count(self):
+        return sum(p.numel() for p in self.layer.parameters())
+
+
+class ThirdPartyPlugin:
+    def __init__(self):
+        self.evaluations = []
+
+    @benchbase.hookimpl
+    def register_backends(self, register):
+        register(LinearCTCBackend)
+
+    @benchbase.hookimpl
+    def eval_completed(self, evaluation):
+        self.evaluations.append(evaluation)
+
+
+def test_an_in_test_backend_runs_through_the_harness(pm, tmp_path, small_store):
+    plugin = ThirdPartyPlugin()
+    pm.register(plugin)
+    registry = collect_registry(pm)
+    workload = registry.workload("ds2-mini").model_copy(update={"max_epochs": 2})
+    config = RunConfig(workload=workload, backend="linear-ctc", hardware=registry.profile("cpu"), seed=1,
+                       out=tmp_path / "run", data=small_store)
+    result = run_benchmark(config, pm, registry.backend("linear-ctc"))
+    assert result.status == "aborted" and result.stop_reason == "max_epochs" and result.epochs == 2
+    assert [e.epoch for e in plugin.evaluations] == [1, 2]
+    assert result.parameter_count == 93 * 30 + 30
+    written = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert written["backend"] == "linear-ctc" and written["batches"] == result.batches > 0
+
+
+def test_registering_a_backend_name_twice_is_an_error(pm):
+    class Twice:
+        @benchbase.hookimpl
+        def register_backends(self, register):
+            register(LinearCTCBackend)
+            register(LinearCTCBackend)
+
+    pm.register(Twice())
+    with pytest.raises(InputError, match="backend 'linear-ctc' is registered twice"):
+        collect_registry(pm)
+
+
+def test_unknown_names_list_what_exists(registry):
+    with pytest.raises(InputError, match=r"unknown workload 'ds3'; available: ds2, ds2-mini"):
+        registry.workload("ds3")
+    with pytest.raises(InputError, match=r"unknown hardware profile 'sys9'; available: cpu, sys1, sys10, sys2"):
+        registry.profile("sys9")
+
+
+class _FakeDistribution(metadata.Distribution):
+    """An installed distribution that exists only in this test, with one benchbase entry point."""
+
+    def __init__(self, name: str, module: str):
+        self._files = {
+            "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 9.9\n",
+            "entry_points.txt": f"[benchbase]\n{name} = {module}\n",
+        }
+
+    def read_text(self, filename):
+        return self._files.get(filename)
+
+    def locate_file(self, path):
+        return Path(path)
+
+
+@pytest.fixture
+def fake_entry_points(monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType("fake_benchbase_plugin")
+    module.register_backends = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
+    monkeypatch.setitem(sys.modules, "fake_benchbase_plugin", module)
+    distribution = _FakeDistribution("fake-plugin", "fake_benchbase_plugin")
+    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: distribution.entry_points.select(group=group))
+
+
+def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
+    monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
+    manager = plugins.get_plugin_manager()
+    assert manager.has_plugin("fake-plugin")
+    assert "linear-ctc" in collect_registry(manager).backends
+    assert plugins.entry_point_distributions() == {"fake-plugin": "fake-plugin 9.9"}
+
+
+@pytest.mark.parametrize(("allowed", "loaded"), [("", False), ("fake-plugin", True), ("other", False)])
+def test_benchbase_load_plugins_restricts_entry_points(fake_entry_points, monkeypatch, allowed, loaded):
+    monkeypatch.setenv("BENCHBASE_LOAD_PLUGINS", allowed)
+    assert plugins.get_plugin_manager().has_plugin("fake-plugin") is loaded
+
+
+def test_every_hook_is_documented():
+    for name in dir(hookspecs):
+        function = getattr(hookspecs, name)
+        if hasattr(function, "benchbase_spec"):
+            assert function.__doc__ and ":param" in function.__doc__, name
+
+
+def test_each_invocation_gets_a_fresh_manager():
+    assert plugins.get_plugin_manager(False) is not plugins.get_plugin_manager(False)

@@ -1,0 +1,77 @@
+"""A real ds2-mini run with the PyTorch backend, from the CLI, to a loose target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from official_checker import check_common_rules
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, small_store):
+    out = tmp_path_factory.mktemp("runs") / "torch"
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchbase", "run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu",
+         "--data", str(small_store), "--out", str(out), "--seed", "3", "--target", "cer=85", "--max-epochs", "25"],
+        capture_output=True, text=True, timeout=900,
+    )
+    return out, finished
+
+
+def test_the_run_reaches_its_target_and_says_so(finished_run):
+    out, finished = finished_run
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "success" and result["stop_reason"] == "targets_reached"
+    assert result["tta"]["CER 85"]["seconds"] <= result["run_seconds"]
+    assert result["final_evaluation"]["cer"] <= 85
+    assert "time to accuracy" in finished.stdout and "CER 85" in finished.stdout
+
+
+def test_the_run_folder_holds_every_output(finished_run):
+    out, _ = finished_run
+    config = json.loads((out / "config.json").read_text())
+    assert config["workload"]["name"] == "ds2-mini" and config["seed"] == 3
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [line for line in lines if line["kind"] == "eval"]
+    batches = [line for line in lines if line["kind"] == "batch"]
+    assert evals and all(b["throughput"] > 0 for b in batches)
+    assert (out / "telemetry.jsonl").read_text().count("\n") > 10
+    assert list((out / "decoded").glob("dev-epoch-*.jsonl"))
+    result = json.loads((out / "result.json").read_text())
+    assert result["telemetry"]["cpu_percent_mean"] > 0 and result["telemetry"]["gpu_status"]
+
+
+def test_the_compliance_log_passes_the_official_common_rules(finished_run, tmp_path):
+    out, _ = finished_run
+    passed, messages = check_common_rules(out / "mllog.log", tmp_path)
+    assert passed, messages
+
+
+def test_the_official_checker_catches_a_broken_log(finished_run, tmp_path):
+    out, _ = finished_run
+    broken = tmp_path / "broken.log"
+    broken.write_text("".join(line for line in (out / "mllog.log").read_text().splitlines(keepends=True)
+                              if '"run_stop"' not in line))
+    passed, _ = check_common_rules(broken, tmp_path)
+    assert not passed
+
+
+def test_the_compliance_log_records_the_lifecycle_in_order(finished_run):
+    out, _ = finished_run
+    events = [json.loads(line.split(" ", 1)[1]) for line in (out / "mllog.log").read_text().splitlines()]
+    keys = [event["key"] for event in events]
+    assert keys.index("init_stop") < keys.index("run_start") < keys.index("epoch_start") < keys.index("run_stop")
+    assert keys.count("run_stop") == 1
+    assert events[keys.index("run_stop")]["metadata"]["status"] == "success"
+    accuracies = [event for event in events if event["key"] == "eval_accuracy"]
+    assert all("epoch_num" in event["metadata"] and "cer" in event["value"] for event in accuracies)
+    hyper = {event["key"]: event["value"] for event in events}
+    assert (hyper["opt_name"], hyper["opt_base_learning_rate"], hyper["seed"]) == ("adadelta", 1.0, 3)
+    assert hyper["global_batch_size"] == 32

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from benchbase.errors import InputError
+from benchbase.specs import HardwareProfile, ModelSpec, TTARule, WorkloadSpec
+from benchbase.yaml_specs import load_spec_text
+
+
+def test_the_papers_profiles_carry_table_1_and_2(registry):
+    sys1, sys2, sys10 = (registry.profile(name) for name in ("sys1", "sys2", "sys10"))
+    assert (sys1.price.total_usd, sys1.pipeline.global_batch, sys1.pipeline.batch_per_device) == (2605.29, 96, 24)
+    assert (sys2.price.gpus_usd, sys2.pipeline.readers, sys2.pipeline.buffer) == (3599.97, 16, 100)
+    assert (sys10.devices.count, sys10.devices.memory_gb, sys10.pipeline.global_batch) == (2, 32, 300)
+    assert registry.profile("cpu").devices.kind == "cpu"
+
+
+def test_ds2_parameter_count_is_what_the_papers_layer_sizes_imply(registry):
+    ds2 = registry.workload("ds2")
+    conv = 11 * 93 * 600
+    lstm = 4 * 800 * (600 + 800 + 1) + 4 * 4 * 800 * (800 + 800 + 1)
+    batchnorm = 2 * 600 + 5 * 2 * 800
+    output = 800 * 30 + 30
+    assert ds2.model.parameter_count(ds2.features.dimension) == conv + lstm + batchnorm + output == 25_623_030
+
+
+def test_ds2_targets_are_the_papers(registry):
+    labels = [target.label for target in registry.workload("ds2").tta.targets]
+    assert labels == ["CER 10", "CER 8", "CER 7", "WER 22", "WER 20.2", "WER 19.2"]
+    assert registry.workload("ds2").tta.window == 3
+
+
+def test_specs_are_frozen_and_reject_unknown_fields(registry):
+    workload = registry.workload("ds2-mini")
+    with pytest.raises(ValidationError):
+        workload.max_epochs = 3
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        WorkloadSpec.model_validate({**workload.model_dump(), "learning_rate": 1})
+
+
+def test_profile_batch_must_split_over_its_devices(registry):
+    data = registry.profile("sys1").model_dump()
+    data["pipeline"]["global_batch"] = 48
+    with pytest.raises(ValidationError, match="2, but there are 4 devices"):
+        HardwareProfile.model_validate(data)
+
+
+def test_out_of_bounds_values_are_refused():
+    with pytest.raises(ValidationError):
+        ModelSpec(conv_channels=0, lstm_layers=1, lstm_units=8)
+    with pytest.raises(ValidationError, match="outside the 30 symbols"):
+        ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8, ctc_blank_index=30)
+    with pytest.raises(ValidationError, match="repeat"):
+        TTARule(targets=[{"metric": "cer", "value": 10}, {"metric": "cer", "value": 10}])
+
+
+def test_output_frames_follow_the_valid_strided_convolution():
+    model = ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8)
+    assert [model.output_frames(n) for n in (10, 11, 12, 13, 100)] == [0, 1, 1, 2, 45]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: [unclosed", "malformed YAML: line 1"),
+        ("- a list", "expected a mapping"),
+        ("name: x\ndevices: {kind: tpu, count: 1, model: m}", "devices.kind"),
+    ],
+)
+def test_yaml_errors_are_one_line_and_name_the_source(text, message):
+    with pytest.raises(InputError, match=message) as caught:
+        load_spec_text(HardwareProfile, text, "hardware_profiles/x.yaml")
+    assert str(caught.value).startswith("hardware_profiles/x.yaml: ")
+    assert "\n" not in str(caught.value)

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from benchbase.backend import DevicePlan
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.store import FeatureStore
+
+torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
+
+CPU = DevicePlan(kind="cpu", count=1, batch_per_device=8, threads=1)
+
+
+def build(workload, seed=0):
+    backend = torch_backend.TorchBackend()
+    backend.build(workload.model, workload.optimizer, workload.features.dimension, CPU, seed)
+    return backend
+
+
+@pytest.mark.parametrize("name", ["ds2-mini", "ds2"])
+def test_parameter_count_equals_what_the_spec_implies(registry, name):
+    workload = registry.workload(name)
+    assert build(workload).parameter_count() == workload.model.parameter_count(workload.features.dimension)
+
+
+def test_the_specs_pinned_values_reach_the_framework(registry):
+    workload = registry.workload("ds2-mini")
+    backend = build(workload)
+    group = backend.optimizer.param_groups[0]
+    assert (group["lr"], group["rho"], group["eps"]) == (1.0, 0.95, 1e-8)
+    norm = backend.model.conv_norm
+    assert norm.momentum == pytest.approx(1 - workload.model.batchnorm_momentum) and norm.eps == 1e-5
+    bias = backend.model.lstms[0].bias_ih_l0.detach()
+    units = workload.model.lstm_units
+    assert (bias[units : 2 * units] == 1.0).all() and (bias[:units] == 0).all()
+    assert not backend.model.lstms[0].bias_hh_l0.requires_grad
+
+
+def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry, small_store, tmp_path):
+    workload = registry.workload("ds2-mini")
+    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, seed=0).epoch(0)))
+    backend = build(workload)
+    losses = [backend.train_step(batch) for _ in range(12)]
+    assert losses[-1] < 0.8 * losses[0]
+    log_probs, lengths = backend.predict(batch)
+    assert log_probs.shape == (8, workload.model.output_frames(batch.features.shape[1]), 30)
+    assert np.allclose(np.exp(log_probs).sum(-1), 1, atol=1e-4)
+    assert (lengths == [workload.model.output_frames(n) for n in batch.feature_lengths]).all()
+    backend.save_checkpoint(tmp_path / "ckpt")
+    restored = build(workload, seed=99)
+    restored.load_checkpoint(tmp_path / "ckpt")
+    assert np.allclose(restored.predict(batch)[0], log_probs, atol=1e-5)
+
+
+def test_a_gpu_profile_without_cuda_says_so(registry):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from benchbase.errors import BenchbaseError
+
+    workload = registry.workload("ds2-mini")
+    with pytest.raises(BenchbaseError, match="sees no GPU; pass --device cpu"):
+        torch_backend.TorchBackend().build(workload.model, workload.optimizer, 93,
+                                           DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
+
+
+@pytest.mark.gpu
+def test_cuda_training_step(registry, small_store):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    workload = registry.workload("ds2-mini")
+    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, seed=0).epoch(0)))
+    backend = torch_backend.TorchBackend()
+    backend.build(workload.model, workload.optimizer, 93, DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
+    assert np.isfinite(backend.train_step(batch))
