@@ -69,6 +69,8 @@ class RunReporter:
     def run_finished(self, result: RunResult):
         if self.live is not None:
             self.live.stop()
+            self.live = None
+        self.console.print()
         self.console.print(result_table(result))
 
     def _refresh(self) -> None:

@@ -35,8 +35,14 @@ __all__ = ["run", "with_overrides"]
 @click.option("--data", type=click.Path(path_type=Path), help="A prepared feature store (required for LibriSpeech).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--cache", type=click.Path(path_type=Path), help="Where the synthetic corpus is cached.")
-def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, cache):
-    """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits)."""
+@click.option("--runs", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Seeded runs (seed, seed+1, ...) into OUT/run-0, OUT/run-1, ... for `benchbase score`.")
+def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, cache, runs):
+    """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
+
+    Exit status: 0 when every run reached every target, 3 when a run stopped at a limit
+    first (status aborted), 2 for bad input.
+    """
     manager = get_plugin_manager()
     registry = collect_registry(manager)
     backend_class = registry.backend(backend_name)
@@ -45,12 +51,15 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     console = Console(stderr=False)
     store = _prepare_data(console, workload, data, cache or default_cache())
     out = out or Path("runs") / f"{workload.name}-{backend_name}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed, out=out, data=store,
-                       device=device)
     manager.register(RunReporter(console), name="benchbase-reporter")
-    result = run_benchmark(config, manager, backend_class)
-    console.print(f"run folder: {out}")
-    if result.status != "success":
+    statuses = []
+    for index in range(runs):
+        folder = out if runs == 1 else out / f"run-{index}"
+        config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index, out=folder,
+                           data=store, device=device)
+        statuses.append(run_benchmark(config, manager, backend_class).status)
+        console.print(f"run folder: {folder}")
+    if any(status != "success" for status in statuses):
         raise click.exceptions.Exit(3)
 
 

@@ -47,9 +47,11 @@ def ensure_workload_data(workload: WorkloadSpec, data: Path | None, cache: Path,
 
 def _ensure_synthetic(workload: WorkloadSpec, cache: Path, progress: Progress | None) -> Path:
     from benchbase.data.synth import synthesize_corpus
+    from benchbase.data.synth.corpus import GENERATOR_VERSION
 
     utterances = workload.data.synthetic_utterances
-    corpus = cache / f"synthetic-{utterances}-seed{CORPUS_SEED}"
+    # The generator's version is in the name: a newer generator builds a new corpus beside the old.
+    corpus = cache / f"synthetic-v{GENERATOR_VERSION}-{utterances}-seed{CORPUS_SEED}"
     store = cache / f"features-{corpus.name}-{store_key(workload)}"
     if FeatureStore.exists(store):
         return store

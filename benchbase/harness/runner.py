@@ -29,7 +29,7 @@ from benchbase.metrics import TargetTracker, error_rates
 from benchbase.specs import RunConfig
 from benchbase.telemetry import TelemetrySampler
 
-__all__ = ["Harness", "run_benchmark"]
+__all__ = ["Harness", "device_plan", "run_benchmark"]
 
 SENTENCES_PER_LOG = 3
 CHECKPOINTS_KEPT = 2
@@ -78,6 +78,11 @@ class Harness:
             self.backend.build(self.workload.model, self.workload.optimizer, self.store.feature_dimension,
                                self.plan, self.config.seed)
             epochs, reason = self._train()
+        except BaseException as error:
+            # The log still closes the run, so it stays well-formed and says why it ended.
+            self.log.end(constants.RUN_STOP, metadata={constants.STATUS: constants.ABORTED,
+                                                       "error": f"{type(error).__name__}: {error}"})
+            raise
         finally:
             telemetry = self.sampler.stop()
             self.metrics_sink.close()
@@ -95,7 +100,7 @@ class Harness:
         self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
         self.store = FeatureStore(self.config.data)
         self.train_data, self.dev_data = self._pipelines()
-        self.plan = _device_plan(self.config)
+        self.plan = device_plan(self.config)
         self.backend = self.backend_class()
         self.metrics_sink = self.folder.append_lines(self.folder.metrics)
         self.sentence_sink = self.folder.append_lines(self.folder.sentences)
@@ -268,7 +273,7 @@ class Harness:
         )
 
 
-def _device_plan(config: RunConfig) -> DevicePlan:
+def device_plan(config: RunConfig) -> DevicePlan:
     hardware = config.hardware
     kind = "cuda" if config.device == "cuda" or (config.device == "auto" and hardware.devices.kind == "gpu") else "cpu"
     return DevicePlan(kind=kind, count=hardware.devices.count if kind == "cuda" else 1,

@@ -1,0 +1,75 @@
+"""`benchbase check`: validate compliance logs and run folders against a rule set.
+
+Exit codes: 0 every log passes, 1 some log fails, 2 the input cannot be checked at all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from benchbase.cli.app import cli
+from benchbase.compliance.checker import CheckReport, check_paths
+from benchbase.compliance.rules import DEFAULT_RULESET, load_ruleset
+from benchbase.errors import BenchbaseError
+from benchbase.plugins import get_plugin_manager
+from benchbase.specs import WorkloadSpec
+
+__all__ = ["check", "registered_workloads", "report_table"]
+
+STATUS_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--rules", "rules", default=DEFAULT_RULESET, show_default=True,
+              help="Rule-set version shipped with benchbase, or a rule-set YAML file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON instead of tables.")
+@click.option("--verbose", "-v", is_flag=True, help="Show passing and skipped rules too.")
+def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> None:
+    """Validate compliance logs (LOG_OR_RUN_DIR: a log, a run folder, or a folder of runs)."""
+    ruleset = load_ruleset(rules)
+    workloads = registered_workloads()
+    reports = check_paths(list(paths), ruleset, workloads)
+    if as_json:
+        click.echo(json.dumps({"passed": all(r.passed for r in reports), "logs": [r.to_dict() for r in reports]},
+                              indent=2))
+    else:
+        console = Console()
+        for report in reports:
+            console.print(report_table(report, verbose))
+        passed = sum(report.passed for report in reports)
+        console.print(f"{passed}/{len(reports)} log(s) pass rule set {ruleset.version}")
+    failed = sum(not report.passed for report in reports)
+    if failed:
+        # A BenchbaseError (exit 1), not click's Exit: main() runs click with standalone_mode=False,
+        # where an Exit's code is returned and then dropped.
+        raise BenchbaseError(f"{failed} of {len(reports)} log(s) fail rule set {ruleset.version}")
+
+
+def report_table(report: CheckReport, verbose: bool = False) -> Table:
+    verdict = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
+    table = Table(title=f"{verdict} {report.source} (rules {report.ruleset})", title_justify="left")
+    table.add_column("rule")
+    table.add_column("status")
+    table.add_column("details", overflow="fold")
+    for finding in report.findings:
+        if finding.status == "pass" and not verbose:
+            continue
+        style = STATUS_STYLE[finding.status]
+        table.add_row(finding.rule, f"[{style}]{finding.status}[/]", "\n".join(finding.messages[:20]) or "-")
+    if not table.rows:
+        table.add_row("all rules", "[green]pass[/]", f"{len(report.findings)} rules")
+    return table
+
+
+def registered_workloads() -> dict[str, WorkloadSpec]:
+    """Workloads by name, from the register_workloads hook alone: checking a log needs no
+    backend, so a broken backend plugin must not stop `check`."""
+    workloads: dict[str, WorkloadSpec] = {}
+    get_plugin_manager().hook.register_workloads(register=lambda spec: workloads.setdefault(spec.name, spec))
+    return workloads

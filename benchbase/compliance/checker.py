@@ -1,0 +1,131 @@
+"""`benchbase check`'s engine: a rule set applied to a log or a run folder, with findings.
+
+Input is either a compliance log (result.json and config.json beside it are used when they
+exist), a run folder (mllog.log, result.json, config.json) or a folder of run folders
+(run-0, run-1, ...). Only input that cannot be checked at all (a missing path, a folder with
+no log) is an InputError; everything inside a log is a finding, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from benchbase.compliance.checks import CHECKS, Evidence, Skip
+from benchbase.compliance.parse import parse_log
+from benchbase.compliance.rules import RuleSet, load_ruleset
+from benchbase.compliance.runs import LOG_NAME, find_run_folders
+from benchbase.errors import InputError
+from benchbase.specs import WorkloadSpec
+
+__all__ = ["CheckReport", "Finding", "check_evidence", "check_log", "check_paths"]
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+
+@dataclass
+class Finding:
+    rule: str
+    status: str
+    messages: list[str] = field(default_factory=list)
+    description: str = ""
+
+
+@dataclass
+class CheckReport:
+    source: str
+    ruleset: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(finding.status != FAIL for finding in self.findings)
+
+    @property
+    def failures(self) -> list[str]:
+        """Every failure message, prefixed by the rule that found it."""
+        return [f"{finding.rule}: {message}" for finding in self.findings if finding.status == FAIL
+                for message in finding.messages]
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "ruleset": self.ruleset, "passed": self.passed,
+                "findings": [asdict(finding) for finding in self.findings]}
+
+
+def check_paths(paths: list[Path], ruleset: RuleSet | None = None,
+                workloads: Mapping[str, WorkloadSpec] | None = None) -> list[CheckReport]:
+    """One report per log found under the paths; InputError when a path holds none."""
+    ruleset = ruleset or load_ruleset()
+    reports = []
+    for path in paths:
+        for log in _logs_under(path):
+            reports.append(check_log(log, ruleset, workloads))
+    return reports
+
+
+def check_log(log: Path, ruleset: RuleSet | None = None,
+              workloads: Mapping[str, WorkloadSpec] | None = None) -> CheckReport:
+    """Check one log, with the result.json and config.json beside it when they exist."""
+    ruleset = ruleset or load_ruleset()
+    try:
+        data = log.read_bytes()
+    except OSError as error:
+        raise InputError(f"{log}: cannot read: {error.strerror or error}") from None
+    evidence = Evidence(source=str(log), log=parse_log(data))
+    file_problems = [_attach(evidence, log.parent / name, name) for name in ("result.json", "config.json")]
+    evidence.workload = _registered_workload(evidence, workloads or {})
+    report = check_evidence(evidence, ruleset)
+    problems = [problem for problem in file_problems if problem]
+    report.findings.insert(0, Finding("run_files", FAIL if problems else PASS, problems,
+                                      "result.json and config.json, where present, are JSON objects"))
+    return report
+
+
+def check_evidence(evidence: Evidence, ruleset: RuleSet) -> CheckReport:
+    report = CheckReport(source=evidence.source, ruleset=ruleset.version)
+    for rule in ruleset.rules:
+        report.findings.append(_apply(rule, evidence))
+    return report
+
+
+def _apply(rule, evidence: Evidence) -> Finding:
+    try:
+        messages = CHECKS[rule.check](rule, evidence)
+    except Skip as reason:
+        return Finding(rule.check, SKIP, [str(reason)], rule.description)
+    except Exception as error:  # a checker bug must still be a finding, not a traceback on a user's log
+        messages = [f"checker error in {rule.check}: {type(error).__name__}: {error}"]
+    return Finding(rule.check, FAIL if messages else PASS, messages, rule.description)
+
+
+def _attach(evidence: Evidence, path: Path, name: str) -> str | None:
+    """Read a JSON file beside the log into the evidence; a problem message, or None."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError) as error:
+        return f"{name} is not valid JSON: {str(error)[:100]}"
+    if not isinstance(data, dict):
+        return f"{name} is not a JSON object"
+    setattr(evidence, name.removesuffix(".json"), data)
+    return None
+
+
+def _registered_workload(evidence: Evidence, workloads: Mapping[str, WorkloadSpec]) -> dict | None:
+    name = evidence.value_of("submission_benchmark")
+    spec = workloads.get(name) if isinstance(name, str) else None
+    return None if spec is None else spec.model_dump(mode="json")
+
+
+def _logs_under(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    logs = [folder / LOG_NAME for folder in find_run_folders(path) if (folder / LOG_NAME).is_file()]
+    if not logs:
+        raise InputError(f"{path}: no {LOG_NAME} in it or in its run folders")
+    return logs

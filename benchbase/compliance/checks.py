@@ -1,0 +1,236 @@
+"""The named Python functions that enforce rules: one per rule kind, looked up by its `check`.
+
+Each takes the rule's data and the Evidence (the parsed log and, for a run folder, its
+result.json, config.json and the registered workload) and returns failure messages; an empty
+list passes. A check that lacks the evidence it needs raises Skip with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchbase.compliance import rules as r
+from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
+from benchbase.compliance.tta_check import recompute_tta_messages
+
+__all__ = ["CHECKS", "Evidence", "Skip", "field_at"]
+
+MISSING = object()
+MESSAGES_PER_RULE = 8
+
+
+class Skip(Exception):
+    """The check cannot run on this input (say, a bare log has no result.json)."""
+
+
+@dataclass
+class Evidence:
+    source: str
+    log: ParsedLog
+    result: dict | None = None
+    config: dict | None = None
+    workload: dict | None = None
+    """The registered workload the log names (model_dump in JSON mode), when known."""
+
+    def reference_workload(self) -> tuple[dict, str]:
+        """The workload the run is held to: the registered one, else the run's own config.json."""
+        if self.workload is not None:
+            return self.workload, "the registered workload"
+        configured = (self.config or {}).get("workload")
+        if isinstance(configured, dict):
+            return configured, "config.json (workload not registered here)"
+        raise Skip("no workload spec: the log names no registered workload and there is no config.json")
+
+    def value_of(self, key: str) -> Any:
+        event = self.log.first(key)
+        return MISSING if event is None else event.value
+
+
+def field_at(data: Any, path: str) -> Any:
+    """The value at a dotted path in nested dicts, or MISSING."""
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return MISSING
+        data = data[part]
+    return data
+
+
+def lines_parse(rule: r.LinesParseRule, evidence: Evidence) -> list[str]:
+    messages = [problem.message for problem in evidence.log.problems]
+    if not evidence.log.events:
+        messages.append("the log holds no MLLOG events")
+    return messages
+
+
+def monotonic_time(rule: r.MonotonicTimeRule, evidence: Evidence) -> list[str]:
+    events = evidence.log.events
+    return [f"line {later.line}: time_ms goes back {earlier.time_ms - later.time_ms:g} ms from line {earlier.line}"
+            for earlier, later in zip(events, events[1:]) if later.time_ms < earlier.time_ms]
+
+
+def key_counts(rule: r.KeyCountsRule, evidence: Evidence) -> list[str]:
+    counts = Counter(event.key for event in evidence.log.events)
+    messages = []
+    for item in rule.keys:
+        found = counts[item.key]
+        if item.exactly is not None and found != item.exactly:
+            lines = _lines(evidence.log.keyed(item.key))
+            messages.append(f"{item.key} appears {found} times{lines}, expected exactly {item.exactly}"
+                            + (" (duplicated key)" if found > item.exactly else " (missing key)"))
+        elif item.at_least is not None and found < item.at_least:
+            messages.append(f"{item.key} appears {found} times, expected at least {item.at_least} (missing key)")
+    return messages
+
+
+def order(rule: r.OrderRule, evidence: Evidence) -> list[str]:
+    messages = []
+    for pair in rule.pairs:
+        before, after = evidence.log.keyed(pair.before), evidence.log.keyed(pair.after)
+        if before and after and before[-1].line > after[0].line:
+            messages.append(f"{pair.before} must come before {pair.after}, but {pair.before} is at line "
+                            f"{before[-1].line} and {pair.after} at line {after[0].line} (out of order)")
+    return messages
+
+
+def init_duration(rule: r.InitDurationRule, evidence: Evidence) -> list[str]:
+    init_start, run_start = evidence.log.first("init_start"), evidence.log.first("run_start")
+    if init_start is None or run_start is None:
+        raise Skip("needs init_start and run_start")
+    minutes = (run_start.time_ms - init_start.time_ms) / 60_000
+    if minutes > rule.max_minutes:
+        return [f"init took {minutes:.1f} minutes (init_start to run_start), more than the {rule.max_minutes:g} allowed"]
+    return []
+
+
+def run_stop_status(rule: r.RunStopRule, evidence: Evidence) -> list[str]:
+    stops = evidence.log.keyed("run_stop")
+    if len(stops) != 1:
+        return [f"run_stop appears {len(stops)} times{_lines(stops)}, expected exactly one"]
+    status = stops[0].metadata.get("status")
+    if status is None:
+        return [f"run_stop at line {stops[0].line} has no status"]
+    if status not in rule.statuses:
+        return [f"run_stop at line {stops[0].line} has status {status!r}, not one of {', '.join(rule.statuses)}"]
+    return []
+
+
+def event_metadata(rule: r.EventMetadataRule, evidence: Evidence) -> list[str]:
+    messages = []
+    for event in evidence.log.keyed(rule.key):
+        for name in rule.fields:
+            if name not in event.metadata:
+                messages.append(f"{rule.key} at line {event.line} has no {name}")
+            elif name == "epoch_num" and event.epoch() is None:
+                messages.append(f"{rule.key} at line {event.line} has a non-integer epoch_num")
+    return messages
+
+
+def accuracy_value(rule: r.AccuracyValueRule, evidence: Evidence) -> list[str]:
+    messages = []
+    for event in evidence.log.keyed("eval_accuracy"):
+        value = event.value if isinstance(event.value, dict) else {}
+        missing = [metric for metric in rule.metrics if not is_number(value.get(metric))]
+        if missing:
+            messages.append(f"eval_accuracy at line {event.line} has no numeric {', '.join(missing)}")
+    return messages
+
+
+def eval_cadence(rule: r.EvalCadenceRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    every = field_at(workload, "evaluation.every_epochs")
+    if not isinstance(every, int) or every < 1:
+        raise Skip(f"{source} has no evaluation.every_epochs")
+    ended = [event.epoch() for event in evidence.log.keyed("epoch_stop") if event.epoch() is not None]
+    evaluated = Counter(event.epoch() for event in evidence.log.keyed("eval_accuracy") if event.epoch() is not None)
+    expected = [epoch for epoch in ended if epoch % every == 0]
+    if expected and ended and expected[-1] == ended[-1] and _aborted(evidence):
+        expected = expected[:-1]  # a run stopped by its time limit ends mid-epoch, before that evaluation
+    messages = [f"epoch {epoch} ended without an evaluation (skipped evaluation; the workload evaluates "
+                f"every {every} epoch(s))" for epoch in expected if epoch not in evaluated]
+    messages += [f"epoch {epoch} is evaluated {count} times" for epoch, count in evaluated.items() if count > 1]
+    messages += [f"an evaluation at epoch {epoch}, which the workload does not evaluate (every {every})"
+                 for epoch in evaluated if epoch % every]
+    return messages
+
+
+def fixed_hyperparameters(rule: r.FixedHyperparametersRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    messages = []
+    for key, path in rule.log_keys.items():
+        pinned, logged = field_at(workload, path), evidence.value_of(key)
+        if logged is MISSING:
+            messages.append(f"{key} is not in the log ({source} pins {path} = {pinned!r})")
+        elif pinned is not MISSING and not same_value(logged, pinned):
+            messages.append(f"{key} is {logged!r} in the log, but {source} pins {path} = {pinned!r}")
+    configured = (evidence.config or {}).get("workload")
+    if evidence.workload is not None and isinstance(configured, dict):
+        for path in rule.config_fields:
+            pinned, used = field_at(evidence.workload, path), field_at(configured, path)
+            if not same_value(used, pinned):
+                messages.append(f"config.json has workload.{path} = {_short(used)}, but the registered workload "
+                                f"pins {_short(pinned)}")
+    return messages
+
+
+def result_consistency(rule: r.ResultConsistencyRule, evidence: Evidence) -> list[str]:
+    if evidence.result is None:
+        raise Skip("no result.json beside the log")
+    stops = evidence.log.keyed("run_stop")
+    pairs = [("seed", evidence.value_of("seed"), evidence.result.get("seed")),
+             ("workload", evidence.value_of("submission_benchmark"), evidence.result.get("workload")),
+             ("status", stops[-1].metadata.get("status") if stops else MISSING, evidence.result.get("status"))]
+    messages = [f"result.json says {name} {claimed!r}, the log says {logged!r}"
+                for name, logged, claimed in pairs if logged is not MISSING and logged != claimed]
+    tta = evidence.result.get("tta")
+    if evidence.result.get("status") == "success" and isinstance(tta, dict) and None in tta.values():
+        messages.append("result.json says success, but not every target was reached")
+    return messages
+
+
+def result_tta(rule: r.ResultTTARule, evidence: Evidence) -> list[str]:
+    if evidence.result is None:
+        raise Skip("no result.json beside the log")
+    messages = recompute_tta_messages(evidence, rule.tolerance_seconds, rule.tolerance_fraction)
+    if messages is None:
+        raise Skip("no TTA rule: neither config.json nor a registered workload states the targets")
+    return messages
+
+
+CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
+    "lines_parse": lines_parse,
+    "monotonic_time": monotonic_time,
+    "key_counts": key_counts,
+    "order": order,
+    "init_duration": init_duration,
+    "run_stop_status": run_stop_status,
+    "event_metadata": event_metadata,
+    "accuracy_value": accuracy_value,
+    "eval_cadence": eval_cadence,
+    "fixed_hyperparameters": fixed_hyperparameters,
+    "result_consistency": result_consistency,
+    "result_tta": result_tta,
+}
+
+
+def same_value(left: Any, right: Any) -> bool:
+    if is_number(left) and is_number(right):
+        return math.isclose(left, right, rel_tol=1e-9, abs_tol=1e-12)
+    return left == right
+
+
+def _aborted(evidence: Evidence) -> bool:
+    stops = evidence.log.keyed("run_stop")
+    return bool(stops) and stops[-1].metadata.get("status") == "aborted"
+
+
+def _lines(events: list[LogEvent]) -> str:
+    return f" (lines {', '.join(str(event.line) for event in events[:10])})" if events else ""
+
+
+def _short(value: Any) -> str:
+    text = "missing" if value is MISSING else repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,167 @@
+"""Versioned, declarative rule sets: YAML data validated by pydantic.
+
+A rule set is a list of rules; each rule names the Python check that enforces it (its
+``check`` field picks the model, a discriminated union) and carries only data: keys, counts,
+limits, field paths. Nothing in a rule set is ever evaluated as code, unlike the official
+checker's ``CHECK: "v['value'] in [...]"`` strings.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from benchbase.errors import InputError
+from benchbase.specs._base import Spec
+from benchbase.yaml_specs import load_spec_file, load_spec_text
+
+__all__ = [
+    "AccuracyValueRule",
+    "EvalCadenceRule",
+    "EventMetadataRule",
+    "FixedHyperparametersRule",
+    "InitDurationRule",
+    "KeyCount",
+    "KeyCountsRule",
+    "LinesParseRule",
+    "MonotonicTimeRule",
+    "OrderRule",
+    "ResultConsistencyRule",
+    "ResultTTARule",
+    "Rule",
+    "RuleSet",
+    "RunStopRule",
+    "DEFAULT_RULESET",
+    "available_rulesets",
+    "load_ruleset",
+]
+
+DEFAULT_RULESET = "1.0"
+_KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
+_PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
+              description="A dotted field path inside the workload spec.")
+
+
+class _RuleBase(Spec):
+    description: str = Field("", max_length=1000, description="What the rule protects, shown beside failures.")
+
+
+class LinesParseRule(_RuleBase):
+    check: Literal["lines_parse"] = Field(description="Every line is a well-formed MLLOG event.")
+
+
+class KeyCount(Spec):
+    key: str = _KEY
+    exactly: int | None = Field(None, ge=0, le=1_000_000, description="The key must occur exactly this often.")
+    at_least: int | None = Field(None, ge=0, le=1_000_000, description="The key must occur at least this often.")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> KeyCount:
+        if (self.exactly is None) == (self.at_least is None):
+            raise ValueError(f"key {self.key}: give exactly one of 'exactly' and 'at_least'")
+        return self
+
+
+class KeyCountsRule(_RuleBase):
+    check: Literal["key_counts"] = Field(description="Required keys occur as often as stated.")
+    keys: tuple[KeyCount, ...] = Field(min_length=1, max_length=200, description="Keys and their counts.")
+
+
+class OrderPair(Spec):
+    before: str = _KEY
+    after: str = _KEY
+
+
+class OrderRule(_RuleBase):
+    check: Literal["order"] = Field(description="Every event of `before` precedes every event of `after`.")
+    pairs: tuple[OrderPair, ...] = Field(min_length=1, max_length=200, description="Ordered key pairs.")
+
+
+class InitDurationRule(_RuleBase):
+    check: Literal["init_duration"] = Field(description="init_start to run_start takes at most max_minutes.")
+    max_minutes: float = Field(30.0, gt=0, le=10_000, description="MLPerf allows 30 minutes of untimed init.")
+
+
+class RunStopRule(_RuleBase):
+    check: Literal["run_stop_status"] = Field(description="Exactly one run_stop, with a known status.")
+    statuses: tuple[str, ...] = Field(("success", "aborted"), min_length=1, max_length=10,
+                                      description="Allowed values of run_stop's metadata status.")
+
+
+class MonotonicTimeRule(_RuleBase):
+    check: Literal["monotonic_time"] = Field(description="time_ms never decreases from one line to the next.")
+
+
+class EventMetadataRule(_RuleBase):
+    check: Literal["event_metadata"] = Field(description="Every event of `key` carries the metadata fields.")
+    key: str = _KEY
+    fields: tuple[str, ...] = Field(min_length=1, max_length=20, description="Required metadata fields.")
+
+
+class AccuracyValueRule(_RuleBase):
+    check: Literal["accuracy_value"] = Field(description="eval_accuracy's value holds each metric as a number.")
+    metrics: tuple[Literal["wer", "cer", "paper_cer"], ...] = Field(min_length=1, description="Required metrics.")
+
+
+class EvalCadenceRule(_RuleBase):
+    check: Literal["eval_cadence"] = Field(
+        description="An evaluation after every epoch the workload's evaluation.every_epochs names.")
+
+
+class FixedHyperparametersRule(_RuleBase):
+    check: Literal["fixed_hyperparameters"] = Field(description="Pinned hyperparameters equal the workload spec.")
+    log_keys: dict[str, str] = Field(default_factory=dict, max_length=100,
+                                     description="MLLOG key -> workload field path its value must equal.")
+    config_fields: tuple[str, ...] = Field((), max_length=100,
+                                           description="Workload field paths config.json must not change.")
+
+    @model_validator(mode="after")
+    def _paths_are_paths(self) -> FixedHyperparametersRule:
+        for path in (*self.log_keys.values(), *self.config_fields):
+            if not path or any(not part.isidentifier() for part in path.split(".")):
+                raise ValueError(f"{path!r} is not a dotted field path")
+        return self
+
+
+class ResultTTARule(_RuleBase):
+    check: Literal["result_tta"] = Field(description="result.json's TTA equals the TTA recomputed from the log.")
+    tolerance_seconds: float = Field(1.0, ge=0, le=3600, description="Absolute tolerance in seconds.")
+    tolerance_fraction: float = Field(0.01, ge=0, le=1, description="Relative tolerance (of the recomputed TTA).")
+
+
+class ResultConsistencyRule(_RuleBase):
+    check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
+
+
+Rule = Annotated[
+    LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
+    | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
+    | ResultConsistencyRule,
+    Field(discriminator="check"),
+]
+
+
+class RuleSet(Spec):
+    version: str = Field(min_length=1, max_length=20, pattern=r"^[0-9]+(\.[0-9]+)*$", description="Rule-set version.")
+    description: str = Field("", max_length=500, description="What the rule set is for.")
+    rules: tuple[Rule, ...] = Field(min_length=1, max_length=500, description="Rules, checked in order.")
+
+
+def available_rulesets() -> list[str]:
+    """Versions of the rule sets that ship with benchbase."""
+    names = [item.name for item in resources.files("benchbase.compliance.rulesets").iterdir()]
+    return sorted(name.removeprefix("benchbase-").removesuffix(".yaml") for name in names
+                  if name.startswith("benchbase-") and name.endswith(".yaml"))
+
+
+def load_ruleset(version_or_path: str = DEFAULT_RULESET) -> RuleSet:
+    """A shipped rule set by version ('1.0'), or a YAML file by path."""
+    if version_or_path.endswith((".yaml", ".yml")):
+        return load_spec_file(RuleSet, Path(version_or_path))
+    if version_or_path not in available_rulesets():
+        raise InputError(f"unknown rule set {version_or_path!r}; available: {', '.join(available_rulesets())}")
+    item = resources.files("benchbase.compliance.rulesets") / f"benchbase-{version_or_path}.yaml"
+    return load_spec_text(RuleSet, item.read_text(encoding="utf-8"), f"rulesets/{item.name}")

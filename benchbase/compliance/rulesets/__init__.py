@@ -1,0 +1,1 @@
+"""The rule sets that ship with benchbase, one YAML file per version."""

@@ -1,0 +1,114 @@
+"""Recomputing time-to-accuracy from a compliance log, to catch a result.json that claims
+anything else.
+
+An evaluation's time is its eval_stop (the harness reads its clock right after logging
+eval_stop) minus run_start, from the log's time_ms; eval_accuracy's own time stands in when
+eval_stop is missing. The harness measures TTA with perf_counter while time_ms is wall-clock
+milliseconds, so the two agree only to within a tolerance the rule set states.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
+from benchbase.metrics import TargetTracker
+from benchbase.specs import TTARule
+
+if TYPE_CHECKING:
+    from benchbase.compliance.checks import Evidence
+
+__all__ = ["recompute_tta", "recompute_tta_messages"]
+
+
+def recompute_tta(log: ParsedLog, rule: TTARule) -> dict[str, tuple[float, int] | None]:
+    """Target label -> (run-clock seconds, epoch) when the log's evaluations reach it, else None."""
+    run_start = log.first("run_start")
+    tracker = TargetTracker(rule)
+    if run_start is None:
+        return {target.label: None for target in rule.targets}
+    for event, finished_ms in _evaluations(log):
+        value = event.value
+        tracker.update(event.epoch() or 0, (finished_ms - run_start.time_ms) / 1000, value["wer"], value["cer"])
+    return {target.label: (tracker.reached[target.label], tracker.reached_epoch[target.label])
+            if target.label in tracker.reached else None for target in rule.targets}
+
+
+def recompute_tta_messages(evidence: Evidence, tolerance_seconds: float,
+                           tolerance_fraction: float) -> list[str] | None:
+    """Failure messages, or None when no TTA rule is known for the run."""
+    claimed = evidence.result.get("tta") if evidence.result else None
+    if not isinstance(claimed, dict):
+        return ["result.json has no tta mapping"]
+    rule = _tta_rule(evidence)
+    if rule is None:
+        return None
+    labels = [target.label for target in rule.targets]
+    if sorted(claimed) != sorted(labels):
+        return [f"result.json reports targets {sorted(claimed)}, but the run's TTA rule has {sorted(labels)}"]
+    recomputed = recompute_tta(evidence.log, rule)
+    messages = []
+    for label in labels:
+        message = _compare(label, claimed[label], recomputed[label], tolerance_seconds, tolerance_fraction)
+        if message:
+            messages.append(message)
+    return messages
+
+
+def _compare(label: str, claim: Any, actual: tuple[float, int] | None, tolerance_seconds: float,
+             tolerance_fraction: float) -> str | None:
+    if claim is None and actual is None:
+        return None
+    if actual is None:
+        return f"result.json claims {label} at {_seconds(claim)}, but the log's evaluations never reach it (tampered)"
+    seconds, epoch = actual
+    if claim is None:
+        return f"result.json says {label} was never reached, but the log reaches it at {seconds:.3f} s (epoch {epoch})"
+    claimed_seconds = claim.get("seconds") if isinstance(claim, dict) else None
+    if not is_number(claimed_seconds):
+        return f"result.json's {label} has no numeric seconds"
+    allowed = max(tolerance_seconds, tolerance_fraction * seconds)
+    if abs(claimed_seconds - seconds) > allowed:
+        return (f"result.json claims {label} at {claimed_seconds:.3f} s, but the log's evaluations reach it at "
+                f"{seconds:.3f} s (epoch {epoch}; tolerance {allowed:.3f} s; tampered TTA)")
+    if claim.get("epoch", epoch) != epoch:
+        return f"result.json claims {label} at epoch {claim.get('epoch')!r}, the log reaches it at epoch {epoch}"
+    return None
+
+
+def _evaluations(log: ParsedLog) -> list[tuple[LogEvent, float]]:
+    """Each well-formed eval_accuracy with the time its evaluation finished."""
+    found = []
+    for index, event in enumerate(log.events):
+        value = event.value
+        if event.key != "eval_accuracy" or not isinstance(value, dict):
+            continue
+        if not (is_number(value.get("wer")) and is_number(value.get("cer"))):
+            continue
+        stop = next((later for later in log.events[index + 1:] if later.key == "eval_stop"), None)
+        same_epoch = stop is not None and stop.metadata.get("epoch_num") == event.metadata.get("epoch_num")
+        found.append((event, stop.time_ms if same_epoch else event.time_ms))
+    return found
+
+
+def _tta_rule(evidence: Evidence) -> TTARule | None:
+    # The run's own targets (config.json) count: --target may replace the workload's. The
+    # window is pinned, and fixed_hyperparameters checks config.json's against the workload's.
+    for source in (field_at_tta((evidence.config or {}).get("workload")), field_at_tta(evidence.workload)):
+        if source is not None:
+            try:
+                return TTARule.model_validate(source)
+            except ValidationError:
+                continue
+    return None
+
+
+def field_at_tta(workload: Any) -> Any:
+    return workload.get("tta") if isinstance(workload, dict) else None
+
+
+def _seconds(claim: Any) -> str:
+    seconds = claim.get("seconds") if isinstance(claim, dict) else None
+    return f"{seconds} s" if seconds is not None else repr(claim)[:60]

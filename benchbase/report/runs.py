@@ -1,0 +1,119 @@
+"""Run folders as a report reads them: result.json, config.json, metrics and telemetry lines.
+
+Each RUN_DIR argument becomes one RunGroup, a row of the report: a single run folder, or a
+folder of run folders (run-0, run-1, ...) scored together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from benchbase.compliance.runs import RESULT_NAME, find_run_folders
+from benchbase.errors import InputError
+
+__all__ = ["Run", "RunGroup", "load_groups", "read_json_lines"]
+
+
+@dataclass
+class Run:
+    path: Path
+    result: dict
+    config: dict = field(default_factory=dict)
+
+    def tta_seconds(self, label: str) -> float | None:
+        reached = self.result.get("tta", {}).get(label)
+        return reached.get("seconds") if isinstance(reached, dict) else None
+
+    @property
+    def hardware(self) -> dict:
+        return self.config.get("hardware") or {}
+
+    @cached_property
+    def metrics(self) -> list[dict]:
+        return read_json_lines(self.path / "metrics.jsonl")
+
+    @property
+    def evaluations(self) -> list[dict]:
+        return [record for record in self.metrics if record.get("kind") == "eval"]
+
+    @property
+    def batches(self) -> list[dict]:
+        return [record for record in self.metrics if record.get("kind") == "batch"]
+
+    @cached_property
+    def telemetry(self) -> list[dict]:
+        return read_json_lines(self.path / "telemetry.jsonl")
+
+
+@dataclass
+class RunGroup:
+    name: str
+    runs: list[Run]
+
+    @property
+    def targets(self) -> list[str]:
+        return _unique(label for run in self.runs for label in run.result.get("tta", {}))
+
+    @property
+    def hardware(self) -> dict:
+        return self.runs[0].hardware
+
+    @property
+    def workload(self) -> dict:
+        return self.runs[0].config.get("workload") or {}
+
+
+def load_groups(paths: list[Path]) -> list[RunGroup]:
+    groups: list[RunGroup] = []
+    for path in paths:
+        folders = [folder for folder in find_run_folders(path) if (folder / RESULT_NAME).is_file()]
+        if not folders:
+            raise InputError(f"{path}: no {RESULT_NAME} in it or in its run folders")
+        name = _distinct_name(path.resolve().name or str(path), {group.name for group in groups})
+        groups.append(RunGroup(name, [_load_run(folder) for folder in folders]))
+    return groups
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """The JSON objects of a JSON-lines file; a missing file or a torn last line is skipped."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a run killed mid-write leaves half a line; the rest is still worth plotting
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _load_run(folder: Path) -> Run:
+    result = _read_object(folder / RESULT_NAME)
+    config_path = folder / "config.json"
+    return Run(folder, result, _read_object(config_path) if config_path.is_file() else {})
+
+
+def _read_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def _distinct_name(name: str, taken: set[str]) -> str:
+    candidate, index = name, 2
+    while candidate in taken:
+        candidate, index = f"{name}-{index}", index + 1
+    return candidate
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))

@@ -1,0 +1,127 @@
+"""The report's tables, one row per run group: TTA in minutes and in percent of a baseline
+(the paper's Tables 4 and 6), final accuracy (Table 5), throughput and utilization, and the
+cost and energy to reach each target (beyond the paper)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from benchbase.errors import InputError
+from benchbase.report.cost import CostModel, energy_kwh
+from benchbase.report.runs import RunGroup
+from benchbase.report.scoring import OlympicScore, score_group
+from benchbase.report.table import ReportTable
+
+__all__ = ["Scored", "pick_baseline", "report_tables", "score_table", "scored_groups"]
+
+
+@dataclass
+class Scored:
+    group: RunGroup
+    scores: dict[str, OlympicScore]
+
+    def minutes(self, label: str) -> float | None:
+        score = self.scores.get(label)
+        return None if score is None else score.minutes
+
+
+def scored_groups(groups: list[RunGroup]) -> list[Scored]:
+    return [Scored(group, score_group(group)) for group in groups]
+
+
+def pick_baseline(scored: list[Scored], name: str | None) -> Scored:
+    """The group called NAME (folder name, or its hardware profile's name); the first by default."""
+    if name is None:
+        return scored[0]
+    for candidate in scored:
+        if name in (candidate.group.name, candidate.group.hardware.get("name")):
+            return candidate
+    raise InputError(f"--baseline {name!r} names no run group; groups: {', '.join(s.group.name for s in scored)}")
+
+
+def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> list[ReportTable]:
+    labels = _labels(scored)
+    return [tta_minutes_table(scored, labels), tta_percent_table(scored, labels, baseline), accuracy_table(scored),
+            throughput_table(scored), cost_table(scored, labels, cost)]
+
+
+def tta_minutes_table(scored: list[Scored], labels: list[str]) -> ReportTable:
+    rows = [[item.group.name, len(item.group.runs), *(item.minutes(label) for label in labels)] for item in scored]
+    return ReportTable("TTA (minutes, olympic score over runs)", ["group", "runs", *labels], rows,
+                       notes=["NA: not reached (or more than one run never reached it)."])
+
+
+def tta_percent_table(scored: list[Scored], labels: list[str], baseline: Scored) -> ReportTable:
+    rows = [[item.group.name, *(_percent(item.minutes(label), baseline.minutes(label)) for label in labels)]
+            for item in scored]
+    return ReportTable(f"TTA (% of {baseline.group.name})", ["group", *labels], rows, digits=1)
+
+
+def accuracy_table(scored: list[Scored]) -> ReportTable:
+    rows = []
+    for item in scored:
+        finals = [run.result.get("final_evaluation") or {} for run in item.group.runs]
+        rows.append([item.group.name, *(_mean(final.get(metric) for final in finals)
+                                        for metric in ("wer", "cer", "paper_cer", "epoch"))])
+    return ReportTable("final accuracy on dev (%, mean over runs)", ["group", "WER", "CER", "paper CER", "epoch"],
+                       rows)
+
+
+def throughput_table(scored: list[Scored]) -> ReportTable:
+    rows = []
+    for item in scored:
+        results = [run.result for run in item.group.runs]
+        rows.append([item.group.name,
+                     _mean((result.get("throughput") or {}).get("median") for result in results),
+                     _mean(_percent((result.get("data_wait") or {}).get("share_of_step_time"), 1) for result in results),
+                     _mean((result.get("telemetry") or {}).get("cpu_percent_mean") for result in results),
+                     _mean((result.get("telemetry") or {}).get("gpu_percent_mean") for result in results),
+                     _mean((result.get("telemetry") or {}).get("sampler_cpu_seconds") for result in results)])
+    return ReportTable("throughput and utilization (mean over runs)",
+                       ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s"], rows)
+
+
+def cost_table(scored: list[Scored], labels: list[str], cost: CostModel) -> ReportTable:
+    headers = ["group", "$/hour"] + [f"{label} $" for label in labels] + [f"{label} kWh" for label in labels]
+    rows = []
+    for item in scored:
+        hardware = item.group.hardware
+        dollars = [cost.cost(hardware, item.scores[label].seconds if label in item.scores else None)
+                   for label in labels]
+        rows.append([item.group.name, cost.hourly(hardware), *dollars, *(_energy(item, label) for label in labels)])
+    return ReportTable("cost and energy to accuracy", headers, rows, digits=4,
+                       notes=[f"Cost: {cost.describe()}, times the olympic TTA.",
+                              "Energy: GPU power from NVML integrated up to TTA, mean over the runs that reached "
+                              "the target; NA without NVML power readings."])
+
+
+def score_table(scored: list[Scored]) -> ReportTable:
+    rows = []
+    for item in scored:
+        for label, score in item.scores.items():
+            rows.append([item.group.name, label, score.runs, score.converged, score.minutes,
+                         _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev), score.note])
+    return ReportTable("olympic score (minutes)", ["group", "target", "runs", "reached", "score", "fastest",
+                                                   "slowest", "stdev (kept)", "note"], rows)
+
+
+def _energy(item: Scored, label: str) -> float | None:
+    return _mean(energy_kwh(run.telemetry, run.tta_seconds(label)) for run in item.group.runs)
+
+
+def _labels(scored: list[Scored]) -> list[str]:
+    return list(dict.fromkeys(label for item in scored for label in item.group.targets))
+
+
+def _percent(value: float | None, baseline: float | None) -> float | None:
+    return None if value is None or not baseline else 100 * value / baseline
+
+
+def _minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds / 60
+
+
+def _mean(values) -> float | None:
+    present = [value for value in values if isinstance(value, int | float) and not isinstance(value, bool)]
+    return statistics.fmean(present) if present else None

@@ -1,0 +1,96 @@
+"""Harness overhead: ds2-mini training throughput through the harness vs. a bare PyTorch loop.
+
+Both train the same model (the torch backend's) on the same batches: the first training
+epoch of the default synthetic store, in the order the harness's seeded pipeline yields it.
+The bare loop gets its batches pre-loaded in memory and does nothing but train steps; the
+harness run reads them through its pipeline and does everything it does in a real run
+(metrics, hooks, telemetry sampler, sentence logging every 50 batches). Runs alternate
+(bare, harness, bare, harness, ...) so that drift on a shared machine hits both alike.
+
+    python benchmarks/harness_overhead.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.store import FeatureStore
+from benchbase.data.workload_data import default_cache, ensure_workload_data
+from benchbase.harness import run_benchmark
+from benchbase.harness.runner import device_plan
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
+from benchbase.specs import RunConfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    manager = get_plugin_manager()
+    registry = collect_registry(manager)
+    # One epoch, no evaluation cost in the comparison: a target no run reaches in one epoch.
+    workload = registry.workload("ds2-mini").model_copy(update={"max_epochs": 1})
+    profile = registry.profile("cpu")
+    store_path = ensure_workload_data(workload, None, default_cache())
+    store = FeatureStore(store_path)
+    pipeline = profile.pipeline
+    batches = list(BatchPipeline(store, workload.data.train, pipeline.global_batch, pipeline.readers, pipeline.buffer,
+                                 pipeline.shuffle_buffer, seed=args.seed).epoch(1))
+    utterances = sum(batch.size for batch in batches)
+    bare, harnessed, sampler_share = [], [], []
+    for repeat in range(args.repeats):
+        bare.append(utterances / bare_loop(registry, workload, profile, batches, args.seed))
+        seconds, telemetry = harness_epoch(manager, registry, workload, profile, store_path, args.seed)
+        harnessed.append(utterances / seconds)
+        sampler_share.append(telemetry["sampler_cpu_seconds"] / seconds)
+        print(f"repeat {repeat + 1}: bare {bare[-1]:.1f} utt/s, harness {harnessed[-1]:.1f} utt/s", flush=True)
+    report = {
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
+        "date": time.strftime("%Y-%m-%d"),
+        "batches": len(batches),
+        "utterances": utterances,
+        "bare_utt_per_s_median": round(statistics.median(bare), 2),
+        "harness_utt_per_s_median": round(statistics.median(harnessed), 2),
+        "ratio_of_medians": round(statistics.median(harnessed) / statistics.median(bare), 4),
+        "ratios_per_pair": [round(h / b, 4) for h, b in zip(harnessed, bare)],
+        "sampler_cpu_share_of_one_core_median": round(statistics.median(sampler_share), 5),
+    }
+    print(json.dumps(report, indent=2))
+
+
+def bare_loop(registry, workload, profile, batches, seed) -> float:
+    """Seconds for the batches through nothing but train_step."""
+    backend = registry.backend("torch")()
+    config_plan = device_plan(_config(workload, profile, Path("unused"), Path("unused"), seed))
+    backend.build(workload.model, workload.optimizer, workload.features.dimension, config_plan, seed)
+    started = time.perf_counter()
+    for batch in batches:
+        backend.train_step(batch)
+    return time.perf_counter() - started
+
+
+def harness_epoch(manager, registry, workload, profile, store_path, seed) -> tuple[float, dict]:
+    """Seconds of the harness's first epoch (epoch_start to epoch_stop in its compliance log)."""
+    with tempfile.TemporaryDirectory() as folder:
+        config = _config(workload, profile, Path(folder) / "run", store_path, seed)
+        result = run_benchmark(config, manager, registry.backend("torch"))
+        events = [json.loads(line.split(" ", 1)[1]) for line in (config.out / "mllog.log").read_text().splitlines()]
+    times = {event["key"]: event["time_ms"] for event in events if event["key"] in ("epoch_start", "epoch_stop")}
+    return (times["epoch_stop"] - times["epoch_start"]) / 1000, result.telemetry
+
+
+def _config(workload, profile, out, data, seed) -> RunConfig:
+    return RunConfig(workload=workload, backend="torch", hardware=profile, seed=seed, out=out, data=data)
+
+
+if __name__ == "__main__":
+    main()

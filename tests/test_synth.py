@@ -1,0 +1,292 @@
+"""Tests for the synthetic corpus generator, with real eSpeak NG (small corpora only)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchbase.data.alphabet import normalize_transcript
+from benchbase.data.synth import CorpusError, CorpusSummary, synthesize_corpus
+from benchbase.data.synth.espeak import EspeakError, EspeakSynthesizer, espeak_data_path
+from benchbase.data.synth.sentences import (
+    MAX_WORDS,
+    MIN_WORDS,
+    cycle_lines,
+    generate_sentences,
+    sentences_from_file,
+)
+from benchbase.data.synth.voices import ACCENTS, SPLITS, VARIANTS, cast_voices, split_sizes
+
+UTTERANCES = 40
+FLAC_PATH = re.compile(r"(train|dev|test)/(\d+)/(\d+)/\2-\3-\d{4}\.flac")
+TRANS_LINE = re.compile(r"(\d+)-(\d+)-\d{4} [A-Z' ]+")
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() for path in root.rglob("*") if path.is_file()}
+
+
+def _transcripts(root: Path) -> dict[str, str]:
+    lines = {}
+    for trans in root.rglob("*.trans.txt"):
+        for line in trans.read_text().splitlines():
+            utterance_id, _, text = line.partition(" ")
+            lines[utterance_id] = text
+    return lines
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> CorpusSummary:
+    out = tmp_path_factory.mktemp("a") / "corpus"
+    return synthesize_corpus(out, utterances=UTTERANCES, seed=0, workers=2)
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory) -> CorpusSummary:
+    # Same seed, different worker count: must not matter.
+    out = tmp_path_factory.mktemp("b") / "corpus"
+    return synthesize_corpus(out, utterances=UTTERANCES, seed=0, workers=1)
+
+
+# ---------------------------------------------------------------- layout and metadata
+
+
+def test_layout_matches_librispeech(corpus):
+    flacs = [str(path.relative_to(corpus.root)) for path in corpus.root.rglob("*.flac")]
+    assert len(flacs) == UTTERANCES
+    assert all(FLAC_PATH.fullmatch(path) for path in flacs), flacs
+    for trans in corpus.root.rglob("*.trans.txt"):
+        speaker, chapter = trans.parent.parent.name, trans.parent.name
+        assert trans.name == f"{speaker}-{chapter}.trans.txt"
+        lines = trans.read_text().splitlines()
+        assert lines == sorted(lines)
+        for line in lines:
+            assert TRANS_LINE.fullmatch(line), line
+            assert line.startswith(f"{speaker}-{chapter}-")
+            assert (trans.parent / f"{line.split()[0]}.flac").is_file()
+
+
+def test_every_flac_has_exactly_one_transcript(corpus):
+    transcripts = _transcripts(corpus.root)
+    assert sorted(transcripts) == sorted(path.stem for path in corpus.root.rglob("*.flac"))
+
+
+def test_summary_matches_files_and_corpus_json(corpus):
+    record = json.loads((corpus.root / "corpus.json").read_text())
+    assert record["parameters"]["seed"] == 0 and record["parameters"]["utterances"] == UTTERANCES
+    assert record["summary"]["utterances"] == corpus.utterances
+    assert sum(corpus.utterances.values()) == UTTERANCES
+    for split in SPLITS:
+        assert corpus.utterances[split] == len(list((corpus.root / split).rglob("*.flac")))
+        assert corpus.voices[split] == len(list((corpus.root / split).iterdir())) >= 1
+        assert corpus.seconds[split] > 0
+
+
+def test_splits_use_disjoint_voices(corpus):
+    speakers = {split: {path.name for path in (corpus.root / split).iterdir()} for split in SPLITS}
+    assert not speakers["train"] & speakers["dev"]
+    assert not speakers["train"] & speakers["test"]
+    assert not speakers["dev"] & speakers["test"]
+    voices = json.loads((corpus.root / "voices.json").read_text())
+    for split, ids in speakers.items():
+        assert all(voices[speaker]["split"] == split for speaker in ids)
+
+
+def test_voice_casting_for_a_full_size_corpus():
+    assert split_sizes(3000, 0.06) == {"train": 2640, "dev": 180, "test": 180}
+    cast = cast_voices(3000, seed=0)
+    assert {split: len(voices) for split, voices in cast.items()} == {"train": 40, "dev": 5, "test": 5}
+    every = [voice for voices in cast.values() for voice in voices]
+    assert len({(voice.accent, voice.variant) for voice in every}) == len(every)
+    assert len({voice.speaker_id for voice in every}) == len(every)
+    assert all(130 <= voice.rate <= 190 and 30 <= voice.pitch <= 70 for voice in every)
+
+
+def test_configured_accents_and_variants_ship_with_espeak():
+    variants = espeak_data_path() / "voices" / "!v"
+    assert all((variants / variant).is_file() for variant in VARIANTS)
+    synthesizer = EspeakSynthesizer()
+    for accent in ACCENTS:  # raises EspeakError for a voice eSpeak does not know
+        assert synthesizer.synthesize("hello", f"{accent}+m1", 160, 50).size > 0
+
+
+# ---------------------------------------------------------------- audio
+
+
+def test_audio_is_16k_mono_pcm16_and_speech_length(corpus):
+    transcripts = _transcripts(corpus.root)
+    for path in corpus.root.rglob("*.flac"):
+        info = soundfile.info(path)
+        assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+        audio, _ = soundfile.read(path, dtype="float32")
+        assert np.sqrt(np.mean(audio**2)) > 0.02, path
+        words = len(transcripts[path.stem].split())
+        # 130-190 words/min is 2.2-3.2 words/s; leave generous room either side.
+        assert words / 6 < info.duration < words / 1.2 + 1.0, (path, words, info.duration)
+
+
+def test_seconds_in_summary_add_up(corpus):
+    for split in SPLITS:
+        total = sum(soundfile.info(path).duration for path in (corpus.root / split).rglob("*.flac"))
+        assert total == pytest.approx(corpus.seconds[split], abs=1e-3)
+
+
+def test_espeak_is_reproducible_within_a_process():
+    # eSpeak's C globals would otherwise make the second rendering differ by a few samples.
+    synthesizer = EspeakSynthesizer()
+    assert synthesizer.sample_rate == 22050
+    first = synthesizer.synthesize("the little green book", "en-us+m3", 160, 50)
+    synthesizer.synthesize("something else entirely", "en-gb-x-rp+f2", 180, 60)
+    again = synthesizer.synthesize("the little green book", "en-us+m3", 160, 50)
+    assert first.dtype == np.float32 and first.size > 0.5 * 22050
+    np.testing.assert_array_equal(first, again)
+
+
+def test_espeak_breath_noise_follows_the_seed_not_the_clock():
+    # eSpeak seeds its noise from time(NULL); f2 is a breathy variant that uses it.
+    synthesizer = EspeakSynthesizer()
+    first = synthesizer.synthesize("a rabbit in the garden", "en-gb-x-gbcwmd+f2", 170, 40, noise_seed=9)
+    time.sleep(1.05)
+    again = synthesizer.synthesize("a rabbit in the garden", "en-gb-x-gbcwmd+f2", 170, 40, noise_seed=9)
+    other = synthesizer.synthesize("a rabbit in the garden", "en-gb-x-gbcwmd+f2", 170, 40, noise_seed=10)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_espeak_rejects_unknown_voices():
+    synthesizer = EspeakSynthesizer()
+    with pytest.raises(EspeakError, match="variant"):
+        synthesizer.synthesize("hello", "en-us+nosuchvariant", 160, 50)
+    with pytest.raises(EspeakError, match="no voice"):
+        synthesizer.synthesize("hello", "xx-nowhere+m1", 160, 50)
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def test_same_seed_gives_identical_bytes_regardless_of_workers(corpus, twin):
+    first, second = _files(corpus.root), _files(twin.root)
+    assert sorted(first) == sorted(second)
+    for name, content in first.items():
+        assert content == second[name], name
+
+
+def test_different_seed_gives_a_different_corpus(corpus, tmp_path):
+    other = synthesize_corpus(tmp_path / "other", utterances=UTTERANCES, seed=1, workers=2)
+    assert _transcripts(other.root) != _transcripts(corpus.root)
+    assert json.loads((other.root / "voices.json").read_text()) != json.loads(
+        (corpus.root / "voices.json").read_text()
+    )
+
+
+# ---------------------------------------------------------------- reuse, refusal, atomicity
+
+
+def test_existing_identical_corpus_is_reused(corpus):
+    before = {path: path.stat().st_mtime_ns for path in corpus.root.rglob("*")}
+    again = synthesize_corpus(corpus.root, utterances=UTTERANCES, seed=0, workers=2)
+    assert again == corpus
+    assert before == {path: path.stat().st_mtime_ns for path in corpus.root.rglob("*")}
+
+
+def test_refuses_existing_corpus_with_other_parameters(corpus):
+    with pytest.raises(CorpusError, match=re.escape(str(corpus.root))):
+        synthesize_corpus(corpus.root, utterances=UTTERANCES, seed=7, workers=2)
+
+
+def test_refuses_unrelated_non_empty_directory(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(CorpusError, match=re.escape(str(out))):
+        synthesize_corpus(out, utterances=6, seed=0, workers=1)
+    assert [path.name for path in out.iterdir()] == ["notes.txt"]
+
+
+def test_failure_midway_leaves_nothing_behind(tmp_path):
+    def explode(done: int, total: int) -> None:
+        if done == 3:
+            raise KeyError("interrupted")
+
+    with pytest.raises(KeyError):
+        synthesize_corpus(tmp_path / "out", utterances=8, seed=0, workers=1, progress=explode)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_reports_every_utterance(tmp_path):
+    calls: list[tuple[int, int]] = []
+    synthesize_corpus(tmp_path / "out", utterances=5, seed=0, workers=1, progress=lambda *c: calls.append(c))
+    assert calls == [(done, 5) for done in range(1, 6)]
+
+
+def test_too_few_utterances_is_a_corpus_error(tmp_path):
+    with pytest.raises(CorpusError, match="at least 3"):
+        synthesize_corpus(tmp_path / "out", utterances=2)
+
+
+# ---------------------------------------------------------------- text-file mode
+
+
+def test_text_file_lines_become_transcripts(tmp_path):
+    text = tmp_path / "lines.txt"
+    text.write_text("Hello  there, world\n\n  it's a GOOD day  \nthe cat sat\n".replace(",", ""))
+    summary = synthesize_corpus(tmp_path / "out", utterances=7, seed=0, text_file=text, workers=2)
+    spoken = set(_transcripts(summary.root).values())
+    assert spoken == {"HELLO THERE WORLD", "IT'S A GOOD DAY", "THE CAT SAT"}
+    record = json.loads((summary.root / "corpus.json").read_text())
+    assert record["text_source"] == "lines.txt" and record["parameters"]["text"]["kind"] == "file"
+
+
+def test_text_file_unknown_character_names_file_and_line(tmp_path):
+    text = tmp_path / "bad.txt"
+    text.write_text("fine line\n\nprice is 5 dollars\n")
+    with pytest.raises(CorpusError, match=re.escape(f"{text}:3: character '5' is not in the alphabet")):
+        synthesize_corpus(tmp_path / "out", utterances=6, text_file=text)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"\n   \n", b"\xff\xfe bad utf8"])
+def test_unusable_text_file_names_the_file(tmp_path, content):
+    text = tmp_path / "t.txt"
+    text.write_bytes(content)
+    with pytest.raises(CorpusError, match=re.escape(str(text))):
+        sentences_from_file(text)
+
+
+def test_missing_text_file_names_the_file(tmp_path):
+    with pytest.raises(CorpusError, match=re.escape("missing.txt")):
+        sentences_from_file(tmp_path / "missing.txt")
+
+
+def test_cycle_lines_is_seeded_and_uses_every_line():
+    lines = ["a b", "c d", "e f"]
+    assert cycle_lines(lines, 7, seed=4) == cycle_lines(lines, 7, seed=4)
+    assert set(cycle_lines(lines, 3, seed=4)) == set(lines)
+
+
+# ---------------------------------------------------------------- sentence grammar
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32))
+def test_sentences_stay_in_the_alphabet(seed):
+    for sentence in generate_sentences(40, seed):
+        assert normalize_transcript(sentence) == sentence
+        assert MIN_WORDS <= len(sentence.split()) <= MAX_WORDS
+
+
+def test_sentences_are_seeded_and_exercise_doubled_letters_and_contractions():
+    sentences = generate_sentences(300, seed=0)
+    assert sentences == generate_sentences(300, seed=0)
+    assert sentences != generate_sentences(300, seed=1)
+    assert any("'" in sentence for sentence in sentences)
+    assert any(re.search(r"([a-z])\1", sentence) for sentence in sentences)
+    assert len(set(sentences)) > 290
