@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
+import librosa
 import numpy as np
 import pytest
 import soundfile
 
 from benchbase.data.features import extract_features
-from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.pipeline import BatchPipeline, bucketed_plan
 from benchbase.data.prepare import prepare_store
 from benchbase.data.store import SHARD_SIZE, FeatureStore, read_shard
 from benchbase.specs import FeatureSpec
@@ -57,35 +59,74 @@ def test_pipeline_covers_every_utterance_once_per_epoch(small_store):
     assert len(pipeline) == -(-len(seen) // 10)
 
 
-def test_prepare_drops_and_counts_long_short_corrupt_and_unknown(tmp_path, small_corpus, mini_workload):
+def _plant_faults(corpus) -> dict[str, object]:
+    """Plant one of each fault the issue names into a copy of a real synthetic subset."""
+    flacs = sorted(corpus.glob("dev/*/*/*.flac"))
+    truncated, missing, resampled = flacs[0], flacs[1], flacs[2]
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    missing.unlink()
+    audio, rate = soundfile.read(resampled)
+    soundfile.write(resampled, librosa.resample(audio, orig_sr=rate, target_sr=22050), 22050)
+    transcript = sorted(corpus.glob("dev/*/*/*.trans.txt"))[-1]
+    lines = transcript.read_text().splitlines()
+    lines[-1] += " 42"  # a character outside the alphabet
+    lines[-2] = lines[-2].split(" ")[0]  # an id with an empty transcript
+    lines.append("this line is not an utterance id and text")  # malformed: names no audio file
+    transcript.write_text("\n".join(lines) + "\n")
+    return {"truncated": truncated, "missing": missing, "transcript": transcript}
+
+
+def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, mini_workload):
     corpus = tmp_path / "corpus"
     shutil.copytree(small_corpus / "dev", corpus / "dev")
-    victim = sorted(corpus.glob("dev/*/*/*.flac"))[0]
-    victim.write_bytes(b"not a flac file")
-    transcript = next(corpus.glob("dev/*/*/*.trans.txt"))
-    lines = transcript.read_text().splitlines()
-    lines[-1] = lines[-1] + " 42"
-    transcript.write_text("\n".join(lines) + "\n")
+    planted = _plant_faults(corpus)
     out = tmp_path / "store"
     description = prepare_store(corpus, {"train": ("dev",)}, mini_workload.features, mini_workload.model,
-                                max_duration=3.0, out=out)
+                                max_duration=2.2, out=out)
     dev = description["splits"]["dev"]
     assert dev["dropped"]["unreadable_audio"] == 1 and dev["dropped"]["bad_transcript"] == 1
-    assert dev["dropped"].get("too_long", 0) > 0
-    assert any(victim.name in path and "unreadable audio" in reason for path, reason in dev["problems"])
-    assert json.loads((out / "store.json").read_text())["splits"]["dev"] == dev
+    assert dev["dropped"]["missing_audio"] == 2  # the deleted file and the malformed line's
+    assert dev["dropped"].get("too_long", 0) > 0 and dev["resampled"] == 1
+    report = json.loads((out / "report.json").read_text())["dev"]
+    reasons = {(Path(p["file"]).name, p["reason"].split(":")[0]) for p in report["problems"]}
+    assert (planted["truncated"].name, "unreadable audio") in reasons
+    assert (planted["missing"].name, "audio file named in the transcript does not exist") in reasons
+    assert any(name.startswith(planted["transcript"].name) and "no transcript" in reason for name, reason in reasons)
+    assert any("'4' is not in the alphabet" in p["reason"] for p in report["problems"])
+    assert report["kept_fraction"] == pytest.approx(dev["utterances"] / dev["listed"], abs=1e-5)
 
 
-def test_prepare_resumes_from_finished_shards(tmp_path, small_corpus, mini_workload):
-    args = ({"train": ("dev",)}, mini_workload.features, mini_workload.model, 16.7)
-    first = prepare_store(small_corpus, *args, out=tmp_path / "a")
-    shard = tmp_path / "a" / first["splits"]["dev"]["shards"][0]
-    stamp = shard.stat().st_mtime_ns
-    (tmp_path / "a" / "store.json").unlink()
+def test_manifest_lists_every_kept_utterance_with_its_place(small_store):
+    store = FeatureStore(small_store)
+    rows = [json.loads(line) for line in (small_store / "manifest.jsonl").read_text().splitlines()]
+    assert len(rows) == sum(store.utterance_count([name]) for name in ("train", "dev", "test"))
+    row = rows[5]
+    (utterance,) = store.read_utterances([(small_store / row["shard"], row["offset"])])
+    assert utterance.utterance_id == row["id"] and utterance.transcript == row["transcript"]
+    assert utterance.features.shape[0] == row["frames"] and row["speaker"] == row["id"].split("-")[0]
+
+
+def test_a_killed_preparation_resumes_and_finishes_the_rest(tmp_path, small_corpus, mini_workload):
+    args = ({"train": ("train",)}, mini_workload.features, mini_workload.model, 16.7)
+    out = tmp_path / "store"
+
+    def killed_after_the_first_shard(done, total):
+        if done > 0:
+            raise KeyboardInterrupt  # what Ctrl-C midway looks like to the preparation
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_store(small_corpus, *args, out=out, workers=1, progress=killed_after_the_first_shard)
+    assert not (out / "store.json").exists()
+    finished_before = sorted(out.glob("train/*.json"))
+    assert finished_before and len(finished_before) < len(sorted(out.glob("train/*.npz"))) + 1
+    stamps = {path: path.stat().st_mtime_ns for path in finished_before}
     calls = []
-    again = prepare_store(small_corpus, *args, out=tmp_path / "a", progress=lambda done, total: calls.append(done))
-    assert again == first and shard.stat().st_mtime_ns == stamp
-    assert calls[0] == len(first["splits"]["dev"]["shards"])  # everything was already done
+    description = prepare_store(small_corpus, *args, out=out, progress=lambda done, total: calls.append((done, total)))
+    assert all(path.stat().st_mtime_ns == stamp for path, stamp in stamps.items())  # not redone
+    assert 0 < calls[0][0] < calls[0][1]  # resumed partway
+    fresh = prepare_store(small_corpus, *args, out=tmp_path / "fresh")
+    assert description["splits"] == fresh["splits"]
+    assert (out / "stats.npz").read_bytes() == (tmp_path / "fresh" / "stats.npz").read_bytes()
 
 
 def test_a_missing_subset_is_a_clear_error(tmp_path, small_corpus, mini_workload):
@@ -94,3 +135,29 @@ def test_a_missing_subset_is_a_clear_error(tmp_path, small_corpus, mini_workload
     with pytest.raises(InputError, match="dev-other: subset folder not found"):
         prepare_store(small_corpus, {"train": ("dev-other",)}, mini_workload.features, mini_workload.model, 16.7,
                       tmp_path / "x")
+
+
+def test_bucketing_batches_similar_lengths_and_covers_the_split(small_store):
+    store = FeatureStore(small_store)
+    pipeline = BatchPipeline(store, ("train",), 16, length_buckets=4, seed=5)
+    batches = list(pipeline.epoch(0))
+    spreads = [int(b.feature_lengths.max() - b.feature_lengths.min()) for b in batches]
+    streamed = [int(b.feature_lengths.max() - b.feature_lengths.min())
+                for b in BatchPipeline(store, ("train",), 16, seed=5).epoch(0)]
+    assert np.median(spreads) < np.median(streamed)
+    ids = [i for b in batches for i in b.utterance_ids]
+    assert len(ids) == len(set(ids)) == len(pipeline) * 16
+    assert [b.utterance_ids for b in pipeline.epoch(0)] == [b.utterance_ids for b in batches]
+
+
+def test_bucketed_plan_keeps_every_index_once():
+    rng = np.random.default_rng(0)
+    plan = bucketed_plan(np.arange(100)[::-1], buckets=5, batch_size=8, drop_last=False, rng=rng)
+    assert sorted(np.concatenate(plan).tolist()) == list(range(100))
+    assert all(np.ptp(batch) < 20 for batch in plan)  # a batch never leaves its bucket of 20
+
+
+def test_fixed_padding_pads_every_batch_to_the_same_frames(small_store):
+    store = FeatureStore(small_store)
+    batches = list(BatchPipeline(store, ("dev",), 8, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
+    assert {b.features.shape[1] for b in batches} == {1670}

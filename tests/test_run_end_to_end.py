@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from official_checker import check_common_rules
 
 pytestmark = pytest.mark.slow

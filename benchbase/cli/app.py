@@ -19,7 +19,10 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        cli.main(args=argv, standalone_mode=False)
+        # Without standalone mode, click returns a command's Exit code instead of exiting with it.
+        code = cli.main(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except click.exceptions.Abort:
         _fail("aborted", 130)
     except click.ClickException as error:

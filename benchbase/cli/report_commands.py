@@ -1,1 +1,95 @@
-"""placeholder"""
+"""`benchbase score` and `benchbase report`: run folders into scores, tables and figures.
+
+Each RUN_DIR is one group (one row): a run folder, or a folder of run folders (run-0, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from benchbase.cli.app import cli
+from benchbase.errors import InputError
+from benchbase.report import CostModel, ReportTable, load_groups
+from benchbase.report.output import write_tables
+from benchbase.report.paper import paper_tables
+from benchbase.report.tables import pick_baseline, report_tables, score_table, scored_groups
+
+__all__ = ["report", "rich_table", "score"]
+
+RUN_DIRS = click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path, exists=True, file_okay=False))
+
+
+@cli.command()
+@RUN_DIRS
+@click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """Olympic score per target: drop the fastest and slowest run, average the rest."""
+    if not run_dirs:
+        raise InputError("score: name at least one RUN_DIR")
+    scored = scored_groups(load_groups(list(run_dirs)))
+    if as_json:
+        click.echo(json.dumps({item.group.name: {label: _score_json(s) for label, s in item.scores.items()}
+                               for item in scored}, indent=2))
+        return
+    Console().print(rich_table(score_table(scored)))
+
+
+@cli.command()
+@RUN_DIRS
+@click.option("--baseline", help="Group (folder or hardware-profile name) that percentages refer to; default: first.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("report"), show_default=True,
+              help="Folder for report.md, the CSV tables and figures/.")
+@click.option("--paper", is_flag=True, help="Also show the paper's own tables as a reference.")
+@click.option("--lifetime-years", type=click.FloatRange(min=0.01), default=3.0, show_default=True,
+              help="Amortize the hardware price over this many years of continuous use.")
+@click.option("--price-per-hour", type=click.FloatRange(min=0), help="Use this hourly price instead (e.g. a cloud's).")
+@click.option("--window", nargs=2, type=float, metavar="START SECONDS",
+              help="Utilization figure window on the run clock (default: 60 s after warm-up).")
+@click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
+def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: bool, lifetime_years: float,
+           price_per_hour: float | None, window: tuple[float, float] | None, no_figures: bool) -> None:
+    """Tables (TTA, percent of baseline, accuracy, throughput, cost) and figures for RUN_DIRS."""
+    if not run_dirs and not paper:
+        raise InputError("report: name at least one RUN_DIR, or pass --paper")
+    groups = load_groups(list(run_dirs))
+    tables: list[ReportTable] = []
+    if groups:
+        scored = scored_groups(groups)
+        cost = CostModel(lifetime_years=lifetime_years, price_per_hour=price_per_hour)
+        tables += report_tables(scored, pick_baseline(scored, baseline), cost)
+    if paper:
+        tables += paper_tables()
+    figures = [] if no_figures or not groups else _figures(groups, out / "figures",
+                                                            None if window is None else (window[0], sum(window)))
+    written = write_tables(tables, out, figures)
+    console = Console()
+    for table in tables:
+        console.print(rich_table(table))
+    console.print(f"wrote {len(written)} table file(s) and {len(figures)} figure(s) to {out}")
+
+
+def rich_table(table: ReportTable) -> Table:
+    shown = Table(title=table.title, title_justify="left", caption="\n".join(table.notes) or None,
+                  caption_justify="left")
+    for index, header in enumerate(table.headers):
+        shown.add_column(header, justify="left" if index == 0 else "right")
+    for row in table.formatted_rows():
+        shown.add_row(*row)
+    return shown
+
+
+def _figures(groups, out: Path, window: tuple[float, float] | None) -> list[Path]:
+    from benchbase.report.figures import write_figures  # matplotlib loads only when figures are drawn
+
+    return write_figures(groups, out, window)
+
+
+def _score_json(score) -> dict:
+    return {"score_seconds": score.seconds, "score_minutes": score.minutes, "valid": score.valid, "runs": score.runs,
+            "reached": score.converged, "kept_seconds": list(score.kept), "fastest_seconds": score.fastest,
+            "slowest_seconds": score.slowest, "stdev_seconds": score.stdev, "note": score.note}

@@ -11,8 +11,7 @@ import itertools
 import logging
 from pathlib import Path
 
-from mlperf_logging.mllog import mllog
-from mlperf_logging.mllog import constants
+from mlperf_logging.mllog import constants, mllog
 
 __all__ = ["ComplianceLog", "constants"]
 

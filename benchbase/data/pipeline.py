@@ -1,8 +1,15 @@
-"""The input pipeline: parallel shard readers -> shuffle buffer -> batch and pad -> prefetch.
+"""The input pipeline: parallel readers -> shuffle -> batch and pad -> prefetch.
 
-Deterministic for a seed: shard order is a seeded permutation per epoch, readers run in
-parallel but their shards are consumed in that order, and the shuffle buffer draws from a
-seeded generator. So every backend sees the same batches in the same order.
+Two ways to shuffle. By default, shards stream through a shuffle buffer: readers load
+whole shards in a seeded order and the buffer mixes utterances across them. With length
+bucketing, the split's index (lengths only, no features) is sorted into buckets, batches
+are cut within buckets and shuffled, and readers fetch each batch's utterances from the
+memory-mapped shards. Either way the result is deterministic for a seed: readers run in
+parallel but their results are consumed in plan order, so every backend sees the same
+batches in the same order.
+
+Readers are threads: the features are already extracted, so reading is I/O and array
+copies, during which numpy releases the GIL.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.data.store import FeatureStore, Utterance
 
-__all__ = ["BatchPipeline", "pad_batch"]
+__all__ = ["BatchPipeline", "bucketed_plan", "pad_batch"]
 
 _END = object()
 
@@ -35,6 +42,8 @@ class BatchPipeline:
         shuffle: bool = True,
         drop_last: bool = True,
         seed: int = 0,
+        length_buckets: int = 0,
+        pad_to_frames: int | None = None,
     ) -> None:
         self.store = store
         self.shards = store.shards(subsets)
@@ -46,11 +55,16 @@ class BatchPipeline:
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.seed = seed
+        self.length_buckets = length_buckets if shuffle else 0
+        self.pad_to_frames = pad_to_frames
 
     def __len__(self) -> int:
-        """Batches per epoch."""
-        full, rest = divmod(self.utterances, self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
+        """Batches per epoch (with bucketing, each bucket drops its own remainder)."""
+        groups = [self.utterances]
+        if self.length_buckets:
+            groups = [len(part) for part in np.array_split(np.arange(self.utterances), self.length_buckets)]
+        return sum(count // self.batch_size + (1 if count % self.batch_size and not self.drop_last else 0)
+                   for count in groups)
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         """The batches of one epoch, produced by a background thread ``prefetch`` batches ahead."""
@@ -73,33 +87,37 @@ class BatchPipeline:
     def _produce(self, epoch: int, batches: queue.Queue, stop: threading.Event) -> None:
         try:
             rng = np.random.default_rng([self.seed, epoch])
-            pending: list[Utterance] = []
-            for utterance in self._shuffled(self._read_in_order(rng, stop), rng):
-                pending.append(utterance)
-                if len(pending) == self.batch_size:
-                    _put(batches, pad_batch(pending), stop)
-                    pending = []
-            if pending and not self.drop_last:
-                _put(batches, pad_batch(pending), stop)
+            groups = self._bucketed_batches(rng, stop) if self.length_buckets else self._streamed_batches(rng, stop)
+            for group in groups:
+                _put(batches, pad_batch(group, self.pad_to_frames), stop)
             _put(batches, _END, stop)
         except BaseException as error:  # handed to the consumer, which re-raises it
             _put(batches, error, stop)
 
-    def _read_in_order(self, rng: np.random.Generator, stop: threading.Event) -> Iterator[Utterance]:
+    def _streamed_batches(self, rng: np.random.Generator, stop: threading.Event) -> Iterator[list[Utterance]]:
+        pending: list[Utterance] = []
         order = rng.permutation(len(self.shards)) if self.shuffle else np.arange(len(self.shards))
-        with ThreadPoolExecutor(max_workers=self.readers, thread_name_prefix="benchbase-reader") as pool:
-            in_flight: deque = deque()
-            upcoming = iter(order)
-            for index in upcoming:
-                in_flight.append(pool.submit(self.store.read, self.shards[index]))
-                if len(in_flight) >= 2 * self.readers:
-                    break
-            while in_flight and not stop.is_set():
-                shard = in_flight.popleft().result()
-                next_index = next(upcoming, None)
-                if next_index is not None:
-                    in_flight.append(pool.submit(self.store.read, self.shards[next_index]))
-                yield from shard
+        shards = _ordered_map(self.store.read, [self.shards[i] for i in order], self.readers, stop)
+        for utterance in self._shuffled((u for shard in shards for u in shard), rng):
+            pending.append(utterance)
+            if len(pending) == self.batch_size:
+                yield pending
+                pending = []
+        if pending and not self.drop_last:
+            yield pending
+
+    def _bucketed_batches(self, rng: np.random.Generator, stop: threading.Event) -> Iterator[list[Utterance]]:
+        plan = bucketed_plan(self._lengths(), self.length_buckets, self.batch_size, self.drop_last, rng)
+        picks = [[self._positions[i] for i in batch] for batch in plan]
+        yield from _ordered_map(self.store.read_utterances, picks, self.readers, stop)
+
+    def _lengths(self) -> np.ndarray:
+        """Frames of every utterance of the split, in (shard, position) order; read once."""
+        if not hasattr(self, "_frames"):
+            indexes = [(shard, self.store.index(shard)) for shard in self.shards]
+            self._positions = [(shard, i) for shard, index in indexes for i in range(len(index))]
+            self._frames = np.concatenate([index.frames() for _, index in indexes])
+        return self._frames
 
     def _shuffled(self, utterances: Iterator[Utterance], rng: np.random.Generator) -> Iterator[Utterance]:
         if self.shuffle_buffer <= 1:
@@ -117,11 +135,27 @@ class BatchPipeline:
         yield from buffer
 
 
-def pad_batch(utterances: list[Utterance]) -> Batch:
-    """Right-pad features with zeros and labels with the blank (index 0)."""
+def bucketed_plan(frames: np.ndarray, buckets: int, batch_size: int, drop_last: bool,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """Batches of utterance numbers: sort by length, split into buckets, shuffle within each
+    bucket, cut batches within buckets, then shuffle the batches."""
+    by_length = np.argsort(frames, kind="stable")
+    batches = []
+    for bucket in np.array_split(by_length, min(buckets, len(by_length))):
+        bucket = rng.permutation(bucket)
+        cut = len(bucket) - len(bucket) % batch_size if drop_last else len(bucket)
+        batches += [bucket[start : start + batch_size] for start in range(0, cut, batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def pad_batch(utterances: list[Utterance], pad_to_frames: int | None = None) -> Batch:
+    """Right-pad features with zeros (to the longest, or to ``pad_to_frames``) and labels with the blank."""
     frames = np.asarray([u.features.shape[0] for u in utterances], dtype=np.int32)
     label_lengths = np.asarray([len(u.labels) for u in utterances], dtype=np.int32)
-    features = np.zeros((len(utterances), frames.max(), utterances[0].features.shape[1]), dtype=np.float32)
+    width = pad_to_frames or int(frames.max())
+    if frames.max() > width:
+        raise ValueError(f"an utterance has {frames.max()} frames, more than pad_to_frames {width}")
+    features = np.zeros((len(utterances), width, utterances[0].features.shape[1]), dtype=np.float32)
     labels = np.zeros((len(utterances), label_lengths.max()), dtype=np.int32)
     for row, utterance in enumerate(utterances):
         features[row, : frames[row]] = utterance.features
@@ -134,6 +168,23 @@ def pad_batch(utterances: list[Utterance]) -> Batch:
         utterance_ids=tuple(u.utterance_id for u in utterances),
         transcripts=tuple(u.transcript for u in utterances),
     )
+
+
+def _ordered_map(function, items: list, workers: int, stop: threading.Event) -> Iterator:
+    """function(item) for each item on a thread pool, at most 2 x workers ahead, yielded in order."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="benchbase-reader") as pool:
+        in_flight: deque = deque()
+        upcoming = iter(items)
+        for item in upcoming:
+            in_flight.append(pool.submit(function, item))
+            if len(in_flight) >= 2 * workers:
+                break
+        while in_flight and not stop.is_set():
+            result = in_flight.popleft().result()
+            following = next(upcoming, _END)
+            if following is not _END:
+                in_flight.append(pool.submit(function, following))
+            yield result
 
 
 def _put(batches: queue.Queue, item, stop: threading.Event) -> None:

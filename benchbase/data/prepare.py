@@ -1,9 +1,14 @@
 """Feature preparation: a LibriSpeech-layout tree -> a sharded feature store.
 
 Runs once, before the run clock starts. Every shard is an independent job on a process
-pool; a shard's summary (kept utterances, drops, problems, feature sums) is written beside
-it, so a preparation that is killed resumes where it stopped, and store.json, written last,
-marks the store complete.
+pool; a shard's summary (kept utterances with their manifest rows, drops, problems, feature
+sums) is written beside it after the shard itself, so a preparation that is killed resumes
+where it stopped and never trusts a half-written shard. store.json, written last, marks the
+store complete; manifest.jsonl and report.json are written just before it.
+
+Bad input never stops a preparation: an utterance that cannot be used is skipped, counted
+by reason and listed with its file in report.json. Only a store with no usable training
+utterance is an error.
 """
 
 from __future__ import annotations
@@ -25,9 +30,13 @@ from benchbase.data.store import SHARD_SIZE, STATS_FILE, STORE_FILE, Utterance, 
 from benchbase.errors import InputError
 from benchbase.specs import FeatureSpec, ModelSpec
 
-__all__ = ["prepare_store"]
+__all__ = ["MANIFEST_FILE", "REPORT_FILE", "prepare_store"]
 
 Progress = Callable[[int, int], None]
+"""Called with (utterances done, utterances in all)."""
+MANIFEST_FILE = "manifest.jsonl"
+REPORT_FILE = "report.json"
+LISTING_PROBLEMS = "listing-problems.json"
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class ShardJob:
 class ShardSummary:
     kept: int = 0
     seconds: float = 0.0
+    resampled: int = 0
+    rows: list[dict] = field(default_factory=list)
+    """Manifest rows of the kept utterances (id, speaker, seconds, frames, transcript, offset)."""
     dropped: dict[str, int] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)
     frames: int = 0
@@ -72,6 +84,7 @@ def prepare_store(
     train_subsets = set(subsets.get("train", ()))
     train = [summaries[job.path] for name in train_subsets for job in jobs_by_subset[name]]
     _write_statistics(out, train, features.dimension)
+    _write_manifest_and_report(out, jobs_by_subset, summaries, description)
     atomic_write_bytes(out / STORE_FILE, lambda handle: handle.write(json.dumps(description, indent=2).encode()))
     return description
 
@@ -93,31 +106,33 @@ def _plan_jobs(root, subsets, features, model, max_duration, out) -> dict[str, l
 
 
 def _write_listing_problems(folder: Path, problems: list[tuple[str, str]]) -> None:
-    text = json.dumps(problems, indent=1).encode()
-    atomic_write_bytes(folder / "listing-problems.json", lambda handle: handle.write(text))
+    text = json.dumps([{"file": file, "reason": reason} for file, reason in problems], indent=1).encode()
+    atomic_write_bytes(folder / LISTING_PROBLEMS, lambda handle: handle.write(text))
 
 
 def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | None) -> dict[Path, ShardSummary]:
     summaries = {job.path: summary for job in jobs if (summary := _finished_summary(job.path)) is not None}
     pending = [job for job in jobs if job.path not in summaries]
-    done = len(summaries)
+    total = sum(len(job.sources) for job in jobs)
+    done = total - sum(len(job.sources) for job in pending)
     if progress:
-        progress(done, len(jobs))
+        progress(done, total)
     if pending:
         # spawn, not fork: the caller may already hold threads (torch, the sampler).
         context = multiprocessing.get_context("spawn")
         with context.Pool(min(workers or os.cpu_count() or 1, len(pending))) as pool:
             for job, summary in zip(pending, pool.imap(_prepare_shard, pending)):
                 summaries[job.path] = summary
-                done += 1
+                done += len(job.sources)
                 if progress:
-                    progress(done, len(jobs))
+                    progress(done, total)
     return summaries
 
 
 def _finished_summary(shard: Path) -> ShardSummary | None:
+    """The summary of a shard finished by an earlier preparation (its sidecar is written last)."""
     sidecar = shard.with_suffix(".json")
-    if not (sidecar.is_file() and shard.is_file()):
+    if not sidecar.is_file():
         return None
     data = json.loads(sidecar.read_text(encoding="utf-8"))
     data["problems"] = [tuple(problem) for problem in data["problems"]]
@@ -149,10 +164,13 @@ def _prepare_utterance(source: UtteranceSource, job: ShardJob, summary: ShardSum
         labels = encode_transcript(source.transcript)
     except UnknownCharacterError as error:
         return drop("bad_transcript", str(error))
+    if not source.audio.is_file():
+        return drop("missing_audio", "audio file named in the transcript does not exist")
     try:
-        audio = _read_audio(source.audio, job.features.sample_rate)
+        audio, resampled = _read_audio(source.audio, job.features.sample_rate)
     except (RuntimeError, OSError, ValueError) as error:
         return drop("unreadable_audio", f"unreadable audio: {str(error).splitlines()[0]}")
+    summary.resampled += resampled
     seconds = len(audio) / job.features.sample_rate
     if seconds > job.max_duration:
         return drop("too_long")
@@ -160,19 +178,23 @@ def _prepare_utterance(source: UtteranceSource, job: ShardJob, summary: ShardSum
     if job.model.output_frames(features.shape[0]) < len(labels):
         return drop("too_short")
     summary.seconds += seconds
+    summary.rows.append({"id": source.utterance_id, "speaker": source.speaker, "seconds": round(seconds, 3),
+                         "frames": int(features.shape[0]), "transcript": source.transcript.lower(),
+                         "offset": len(summary.rows)})
     return Utterance(source.utterance_id, features, labels, source.transcript.lower())
 
 
-def _read_audio(path: Path, sample_rate: int) -> np.ndarray:
+def _read_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, bool]:
+    """Mono float32 audio at ``sample_rate``, and whether it had to be resampled."""
     audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
     audio = audio.mean(axis=1)
-    if rate != sample_rate:
-        import librosa  # only for the rare file at another rate
-
-        audio = librosa.resample(audio, orig_sr=rate, target_sr=sample_rate)
     if audio.size == 0:
         raise ValueError("no samples")
-    return audio
+    if rate == sample_rate:
+        return audio, False
+    import librosa  # only for the rare file at another rate
+
+    return librosa.resample(audio, orig_sr=rate, target_sr=sample_rate), True
 
 
 def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
@@ -183,14 +205,39 @@ def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
         for part in parts:
             for reason, count in part.dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
+        kept = sum(part.kept for part in parts)
+        listed = sum(len(job.sources) for job in jobs)
         described[name] = {
             "shards": [str(job.path.relative_to(out)) for job in jobs if summaries[job.path].kept],
-            "utterances": sum(part.kept for part in parts),
+            "utterances": kept,
+            "listed": listed,
+            "kept_fraction": round(kept / listed, 5) if listed else 0.0,
             "seconds": round(sum(part.seconds for part in parts), 3),
+            "resampled": sum(part.resampled for part in parts),
             "dropped": dropped,
-            "problems": [problem for part in parts for problem in part.problems],
         }
-    return {"version": 1, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()}, "splits": described}
+    return {"version": 2, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()},
+            "splits": described}
+
+
+def _write_manifest_and_report(out: Path, jobs_by_subset, summaries, description: dict) -> None:
+    lines = []
+    problems = {}
+    for name, jobs in jobs_by_subset.items():
+        for job in jobs:
+            summary = summaries[job.path]
+            shard = str(job.path.relative_to(out))
+            lines += [json.dumps({"subset": name, **row, "shard": shard}) for row in summary.rows]
+            problems.setdefault(name, []).extend({"file": file, "reason": reason} for file, reason in summary.problems)
+        listing = out / name / LISTING_PROBLEMS
+        if listing.is_file():
+            problems[name].extend(json.loads(listing.read_text(encoding="utf-8")))
+    manifest = ("\n".join(lines) + "\n").encode()
+    atomic_write_bytes(out / MANIFEST_FILE, lambda handle: handle.write(manifest))
+    report = {name: {**{k: v for k, v in split.items() if k != "shards"}, "problems": problems.get(name, [])}
+              for name, split in description["splits"].items()}
+    text = json.dumps(report, indent=1).encode()
+    atomic_write_bytes(out / REPORT_FILE, lambda handle: handle.write(text))
 
 
 def _write_statistics(out: Path, train: list[ShardSummary], dimension: int) -> None:

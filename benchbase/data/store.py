@@ -1,10 +1,11 @@
-"""The framework-neutral feature store: shards of 64 utterances as uncompressed .npz files.
+"""The framework-neutral feature store: shards of up to 64 utterances.
 
-Each shard holds every utterance's features concatenated along time (float16: ample for
-log-mel dB values and half the disk and I/O), with offsets to cut them apart, the encoded
-labels likewise, and the ids and transcripts. Normalization statistics of the training
-split live beside the shards and are applied when a shard is read, so the shards never
-need rewriting if the statistics change.
+A shard is two files: NAME.features.npy, every utterance's features concatenated along time
+(float16: ample for log-mel dB values, half the disk and I/O), memory-mapped when read so
+that a store larger than RAM is never loaded whole; and NAME.npz, the index: frame and label
+offsets, the encoded labels, ids and transcripts. Normalization statistics of the training
+split live beside the shards and are applied when an utterance is taken from a shard, so
+the shards never need rewriting if the statistics change.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +22,22 @@ import numpy as np
 
 from benchbase.errors import InputError
 
-__all__ = ["SHARD_SIZE", "FeatureStore", "Utterance", "atomic_write_bytes", "read_shard", "write_shard"]
+__all__ = [
+    "SHARD_SIZE",
+    "FeatureStore",
+    "Utterance",
+    "atomic_write_bytes",
+    "ShardIndex",
+    "features_path",
+    "read_index",
+    "read_shard",
+    "write_shard",
+]
 
 SHARD_SIZE = 64
 STORE_FILE = "store.json"
 STATS_FILE = "stats.npz"
+OPEN_MAPS = 128
 
 
 @dataclass(frozen=True)
@@ -51,39 +65,71 @@ def atomic_write_bytes(path: Path, write) -> None:
 
 
 def write_shard(path: Path, utterances: list[Utterance]) -> None:
+    """Write the shard at ``path`` (NAME.npz) and its features (NAME.features.npy), each atomically."""
     frames = [u.features.shape[0] for u in utterances]
     label_counts = [len(u.labels) for u in utterances]
-    arrays = {
-        "features": np.concatenate([u.features for u in utterances]).astype(np.float16),
+    features = np.concatenate([u.features for u in utterances]).astype(np.float16)
+    index = {
         "frame_offsets": np.concatenate([[0], np.cumsum(frames)]).astype(np.int64),
         "labels": np.concatenate([u.labels for u in utterances]).astype(np.int32),
         "label_offsets": np.concatenate([[0], np.cumsum(label_counts)]).astype(np.int64),
         "ids": np.asarray([u.utterance_id for u in utterances]),
         "transcripts": np.asarray([u.transcript for u in utterances]),
     }
-    atomic_write_bytes(path, lambda handle: np.savez(handle, **arrays))
+    atomic_write_bytes(features_path(path), lambda handle: np.save(handle, features))
+    atomic_write_bytes(path, lambda handle: np.savez(handle, **index))
+
+
+def features_path(shard: Path) -> Path:
+    return shard.with_suffix(".features.npy")
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """Everything in a shard but its features: small enough to keep in memory for a whole store."""
+
+    frame_offsets: np.ndarray
+    labels: np.ndarray
+    label_offsets: np.ndarray
+    ids: np.ndarray
+    transcripts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def frames(self) -> np.ndarray:
+        return np.diff(self.frame_offsets)
+
+
+def read_index(path: Path) -> ShardIndex:
+    try:
+        with np.load(path, allow_pickle=False) as shard:
+            return ShardIndex(**{name: shard[name] for name in ShardIndex.__dataclass_fields__})
+    except (OSError, ValueError, KeyError) as error:
+        raise InputError(f"{path}: unreadable shard index: {error}") from None
+
+
+def map_features(path: Path) -> np.ndarray:
+    """The shard's features as a read-only memory map: pages are read only when touched."""
+    try:
+        return np.load(features_path(path), mmap_mode="r")
+    except (OSError, ValueError) as error:
+        raise InputError(f"{features_path(path)}: unreadable shard features: {error}") from None
+
+
+def take_utterance(index: ShardIndex, features: np.ndarray, i: int, mean=None, std=None) -> Utterance:
+    """Utterance i of a shard as float32, normalized with (mean, std) when given."""
+    frames = features[index.frame_offsets[i] : index.frame_offsets[i + 1]].astype(np.float32)
+    if mean is not None:
+        frames = (frames - mean) / std
+    labels = index.labels[index.label_offsets[i] : index.label_offsets[i + 1]]
+    return Utterance(str(index.ids[i]), frames, labels, str(index.transcripts[i]))
 
 
 def read_shard(path: Path, mean: np.ndarray | None = None, std: np.ndarray | None = None) -> list[Utterance]:
     """A shard's utterances, normalized with (mean, std) when given."""
-    try:
-        with np.load(path, allow_pickle=False) as shard:
-            arrays = {name: shard[name] for name in shard.files}
-    except (OSError, ValueError, KeyError) as error:
-        raise InputError(f"{path}: unreadable shard: {error}") from None
-    features = arrays["features"].astype(np.float32)
-    if mean is not None:
-        features = (features - mean) / std
-    frame_offsets, label_offsets = arrays["frame_offsets"], arrays["label_offsets"]
-    return [
-        Utterance(
-            str(arrays["ids"][i]),
-            features[frame_offsets[i] : frame_offsets[i + 1]],
-            arrays["labels"][label_offsets[i] : label_offsets[i + 1]],
-            str(arrays["transcripts"][i]),
-        )
-        for i in range(len(arrays["ids"]))
-    ]
+    index, features = read_index(path), map_features(path)
+    return [take_utterance(index, features, i, mean, std) for i in range(len(index))]
 
 
 class FeatureStore:
@@ -91,6 +137,9 @@ class FeatureStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._indexes: dict[Path, ShardIndex] = {}
+        self._maps: OrderedDict[Path, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
         description = root / STORE_FILE
         try:
             self.description = json.loads(description.read_text(encoding="utf-8"))
@@ -118,7 +167,29 @@ class FeatureStore:
         return splits[subset]
 
     def read(self, shard: Path) -> list[Utterance]:
+        """Every utterance of a shard, normalized."""
         return read_shard(shard, self.mean, self.std)
+
+    def index(self, shard: Path) -> ShardIndex:
+        """A shard's index, read once and kept (for random access by the bucketing sampler)."""
+        if shard not in self._indexes:
+            self._indexes[shard] = read_index(shard)
+        return self._indexes[shard]
+
+    def read_utterances(self, picks: list[tuple[Path, int]]) -> list[Utterance]:
+        """Utterances by (shard, position), normalized; touches only their pages of the shards."""
+        return [take_utterance(self.index(shard), self._features(shard), i, self.mean, self.std) for shard, i in picks]
+
+    def _features(self, shard: Path) -> np.ndarray:
+        # A bounded set of open maps: a 960 h store has thousands of shards, each map holds a descriptor.
+        with self._lock:
+            if shard in self._maps:
+                self._maps.move_to_end(shard)
+                return self._maps[shard]
+            self._maps[shard] = map_features(shard)
+            if len(self._maps) > OPEN_MAPS:
+                self._maps.popitem(last=False)
+            return self._maps[shard]
 
     @property
     def feature_dimension(self) -> int:

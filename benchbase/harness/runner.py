@@ -107,12 +107,12 @@ class Harness:
         self._log_submission()
 
     def _pipelines(self) -> tuple[BatchPipeline, BatchPipeline]:
-        pipeline = self.config.hardware.pipeline
-        train = BatchPipeline(self.store, self.workload.data.train, pipeline.global_batch, pipeline.readers,
-                              pipeline.buffer, pipeline.shuffle_buffer, shuffle=True, drop_last=True,
-                              seed=self.config.seed)
-        dev = BatchPipeline(self.store, self.workload.data.dev, pipeline.global_batch, pipeline.readers,
-                            pipeline.buffer, shuffle=False, drop_last=False, seed=self.config.seed)
+        pipeline, data = self.config.hardware.pipeline, self.workload.data
+        train = BatchPipeline(self.store, data.train, pipeline.global_batch, pipeline.readers, pipeline.buffer,
+                              pipeline.shuffle_buffer, shuffle=True, drop_last=True, seed=self.config.seed,
+                              length_buckets=data.length_buckets, pad_to_frames=data.pad_to_frames)
+        dev = BatchPipeline(self.store, data.dev, pipeline.global_batch, pipeline.readers, pipeline.buffer,
+                            shuffle=False, drop_last=False, seed=self.config.seed, pad_to_frames=data.pad_to_frames)
         return train, dev
 
     def _log_submission(self) -> None:

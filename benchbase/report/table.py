@@ -18,10 +18,12 @@ class ReportTable:
     rows: list[list]
     digits: int = 2
     notes: list[str] = field(default_factory=list)
+    name: str = ""
+    """File name stem for its CSV; derived from the title when empty."""
 
     @property
     def slug(self) -> str:
-        words = "".join(char if char.isalnum() else " " for char in self.title.lower()).split()
+        words = "".join(char if char.isalnum() else " " for char in (self.name or self.title).lower()).split()
         return "-".join(words[:8])
 
     def formatted_rows(self) -> list[list[str]]:

@@ -48,14 +48,15 @@ def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> li
 
 def tta_minutes_table(scored: list[Scored], labels: list[str]) -> ReportTable:
     rows = [[item.group.name, len(item.group.runs), *(item.minutes(label) for label in labels)] for item in scored]
-    return ReportTable("TTA (minutes, olympic score over runs)", ["group", "runs", *labels], rows,
+    return ReportTable("TTA (minutes, olympic score over runs)", ["group", "runs", *labels], rows, name="tta-minutes",
                        notes=["NA: not reached (or more than one run never reached it)."])
 
 
 def tta_percent_table(scored: list[Scored], labels: list[str], baseline: Scored) -> ReportTable:
     rows = [[item.group.name, *(_percent(item.minutes(label), baseline.minutes(label)) for label in labels)]
             for item in scored]
-    return ReportTable(f"TTA (% of {baseline.group.name})", ["group", *labels], rows, digits=1)
+    return ReportTable(f"TTA (% of {baseline.group.name})", ["group", *labels], rows, digits=1,
+                       name="tta-percent-of-baseline")
 
 
 def accuracy_table(scored: list[Scored]) -> ReportTable:
@@ -65,7 +66,7 @@ def accuracy_table(scored: list[Scored]) -> ReportTable:
         rows.append([item.group.name, *(_mean(final.get(metric) for final in finals)
                                         for metric in ("wer", "cer", "paper_cer", "epoch"))])
     return ReportTable("final accuracy on dev (%, mean over runs)", ["group", "WER", "CER", "paper CER", "epoch"],
-                       rows)
+                       rows, name="final-accuracy")
 
 
 def throughput_table(scored: list[Scored]) -> ReportTable:
@@ -79,7 +80,7 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
                      _mean((result.get("telemetry") or {}).get("gpu_percent_mean") for result in results),
                      _mean((result.get("telemetry") or {}).get("sampler_cpu_seconds") for result in results)])
     return ReportTable("throughput and utilization (mean over runs)",
-                       ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s"], rows)
+                       ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s"], rows, name="throughput-utilization")
 
 
 def cost_table(scored: list[Scored], labels: list[str], cost: CostModel) -> ReportTable:
@@ -90,7 +91,7 @@ def cost_table(scored: list[Scored], labels: list[str], cost: CostModel) -> Repo
         dollars = [cost.cost(hardware, item.scores[label].seconds if label in item.scores else None)
                    for label in labels]
         rows.append([item.group.name, cost.hourly(hardware), *dollars, *(_energy(item, label) for label in labels)])
-    return ReportTable("cost and energy to accuracy", headers, rows, digits=4,
+    return ReportTable("cost and energy to accuracy", headers, rows, digits=4, name="cost-energy",
                        notes=[f"Cost: {cost.describe()}, times the olympic TTA.",
                               "Energy: GPU power from NVML integrated up to TTA, mean over the runs that reached "
                               "the target; NA without NVML power readings."])
@@ -103,7 +104,7 @@ def score_table(scored: list[Scored]) -> ReportTable:
             rows.append([item.group.name, label, score.runs, score.converged, score.minutes,
                          _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev), score.note])
     return ReportTable("olympic score (minutes)", ["group", "target", "runs", "reached", "score", "fastest",
-                                                   "slowest", "stdev (kept)", "note"], rows)
+                                                   "slowest", "stdev (kept)", "note"], rows, name="olympic-scores")
 
 
 def _energy(item: Scored, label: str) -> float | None:

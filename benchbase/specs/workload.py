@@ -113,12 +113,32 @@ class DataSpec(Spec):
     synthetic_utterances: int = Field(
         3000, ge=10, le=1_000_000, description="Corpus size when the dataset is synthesized."
     )
+    length_buckets: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="0: a shuffle buffer over shards. N > 0: sort the split by length into N buckets, "
+        "batch within buckets, shuffle within buckets and across batches (as MLPerf's RNN-T reference).",
+    )
+    pad_to_frames: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Pad every batch to this many frames (the paper: 1670), or None: to the batch's longest.",
+    )
 
 
 class EvalSpec(Spec):
     every_epochs: int = Field(1, ge=1, le=100, description="Evaluate on the dev split every this many epochs.")
-    decoder: Literal["greedy"] = Field("greedy", description="Decoder used for evaluation.")
+    decoder: Literal["greedy", "beam", "word_beam"] = Field(
+        "greedy", description="Decoder used for evaluation: greedy (best path), beam (prefix beam search) or "
+        "word_beam (word beam search over the training transcripts' dictionary, the paper's).")
     beam_width: int = Field(1, ge=1, le=8192, description="Beam width of the evaluation decoder.")
+    lm_mode: Literal["words", "bigrams"] = Field(
+        "bigrams", description="Word beam search's language model: words (unigram) or bigrams.")
+    lm_alpha: float = Field(0.5, ge=0.0, le=10.0, description="Weight of the language model's log-probability "
+                            "in word beam search (shallow fusion).")
+    lm_beta: float = Field(0.0, ge=-20.0, le=20.0, description="Score added per word in word beam search.")
     log_sentences_every: int = Field(50, ge=1, le=100_000, description="Greedy-decode training sentences every N batches.")
     checkpoint_every: int = Field(250, ge=1, le=1_000_000, description="Write a checkpoint every N batches.")
 
@@ -134,3 +154,12 @@ class WorkloadSpec(Spec):
     tta: TTARule = Field(description="Time-to-accuracy targets and window.")
     max_epochs: int = Field(ge=1, le=10_000, description="Stop (status aborted) after this many epochs.")
     max_minutes: float = Field(ge=0.01, le=100_000.0, description="Stop (status aborted) after this many minutes on the run clock.")
+
+    @model_validator(mode="after")
+    def _padding_holds_the_longest_utterance(self) -> WorkloadSpec:
+        pad_to = self.data.pad_to_frames
+        longest = int(self.data.max_duration * self.features.sample_rate - self.features.window) // self.features.hop + 1
+        if pad_to is not None and pad_to < longest:
+            raise ValueError(f"data.pad_to_frames {pad_to} is shorter than a {self.data.max_duration} s utterance "
+                             f"({longest} frames)")
+        return self

@@ -1,0 +1,25 @@
+"""Writing a report's tables: one Markdown file with every table, and one CSV per table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchbase.report.table import ReportTable
+
+__all__ = ["write_tables"]
+
+
+def write_tables(tables: list[ReportTable], out: Path, figures: list[Path] = ()) -> list[Path]:
+    """Write report.md and TABLE.csv files into out; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table in tables:
+        path = out / f"{table.slug}.csv"
+        path.write_text(table.to_csv(), encoding="utf-8")
+        written.append(path)
+    markdown = out / "report.md"
+    sections = ["# benchbase report", ""] + [table.to_markdown() for table in tables]
+    sections += [f"![{figure.stem}]({figure.relative_to(out) if figure.is_relative_to(out) else figure})\n"
+                 for figure in figures]
+    markdown.write_text("\n".join(sections), encoding="utf-8")
+    return [markdown, *written]

@@ -1,0 +1,304 @@
+"""`benchbase check`: a real run's log passes; planted faults fail with a message that names
+them; garbage never makes the checker raise."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_plugins import ThirdPartyPlugin
+
+from benchbase.compliance.checker import check_evidence, check_log, check_paths
+from benchbase.compliance.checks import Evidence
+from benchbase.compliance.parse import parse_log, parse_log_text
+from benchbase.compliance.rules import RuleSet, load_ruleset
+from benchbase.errors import InputError
+from benchbase.harness import run_benchmark
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
+from benchbase.specs import RunConfig, Target, TTARule
+
+REACHED, NEVER = "CER 90", "CER 10"
+
+
+@pytest.fixture(scope="module")
+def workloads():
+    return collect_registry(get_plugin_manager(load_entrypoints=False)).workloads
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory, small_store) -> Path:
+    """A real ds2-mini run through the harness with a cheap linear CTC backend: five epochs,
+    one target reached (at epoch 3, the first with three evaluations) and one not."""
+    manager = get_plugin_manager(load_entrypoints=False)
+    manager.register(ThirdPartyPlugin())
+    registry = collect_registry(manager)
+    rule = TTARule(targets=(Target(metric="cer", value=90), Target(metric="cer", value=10)), window=3)
+    workload = registry.workload("ds2-mini").model_copy(update={"max_epochs": 5, "tta": rule})
+    out = tmp_path_factory.mktemp("compliance") / "run"
+    config = RunConfig(workload=workload, backend="linear-ctc", hardware=registry.profile("cpu"), seed=1, out=out,
+                       data=small_store)
+    run_benchmark(config, manager, registry.backend("linear-ctc"))
+    return out
+
+
+@pytest.fixture
+def run_copy(real_run, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(real_run, copy, ignore=shutil.ignore_patterns("checkpoints", "decoded"))
+    return copy
+
+
+def test_the_real_run_reached_one_target_and_passes(real_run, workloads):
+    result = json.loads((real_run / "result.json").read_text())
+    assert result["tta"][REACHED]["epoch"] == 3 and result["tta"][NEVER] is None
+    report = check_log(real_run / "mllog.log", workloads=workloads)
+    assert report.passed, report.failures
+    assert {finding.status for finding in report.findings} == {"pass"}
+
+
+# --- planted faults --------------------------------------------------------------------------
+
+
+def _lines(run: Path) -> list[str]:
+    return (run / "mllog.log").read_text().splitlines(keepends=True)
+
+
+def _edit_lines(edit: Callable[[list[str]], list[str]]) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        (run / "mllog.log").write_text("".join(edit(_lines(run))))
+    return apply
+
+
+def _edit_events(edit: Callable[[list[dict]], list[dict]]) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        events = [json.loads(line.split(" ", 1)[1]) for line in _lines(run)]
+        (run / "mllog.log").write_text("".join(f":::MLLOG {json.dumps(e)}\n" for e in edit(events)))
+    return apply
+
+
+def _edit_json(name: str, edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        data = json.loads((run / name).read_text())
+        edit(data)
+        (run / name).write_text(json.dumps(data))
+    return apply
+
+
+def _index(events: list[dict], key: str, epoch: int | None = None) -> int:
+    return next(i for i, e in enumerate(events) if e["key"] == key
+                and (epoch is None or e["metadata"].get("epoch_num") == epoch))
+
+
+def _drop(key: str) -> Callable[[list[dict]], list[dict]]:
+    return lambda events: [e for e in events if e["key"] != key]
+
+
+def _swap_init(events):
+    a, b = _index(events, "init_start"), _index(events, "init_stop")
+    events[a], events[b] = events[b], events[a]
+    return events
+
+
+def _skip_eval_2(events):
+    return [e for e in events if not (e["key"].startswith("eval_") and e["metadata"].get("epoch_num") == 2)]
+
+
+def _set_value(key: str, value) -> Callable[[list[dict]], list[dict]]:
+    def edit(events):
+        events[_index(events, key)]["value"] = value
+        return events
+    return edit
+
+
+def _without_metadata(key: str, name: str):
+    def edit(events):
+        del events[_index(events, key)]["metadata"][name]
+        return events
+    return edit
+
+
+def _duplicate(key: str):
+    def edit(events):
+        at = _index(events, key)
+        return events[: at + 1] + [dict(events[at])] + events[at + 1:]
+    return edit
+
+
+def _long_init(events):
+    shift = 31 * 60_000
+    start = _index(events, "init_stop")
+    return events[:start] + [{**e, "time_ms": e["time_ms"] + shift} for e in events[start:]]
+
+
+def _time_goes_back(events):
+    events[_index(events, "epoch_stop", 2)]["time_ms"] -= 60_000
+    return events
+
+
+def _truncate_last(lines):
+    return lines[:-1] + [lines[-1][: len(lines[-1]) // 2]]
+
+
+def _no_time_ms(lines):
+    at = next(i for i, line in enumerate(lines) if '"eval_accuracy"' in line)
+    record = json.loads(lines[at].split(" ", 1)[1])
+    del record["time_ms"]
+    return lines[:at] + [f":::MLLOG {json.dumps(record)}\n"] + lines[at + 1:]
+
+
+def _duplicate_field(lines):
+    return lines[:3] + [lines[3].replace('"time_ms"', '"time_ms": 1, "time_ms"', 1)] + lines[4:]
+
+
+def _tamper_tta(result):
+    result["tta"][REACHED]["seconds"] = result["tta"][REACHED]["seconds"] / 2 - 1
+
+
+def _claim_unreached(result):
+    result["tta"][NEVER] = {"seconds": 4.0, "minutes": 0.0667, "epoch": 4}
+
+
+def _beam_width(config):
+    config["workload"]["evaluation"]["beam_width"] = 256
+
+
+FAULTS = {
+    "missing run_stop": (_edit_events(_drop("run_stop")), "run_stop_status", "run_stop appears 0 times"),
+    "reordered init": (_edit_events(_swap_init), "order", "init_start must come before init_stop"),
+    "skipped evaluation": (_edit_events(_skip_eval_2), "eval_cadence", "epoch 2 ended without an evaluation"),
+    "truncated line": (_edit_lines(_truncate_last), "lines_parse", "malformed JSON (truncated line?)"),
+    "line without time_ms": (_edit_lines(_no_time_ms), "lines_parse", "event without time_ms"),
+    "tampered result.json": (_edit_json("result.json", _tamper_tta), "result_tta", f"claims {REACHED} at"),
+    "unreached target claimed": (_edit_json("result.json", _claim_unreached), "result_tta", "never reach"),
+    "wrong optimizer": (_edit_events(_set_value("opt_name", "sgd")), "fixed_hyperparameters",
+                        "opt_name is 'sgd' in the log, but the registered workload pins optimizer.name = 'adadelta'"),
+    "wrong learning rate": (_edit_events(_set_value("opt_base_learning_rate", 0.001)), "fixed_hyperparameters",
+                            "opt_base_learning_rate is 0.001"),
+    "wrong beam width": (_edit_json("config.json", _beam_width), "fixed_hyperparameters",
+                         "workload.evaluation.beam_width = 256"),
+    "duplicated key": (_edit_events(_duplicate("seed")), "key_counts", "seed appears 2 times"),
+    "duplicated field": (_edit_lines(_duplicate_field), "lines_parse", "duplicated field 'time_ms'"),
+    "two run_stops": (_edit_events(_duplicate("run_stop")), "run_stop_status", "run_stop appears 2 times"),
+    "missing seed": (_edit_events(_drop("seed")), "key_counts", "seed appears 0 times"),
+    "init over 30 minutes": (_edit_events(_long_init), "init_duration", "init took 31.0 minutes"),
+    "time goes back": (_edit_events(_time_goes_back), "monotonic_time", "time_ms goes back"),
+    "eval_accuracy without epoch_num": (_edit_events(_without_metadata("eval_accuracy", "epoch_num")),
+                                        "event_metadata", "eval_accuracy at line"),
+    "run_stop without status": (_edit_events(_without_metadata("run_stop", "status")), "run_stop_status",
+                                "has no status"),
+    "status edited": (_edit_json("result.json", lambda r: r.update(status="success")), "result_consistency",
+                      "result.json says status 'success', the log says 'aborted'"),
+    "garbage line": (_edit_lines(lambda lines: lines[:5] + ["hello\n"] + lines[5:]), "lines_parse",
+                     "line 6: not an MLLOG line"),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_planted_fault_fails_with_a_message_that_names_it(fault, run_copy, workloads):
+    plant, rule, message = FAULTS[fault]
+    plant(run_copy)
+    report = check_log(run_copy / "mllog.log", workloads=workloads)
+    assert not report.passed
+    assert any(line.startswith(f"{rule}: ") and message in line for line in report.failures), report.failures
+
+
+def test_the_official_checker_crashes_where_benchbase_reports(run_copy, tmp_path, workloads):
+    from official_checker import check_common_rules
+
+    _edit_lines(_no_time_ms)(run_copy)
+    with pytest.raises(KeyError):
+        check_common_rules(run_copy / "mllog.log", tmp_path)
+    failures = check_log(run_copy / "mllog.log", workloads=workloads).failures
+    assert any("event without time_ms" in line for line in failures)
+
+
+# --- inputs and the command line -------------------------------------------------------------
+
+
+def test_a_folder_of_runs_is_checked_run_by_run(real_run, tmp_path, workloads):
+    for index in range(2):
+        shutil.copytree(real_run, tmp_path / "runs" / f"run-{index}", ignore=shutil.ignore_patterns("checkpoints"))
+    reports = check_paths([tmp_path / "runs"], workloads=workloads)
+    assert [Path(r.source).parent.name for r in reports] == ["run-0", "run-1"] and all(r.passed for r in reports)
+
+
+def test_a_path_without_a_log_is_unusable_input(tmp_path):
+    with pytest.raises(InputError, match="no mllog.log"):
+        check_paths([tmp_path])
+    with pytest.raises(InputError, match="no such file"):
+        check_paths([tmp_path / "missing"])
+
+
+def test_a_bare_log_skips_the_result_rules(real_run, tmp_path, workloads):
+    bare = tmp_path / "bare.log"
+    shutil.copy(real_run / "mllog.log", bare)
+    report = check_log(bare, workloads=workloads)
+    assert report.passed
+    assert {f.rule for f in report.findings if f.status == "skip"} == {"result_consistency", "result_tta"}
+
+
+def test_rule_sets_are_validated_data():
+    ruleset = load_ruleset("1.0")
+    assert ruleset.version == "1.0" and "eval_cadence" in {rule.check for rule in ruleset.rules}
+    with pytest.raises(InputError, match="unknown rule set '9.9'"):
+        load_ruleset("9.9")
+    with pytest.raises(ValueError, match="does not match any of the expected tags"):
+        RuleSet.model_validate({"version": "1", "rules": [{"check": "eval('1')"}]})
+
+
+def _benchbase(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_exit_codes_are_pass_fail_and_unusable(real_run, run_copy, tmp_path):
+    assert _benchbase("check", str(real_run)).returncode == 0
+    _edit_events(_set_value("opt_name", "sgd"))(run_copy)
+    failed = _benchbase("check", "--json", str(run_copy))
+    assert failed.returncode == 1
+    document = json.loads(failed.stdout)
+    assert document["passed"] is False and "opt_name is 'sgd'" in failed.stdout
+    unusable = _benchbase("check", str(tmp_path / "missing"))
+    assert unusable.returncode == 2 and "no such file" in unusable.stderr
+
+
+# --- garbage in, findings out ----------------------------------------------------------------
+
+_LINE_PIECES = st.sampled_from([
+    ":::MLLOG ", "{", "}", '"time_ms": ', '"key": ', '"event_type": ', '"value": ', '"metadata": ',
+    '"epoch_num": ', '"status": ', '"run_start"', '"run_stop"', '"eval_accuracy"', '"INTERVAL_END"',
+    '"POINT_IN_TIME"', '{"wer": 5, "cer": 1}', "NaN", "1e400", "-1", "null", "[", "]", ",", ":", '"', "\\u0000",
+])
+_GARBAGE_LINE = st.one_of(st.text(max_size=80), st.lists(_LINE_PIECES, max_size=20).map("".join))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_GARBAGE_LINE, max_size=25), result=st.one_of(st.none(), st.dictionaries(
+    st.sampled_from(["tta", "seed", "status", "workload"]),
+    st.one_of(st.none(), st.integers(), st.text(max_size=5), st.dictionaries(st.text(max_size=8), st.none())))))
+def test_the_checker_never_raises_on_garbage(lines, result, workloads):
+    evidence = Evidence("garbage", parse_log_text("\n".join(lines)), result=result,
+                        config={"workload": workloads["ds2-mini"].model_dump(mode="json")},
+                        workload=workloads["ds2-mini"].model_dump(mode="json"))
+    report = check_evidence(evidence, load_ruleset())
+    assert not any("checker error" in line for line in report.failures), report.failures
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_real_logs_never_make_the_checker_raise(data, real_run, workloads):
+    raw = (real_run / "mllog.log").read_bytes()
+    cut = data.draw(st.integers(0, len(raw)))
+    insert = data.draw(st.binary(max_size=12))
+    evidence = Evidence("mutated", parse_log(raw[:cut] + insert + raw[cut + len(insert):]),
+                        result=json.loads((real_run / "result.json").read_text()),
+                        workload=workloads["ds2-mini"].model_dump(mode="json"))
+    report = check_evidence(evidence, load_ruleset())
+    assert not any("checker error" in line for line in report.failures), report.failures

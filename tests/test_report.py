@@ -1,0 +1,185 @@
+"""`benchbase score` and `benchbase report` on three hand-built run groups with known eval
+timelines: exact TTA tables, percentages, olympic scores, cost, energy, and the figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchbase.errors import InputError
+from benchbase.metrics import TargetTracker
+from benchbase.report import CostModel, energy_kwh, load_groups, olympic_score
+from benchbase.report.paper import TTA_OWN_BATCH, paper_tables
+from benchbase.report.tables import pick_baseline, report_tables, scored_groups
+from benchbase.specs import TTARule
+
+CER, WER = "CER 40", "WER 80"
+RULE = {"targets": [{"metric": "cer", "value": 40}, {"metric": "wer", "value": 80}], "window": 3,
+        "aggregation": "median"}
+STEP = 5.0  # seconds between evaluations
+WATTS = 360.0  # constant GPU power: energy to T seconds is T / 10,000 kWh
+HARDWARE = {"name": "sys-test", "price": {"total_usd": 3 * 8760.0}}  # $1 per hour over 3 years
+
+
+def _series(reached_at: float | None, last: float) -> list[float]:
+    """Error rates on the eval grid: 100 until one eval before reached_at, then 30, so that the
+    median of the last 3 first falls below the target at reached_at exactly."""
+    count = int(last / STEP)
+    drop = count + 10 if reached_at is None else int(reached_at / STEP) - 1
+    return [30.0 if index >= drop else 100.0 for index in range(1, count + 1)]
+
+
+def write_run(folder: Path, cer_at: float | None, wer_at: float | None) -> None:
+    """A run folder whose result.json follows from its eval timeline by the harness's TTA rule."""
+    folder.mkdir(parents=True)
+    last = max(at for at in (cer_at, wer_at, 60.0) if at is not None) + 4 * STEP
+    times = [STEP * index for index in range(1, int(last / STEP) + 1)]
+    evals = list(zip(times, _series(cer_at, last), _series(wer_at, last), strict=True))
+    tracker = TargetTracker(TTARule.model_validate(RULE))
+    for epoch, (t, cer, wer) in enumerate(evals, start=1):
+        tracker.update(epoch, t, wer, cer)
+    batches = [{"kind": "batch", "epoch": 1, "batch": i, "t": i * 1.0, "loss": 100.0 / i, "throughput": 50.0 + i % 7,
+                "utterances": 32} for i in range(1, int(last) + 1)]
+    metrics = batches + [{"kind": "eval", "epoch": e, "t": t, "wer": w, "cer": c} for e, (t, c, w) in
+                         enumerate(evals, start=1)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    telemetry = [{"t": float(t), "cpu": 80.0, "gpus": [{"util": 90, "power_w": WATTS / 2}] * 2}
+                 for t in range(int(last) + 1)]
+    (folder / "telemetry.jsonl").write_text("".join(json.dumps(s) + "\n" for s in telemetry))
+    (folder / "config.json").write_text(json.dumps({"workload": {"name": "ds2-mini", "tta": RULE},
+                                                    "hardware": HARDWARE}))
+    tta = {label: {"seconds": tracker.reached[label], "minutes": tracker.reached[label] / 60,
+                   "epoch": tracker.reached_epoch[label]} if label in tracker.reached else None
+           for label in (CER, WER)}
+    (folder / "result.json").write_text(json.dumps({
+        "status": "success" if None not in tta.values() else "aborted", "tta": tta, "seed": 0,
+        "final_evaluation": {"epoch": len(evals), "wer": evals[-1][2], "cer": evals[-1][1], "paper_cer": 31.0},
+        "throughput": {"median": 52.0}, "data_wait": {"share_of_step_time": 0.01},
+        "telemetry": {"cpu_percent_mean": 80.0, "gpu_percent_mean": 90.0, "sampler_cpu_seconds": 1.5}}))
+
+
+@pytest.fixture
+def groups_root(tmp_path) -> Path:
+    """base: five runs (one never reaches WER 80); fast: one run; bad: three runs, two of
+    which never reach CER 40."""
+    for index, (cer_at, wer_at) in enumerate([(100, 200), (120, None), (110, 180), (130, 220), (90, 210)]):
+        write_run(tmp_path / "base" / f"run-{index}", cer_at, wer_at)
+    write_run(tmp_path / "fast", 55, 105)
+    for index, (cer_at, wer_at) in enumerate([(60, 300), (None, 330), (None, 360)]):
+        write_run(tmp_path / "bad" / f"run-{index}", cer_at, wer_at)
+    return tmp_path
+
+
+def _paths(root: Path) -> list[Path]:
+    return [root / "base", root / "fast", root / "bad"]
+
+
+def test_the_hand_built_timelines_reach_their_targets_when_planned(groups_root):
+    result = json.loads((groups_root / "base" / "run-1" / "result.json").read_text())
+    assert result["tta"][CER]["seconds"] == 120 and result["tta"][WER] is None
+
+
+@pytest.mark.parametrize(("times", "seconds", "kept", "note"), [
+    ([100, 120, 110, 130, 90], 110, (100, 110, 120), "dropped the fastest and the slowest"),
+    ([200, None, 180, 220, 210], 210, (200, 210, 220), "one run that never reached it"),
+    ([60, None, None], None, (), "2 of 3 runs never reached it"),
+    ([55], 55, (55,), "mean of 1 run(s)"),
+    ([50, None], None, (), "1 of 2 runs never reached it"),
+    ([], None, (), "no runs"),
+])
+def test_the_olympic_score_drops_fastest_and_slowest(times, seconds, kept, note):
+    score = olympic_score(times)
+    assert score.seconds == seconds and score.kept == kept and note in score.note
+
+
+def test_the_tta_tables_are_exact(groups_root):
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    minutes, percent, accuracy, throughput, cost = report_tables(scored, pick_baseline(scored, None), CostModel())
+    assert minutes.headers == ["group", "runs", CER, WER]
+    assert minutes.rows == [["base", 5, 110 / 60, 210 / 60], ["fast", 1, 55 / 60, 105 / 60], ["bad", 3, None, 330 / 60]]
+    assert percent.title == "TTA (% of base)"
+    assert percent.rows == [["base", 100.0, 100.0], ["fast", 50.0, 50.0], ["bad", None, pytest.approx(330 / 210 * 100)]]
+    assert percent.formatted_rows()[2] == ["bad", "NA", "157.1"]
+    assert accuracy.rows[1] == ["fast", 30.0, 30.0, 31.0, 25]  # evals every 5 s to 105 + 20
+    assert throughput.rows[0] == ["base", 52.0, 1.0, 80.0, 90.0, 1.5]
+
+
+def test_percentages_follow_the_named_baseline(groups_root):
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    percent = report_tables(scored, pick_baseline(scored, "fast"), CostModel())[1]
+    assert percent.rows == [["base", 200.0, 200.0], ["fast", 100.0, 100.0], ["bad", None, pytest.approx(330 / 105 * 100)]]
+    with pytest.raises(InputError, match="--baseline 'sys9' names no run group; groups: base, fast, bad"):
+        pick_baseline(scored, "sys9")
+
+
+def test_cost_and_energy_to_accuracy(groups_root):
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    cost = report_tables(scored, scored[0], CostModel(lifetime_years=3))[4]
+    assert cost.headers == ["group", "$/hour", f"{CER} $", f"{WER} $", f"{CER} kWh", f"{WER} kWh"]
+    base = cost.rows[0]
+    assert base[1:4] == [pytest.approx(1.0), pytest.approx(110 / 3600), pytest.approx(210 / 3600)]
+    # Energy averages the runs that reached the target (CER: all five; WER: four of them).
+    assert base[4] == pytest.approx(110 / 10_000) and base[5] == pytest.approx((200 + 180 + 220 + 210) / 4 / 10_000)
+    assert cost.rows[2][2] is None and cost.rows[2][4] == pytest.approx(60 / 10_000)
+    hourly = report_tables(scored, scored[0], CostModel(price_per_hour=3.0))[4]
+    assert hourly.rows[1][1:4] == [3.0, pytest.approx(3 * 55 / 3600), pytest.approx(3 * 105 / 3600)]
+
+
+def test_energy_needs_nvml_power():
+    assert energy_kwh([{"t": 0.0, "cpu": 50}, {"t": 1.0, "cpu": 50}], 1.0) is None
+    assert energy_kwh([{"t": 0.0, "gpus": [{"power_w": 100}]}, {"t": 36.0, "gpus": [{"power_w": 100}]}], 40) \
+        == pytest.approx(0.001)
+
+
+def test_the_paper_reference_matches_design():
+    assert TTA_OWN_BATCH["sys10"]["CER 7"] is None and TTA_OWN_BATCH["sys2"]["WER 20.2"] == 1980
+    titles = [table.title for table in paper_tables()]
+    assert titles[0].startswith("paper Table 4") and any("Table 5" in title for title in titles)
+
+
+def test_a_folder_without_results_is_unusable(tmp_path):
+    with pytest.raises(InputError, match="no result.json"):
+        load_groups([tmp_path])
+
+
+def _benchbase(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True, timeout=180,
+                          cwd=cwd)
+
+
+def test_score_prints_the_olympic_scores_as_json(groups_root):
+    finished = _benchbase("score", "--json", *map(str, _paths(groups_root)))
+    assert finished.returncode == 0, finished.stderr
+    scores = json.loads(finished.stdout)
+    assert scores["base"][CER]["score_seconds"] == 110 and scores["base"][WER]["kept_seconds"] == [200, 210, 220]
+    assert scores["bad"][CER]["valid"] is False and scores["fast"][WER]["score_minutes"] == 1.75
+
+
+def test_report_writes_markdown_csv_and_figures(groups_root, tmp_path):
+    from matplotlib.image import imread
+
+    out = tmp_path / "report"
+    finished = _benchbase("report", *map(str, _paths(groups_root)), "--baseline", "base", "--paper", "--out", str(out))
+    assert finished.returncode == 0, finished.stderr
+    assert "TTA (% of base)" in finished.stdout and "paper Table 4" in finished.stdout
+    markdown = (out / "report.md").read_text()
+    assert "| fast | 1 | 0.92 | 1.75 |" in markdown and "| bad | NA | 157.1 |" in markdown
+    assert "paper sys10" in markdown and "![accuracy-over-time](figures/accuracy-over-time.png)" in markdown
+    assert (out / "tta-minutes.csv").read_text().splitlines()[3] == "bad,3,NA,5.5"
+    assert (out / "tta-percent-of-baseline.csv").read_text().splitlines()[2] == "fast,50.0,50.0"
+    for name in ("accuracy-over-time", "utilization", "throughput-over-time"):
+        png = out / "figures" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+        image = imread(png)
+        assert image.shape[0] > 300 and image.shape[1] > 600 and image.std() > 0.05  # not a blank canvas
+
+
+def test_report_needs_runs_or_the_paper(tmp_path):
+    finished = _benchbase("report", cwd=tmp_path)
+    assert finished.returncode == 2 and "name at least one RUN_DIR" in finished.stderr
+    paper_only = _benchbase("report", "--paper", "--out", str(tmp_path / "paper"))
+    assert paper_only.returncode == 0 and (tmp_path / "paper" / "report.md").is_file()
