@@ -161,3 +161,14 @@ def test_fixed_padding_pads_every_batch_to_the_same_frames(small_store):
     store = FeatureStore(small_store)
     batches = list(BatchPipeline(store, ("dev",), 8, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
     assert {b.features.shape[1] for b in batches} == {1670}
+
+
+def test_a_store_of_another_format_is_refused_with_a_way_out(tmp_path, small_store):
+    from benchbase.errors import InputError
+
+    copy = tmp_path / "old"
+    shutil.copytree(small_store, copy)
+    description = json.loads((copy / "store.json").read_text())
+    (copy / "store.json").write_text(json.dumps({**description, "version": 1}))
+    with pytest.raises(InputError, match="format 1, this benchbase reads 2; prepare it again"):
+        FeatureStore(copy)

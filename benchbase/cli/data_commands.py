@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 from benchbase.cli.app import cli
 from benchbase.errors import InputError
@@ -54,7 +55,7 @@ def synth(out: Path, utterances: int, seed: int, text_file: Path | None) -> None
 def prepare(root: Path, subsets: str, workload_name: str, train_subsets: str | None, out: Path,
             workers: int | None) -> None:
     """Extract features into shards of 64 utterances; resumable."""
-    from benchbase.data.prepare import prepare_store
+    from benchbase.data.prepare import REPORT_FILE, prepare_store
 
     workload = collect_registry(get_plugin_manager()).workload(workload_name)
     names = tuple(name.strip() for name in subsets.split(",") if name.strip())
@@ -62,17 +63,31 @@ def prepare(root: Path, subsets: str, workload_name: str, train_subsets: str | N
     if not train:
         raise InputError("--subsets names no training subset (train*): pass --train to say which normalize")
     console = Console()
-    with _progress(console) as progress:
-        task = progress.add_task("extracting features (shards)", total=None)
+    with _progress(console, unit="utt") as progress:
+        task = progress.add_task("extracting features", total=None)
         description = prepare_store(root, {"train": train, "all": names}, workload.features, workload.model,
                                     workload.data.max_duration, out, workers,
                                     lambda done, total: progress.update(task, completed=done, total=total))
     for name, split in description["splits"].items():
         dropped = ", ".join(f"{reason} {count}" for reason, count in split["dropped"].items()) or "none"
-        console.print(f"{name}: {split['utterances']} utterances, {split['seconds'] / 3600:.2f} h; dropped: {dropped}")
-    console.print(f"store: {out}")
+        console.print(f"{name}: kept {split['utterances']} of {split['listed']} ({100 * split['kept_fraction']:.1f}%), "
+                      f"{split['seconds'] / 3600:.2f} h, resampled {split['resampled']}; dropped: {dropped}")
+    console.print(f"store: {out}  (skipped files and reasons: {out / REPORT_FILE})")
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=console)
+def _progress(console: Console, unit: str = "") -> Progress:
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    if unit:
+        columns.append(_RateColumn(unit))
+    return Progress(*columns, TimeRemainingColumn(), console=console)
+
+
+class _RateColumn(ProgressColumn):
+    """Items per second (rich's own speed column formats bytes)."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task) -> Text:
+        return Text("" if task.speed is None else f"{task.speed:,.0f} {self.unit}/s")

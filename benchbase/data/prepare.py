@@ -22,11 +22,20 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
+from threadpoolctl import threadpool_limits
 
 from benchbase.data.alphabet import UnknownCharacterError, encode_transcript
 from benchbase.data.features import extract_features
 from benchbase.data.librispeech import UtteranceSource, list_subset
-from benchbase.data.store import SHARD_SIZE, STATS_FILE, STORE_FILE, Utterance, atomic_write_bytes, write_shard
+from benchbase.data.store import (
+    FORMAT_VERSION,
+    SHARD_SIZE,
+    STATS_FILE,
+    STORE_FILE,
+    Utterance,
+    atomic_write_bytes,
+    write_shard,
+)
 from benchbase.errors import InputError
 from benchbase.specs import FeatureSpec, ModelSpec
 
@@ -120,13 +129,19 @@ def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | No
     if pending:
         # spawn, not fork: the caller may already hold threads (torch, the sampler).
         context = multiprocessing.get_context("spawn")
-        with context.Pool(min(workers or os.cpu_count() or 1, len(pending))) as pool:
+        with context.Pool(min(workers or os.cpu_count() or 1, len(pending)), initializer=_one_blas_thread) as pool:
             for job, summary in zip(pending, pool.imap(_prepare_shard, pending)):
                 summaries[job.path] = summary
                 done += len(job.sources)
                 if progress:
                     progress(done, total)
     return summaries
+
+
+def _one_blas_thread() -> None:
+    """Parallelism comes from the worker processes; a multi-threaded BLAS inside each one
+    oversubscribes the cores and made the mel projection nine times slower on a busy machine."""
+    threadpool_limits(1)
 
 
 def _finished_summary(shard: Path) -> ShardSummary | None:
@@ -216,7 +231,7 @@ def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
             "resampled": sum(part.resampled for part in parts),
             "dropped": dropped,
         }
-    return {"version": 2, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()},
+    return {"version": FORMAT_VERSION, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()},
             "splits": described}
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "FeatureStore",
     "Utterance",
     "atomic_write_bytes",
+    "FORMAT_VERSION",
     "ShardIndex",
     "features_path",
     "read_index",
@@ -38,6 +39,8 @@ SHARD_SIZE = 64
 STORE_FILE = "store.json"
 STATS_FILE = "stats.npz"
 OPEN_MAPS = 128
+FORMAT_VERSION = 2
+"""Bumped whenever the shard layout changes; a store of another version is prepared again."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,10 @@ class FeatureStore:
                 self.std = stats["std"].astype(np.float32)
         except (OSError, ValueError, KeyError) as error:
             raise InputError(f"{root}: not a prepared feature store ({error})") from None
+        version = self.description.get("version")
+        if version != FORMAT_VERSION:
+            raise InputError(f"{root}: feature store format {version}, this benchbase reads {FORMAT_VERSION}; "
+                             "prepare it again")
 
     @staticmethod
     def exists(root: Path) -> bool:

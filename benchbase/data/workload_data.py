@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchbase.data.prepare import prepare_store
-from benchbase.data.store import FeatureStore
+from benchbase.data.store import FORMAT_VERSION, FeatureStore
 from benchbase.errors import InputError
 from benchbase.specs import WorkloadSpec
 
@@ -68,6 +68,7 @@ def store_key(workload: WorkloadSpec) -> str:
     """A short hash of the settings that decide a store's contents."""
     model = workload.model
     shaping = {
+        "format": FORMAT_VERSION,
         "features": workload.features.model_dump(),
         "max_duration": workload.data.max_duration,
         "conv": [model.conv_width, model.conv_stride],

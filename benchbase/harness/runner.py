@@ -117,6 +117,7 @@ class Harness:
 
     def _log_submission(self) -> None:
         hardware, optimizer = self.config.hardware, self.workload.optimizer
+        # Everything the workload pins goes into the log, so `benchbase check` can compare it.
         for key, value in (
             (constants.SUBMISSION_ORG, self.config.submitter),
             (constants.SUBMISSION_PLATFORM, hardware.name),
@@ -134,6 +135,8 @@ class Harness:
             ("opt_adadelta_rho", optimizer.rho),
             ("opt_adadelta_epsilon", optimizer.epsilon),
             (constants.OPT_GRADIENT_CLIP_NORM, optimizer.gradient_clip_norm),
+            ("eval_decoder", self.workload.evaluation.decoder),
+            ("eval_beam_width", self.workload.evaluation.beam_width),
         ):
             self.log.event(key, value=value)
 

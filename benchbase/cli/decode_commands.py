@@ -1,0 +1,109 @@
+"""`benchbase decode-sweep`: re-decode a run's dev set at several beam widths (paper, Table 3)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import numpy as np
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from benchbase.cli.app import cli
+from benchbase.data.pipeline import pad_batch
+from benchbase.data.store import FeatureStore
+from benchbase.decode import evaluation_decoder
+from benchbase.errors import InputError, describe_validation_error
+from benchbase.harness.runner import device_plan
+from benchbase.metrics import error_rates
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
+from benchbase.specs import RunConfig
+
+__all__ = ["DevOutputs", "decode_sweep", "dev_outputs", "load_run_config", "newest_checkpoint", "sweep_row"]
+
+
+@dataclass(frozen=True)
+class DevOutputs:
+    """The acoustic model's dev-set outputs, computed once and decoded many times."""
+
+    batches: list[tuple[np.ndarray, np.ndarray]]
+    references: list[str]
+
+
+@cli.command("decode-sweep")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--beams", default="64,128,256,512", show_default=True, help="Comma-separated beam widths.")
+@click.option("--decoder", type=click.Choice(["beam", "word_beam"]),
+              help="Decoder to sweep (default: the workload's, or word_beam where it evaluates greedily).")
+@click.option("--data", type=click.Path(path_type=Path), help="Feature store (default: the one in config.json).")
+def decode_sweep(run_dir: Path, beams: str, decoder: str | None, data: Path | None) -> None:
+    """Decode RUN_DIR's dev set from its newest checkpoint at each beam width: seconds, WER, CER."""
+    widths = _widths(beams)
+    config = load_run_config(run_dir)
+    outputs = dev_outputs(config, newest_checkpoint(run_dir), data or config.data)
+    evaluation = config.workload.evaluation
+    name = decoder or (evaluation.decoder if evaluation.decoder != "greedy" else "word_beam")
+    table = Table(title=f"{run_dir}: {name} on {len(outputs.references)} dev utterances")
+    for column in ("beam width", "seconds", "WER %", "CER %"):
+        table.add_column(column, justify="right")
+    for width in widths:
+        table.add_row(*sweep_row(config, data or config.data, name, width, outputs))
+    Console().print(table)
+
+
+def sweep_row(config: RunConfig, store: Path, name: str, width: int, outputs: DevOutputs) -> tuple[str, ...]:
+    spec = config.workload.evaluation.model_copy(update={"decoder": name, "beam_width": width})
+    decoder = evaluation_decoder(spec, store, config.workload.data.train, config.workload.model.ctc_blank_index)
+    started = time.perf_counter()
+    hypotheses = [text for log_probs, lengths in outputs.batches for text in decoder.decode(log_probs, lengths)]
+    seconds = time.perf_counter() - started
+    rates = error_rates(outputs.references, hypotheses)
+    return str(width), f"{seconds:.2f}", f"{rates.wer:.2f}", f"{rates.cer:.2f}"
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise InputError(f"{run_dir}: not a run folder (no config.json)")
+    try:
+        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as error:
+        raise InputError(describe_validation_error(str(path), error)) from None
+
+
+def newest_checkpoint(run_dir: Path) -> Path:
+    checkpoints = sorted((run_dir / "checkpoints").glob("batch-*.ckpt"))
+    if not checkpoints:
+        raise InputError(f"{run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+    return checkpoints[-1]
+
+
+def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path) -> DevOutputs:
+    """Build the run's backend, load the checkpoint and predict the dev split once, in order."""
+    store = FeatureStore(store_root)
+    backend = collect_registry(get_plugin_manager()).backend(config.backend)()
+    workload = config.workload
+    backend.build(workload.model, workload.optimizer, store.feature_dimension, device_plan(config), config.seed)
+    backend.load_checkpoint(checkpoint)
+    utterances = [utterance for shard in store.shards(workload.data.dev) for utterance in store.read(shard)]
+    size = config.hardware.pipeline.global_batch
+    batches, references = [], []
+    for start in range(0, len(utterances), size):
+        batch = pad_batch(utterances[start : start + size], workload.data.pad_to_frames)
+        batches.append(backend.predict(batch))
+        references += batch.transcripts
+    return DevOutputs(batches, references)
+
+
+def _widths(text: str) -> list[int]:
+    try:
+        widths = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        widths = []
+    if not widths or min(widths) < 1:
+        raise InputError(f"--beams {text!r}: expected positive widths separated by commas, e.g. 64,128,256")
+    return widths
