@@ -1,10 +1,11 @@
 # make run   installs what is missing into .venv and runs the main job (ds2-mini, PyTorch, CPU)
+# GPU users: install a CUDA torch first, and plugins/tf_ds2[gpu] instead of [cpu].
 # make test  installs what is missing and runs the tests
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.benchbase-installed
-SOURCES := pyproject.toml plugins/torch_ds2/pyproject.toml constraints.txt
+SOURCES := pyproject.toml plugins/torch_ds2/pyproject.toml plugins/tf_ds2/pyproject.toml constraints.txt
 
 .PHONY: run test lint clean-venv
 
@@ -22,7 +23,8 @@ $(BIN)/python:
 
 $(STAMP): $(SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu]" -e plugins/torch_ds2
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu]" -e plugins/torch_ds2 \
+		-e "plugins/tf_ds2[cpu]"
 	touch $@
 
 clean-venv:

@@ -1,0 +1,1 @@
+"""benchbase's TensorFlow backend (the plugin module is benchbase_tf_ds2.plugin)."""

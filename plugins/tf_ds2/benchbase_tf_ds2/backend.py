@@ -1,0 +1,193 @@
+"""The TensorFlow backend: builds the model, runs AdaDelta steps with CTC, returns log-probs.
+
+Training is data-parallel through tf.distribute: a MirroredStrategy over the devices the
+hardware profile names (one replica on a CPU). The compiled step takes the global batch and
+each replica trains on its own rows, so the harness's pipeline feeds this backend exactly as
+it feeds the PyTorch one.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from benchbase.backend import Backend, Batch, DevicePlan
+from benchbase.errors import BenchbaseError
+from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase_tf_ds2.model import DeepSpeech2
+
+__all__ = ["TensorFlowBackend"]
+
+class TensorFlowBackend(Backend):
+    name = "tf"
+    description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 with fused/cuDNN LSTMs, CTC, AdaDelta"
+
+    def __init__(self, *, fused_lstm: bool | None = None) -> None:
+        """``fused_lstm`` exists for benchmarks/backend_parity.py; a run takes the default.
+
+        None picks TensorFlow's fused LSTM kernel on a CPU and Keras's cuDNN path on GPUs;
+        False forces Keras's own LSTM (a tf.while_loop on a CPU) to measure what fusing gains.
+        """
+        self.fused_lstm = fused_lstm
+
+    def build(self, model: ModelSpec, optimizer: OptimizerSpec, feature_dimension: int, plan: DevicePlan,
+              seed: int) -> None:
+        _configure_threads(plan.threads)
+        keras.utils.set_random_seed(seed)
+        self.spec = model
+        self.optimizer_spec = optimizer
+        self.strategy = _strategy(plan)
+        fused = plan.kind == "cpu" if self.fused_lstm is None else self.fused_lstm
+        with self.strategy.scope():
+            self.model = DeepSpeech2(model, feature_dimension, fused_lstm=fused)
+            self.model.build_weights()
+            self.optimizer = keras.optimizers.Adadelta(
+                learning_rate=optimizer.learning_rate, rho=optimizer.rho, epsilon=optimizer.epsilon,
+            )
+            self.optimizer.build(self.model.trainable_variables)
+        self._train_function = self._compile_train_step(feature_dimension)
+        self._predict_function = tf.function(
+            lambda features: self.model(features, training=False),
+            input_signature=[tf.TensorSpec([None, None, feature_dimension], tf.float32)],
+        )
+
+    def train_step(self, batch: Batch) -> float:
+        replicas = self.strategy.num_replicas_in_sync
+        if batch.size % replicas:
+            raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
+        loss = self._train_function(batch.features, batch.feature_lengths, batch.labels, batch.label_lengths)
+        return float(loss)
+
+    def predict(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        log_probs = self._predict_function(batch.features).numpy()
+        lengths = np.asarray([self.spec.output_frames(int(n)) for n in batch.feature_lengths], dtype=np.int32)
+        return log_probs, lengths
+
+    def save_checkpoint(self, path: Path) -> None:
+        arrays = {f"{group}/{index:04d}": variable.numpy()
+                  for group, variables in self._checkpointed().items() for index, variable in enumerate(variables)}
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        # Exactly the path given (np.savez would append .npz to a name): the harness renames it.
+        Path(path).write_bytes(buffer.getvalue())
+
+    def load_checkpoint(self, path: Path) -> None:
+        with np.load(Path(path)) as saved:
+            for group, variables in self._checkpointed().items():
+                _restore(variables, saved, group, path)
+
+    def _checkpointed(self) -> dict[str, list]:
+        """Variables by position: Keras numbers its names per process, the build order is fixed.
+
+        The model's variables include BatchNorm's running statistics and dropout's seed state.
+        """
+        return {"model": self.model.variables, "optimizer": self.optimizer.variables}
+
+    def parameter_count(self) -> int:
+        return int(sum(math.prod(v.shape) for v in self.model.trainable_variables))
+
+    def device_description(self) -> str:
+        devices = ", ".join(self.strategy.extended.worker_devices)
+        threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
+        return f"tf.distribute {type(self.strategy).__name__} over {devices}; intra-op threads {threads}"
+
+    # --- the compiled step --------------------------------------------------------------
+
+    def _compile_train_step(self, feature_dimension: int):
+        signature = [
+            tf.TensorSpec([None, None, feature_dimension], tf.float32),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([None, None], tf.int32),
+            tf.TensorSpec([None], tf.int32),
+        ]
+
+        # One trace for every batch shape: frames and label lengths vary from batch to batch.
+        # No XLA: neither the sparse CTCLoss op nor BlockLSTM has an XLA kernel, and XLA would
+        # compile anew for every distinct frame count (docs/BENCHMARKS.md has the numbers).
+        @tf.function(input_signature=signature)
+        def train(features, feature_lengths, labels, label_lengths):
+            per_replica = self.strategy.run(self._replica_step, args=(features, feature_lengths, labels, label_lengths))
+            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        return train
+
+    def _replica_step(self, features, feature_lengths, labels, label_lengths):
+        """One replica's share: its rows of the global batch; returns its part of the batch-mean loss."""
+        context = tf.distribute.get_replica_context()
+        global_size = tf.shape(features)[0]
+        rows = global_size // context.num_replicas_in_sync
+        start = context.replica_id_in_sync_group * rows
+        mine = [tensor[start : start + rows] for tensor in (features, feature_lengths, labels, label_lengths)]
+        with tf.GradientTape() as tape:
+            # Summed over this replica's utterances, divided by the global batch: the replicas'
+            # gradients add up (all-reduce SUM) to those of the batch mean.
+            loss = tf.reduce_sum(self._utterance_losses(*mine)) / tf.cast(global_size, tf.float32)
+        variables = self.model.trainable_variables
+        gradients = self._clipped(tape.gradient(loss, variables), context)
+        self.optimizer.apply(gradients, variables)
+        return loss
+
+    def _utterance_losses(self, features, feature_lengths, labels, label_lengths):
+        log_probs = self.model(features, training=True)
+        output_lengths = (feature_lengths - self.spec.conv_width) // self.spec.conv_stride + 1
+        # Sparse labels: TensorFlow then swaps in cuDNN's CTC kernel on a GPU.
+        losses = tf.nn.ctc_loss(labels=_sparse_labels(labels, label_lengths), logits=log_probs, label_length=None,
+                                logit_length=output_lengths, logits_time_major=False,
+                                blank_index=self.spec.ctc_blank_index)
+        # As PyTorch's zero_infinity: an utterance without a valid alignment adds nothing.
+        return tf.where(tf.math.is_finite(losses), losses, tf.zeros_like(losses))
+
+    def _clipped(self, gradients, context):
+        clip = self.optimizer_spec.gradient_clip_norm
+        if not clip:
+            return gradients
+        # The norm is the global batch's: sum the replicas' gradients first, clip, then hand each
+        # replica its share back, since the Keras optimizer all-reduces (sums) them once more.
+        replicas = context.num_replicas_in_sync
+        if replicas > 1:
+            gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        gradients, _ = tf.clip_by_global_norm(gradients, clip)
+        return [gradient / replicas for gradient in gradients] if replicas > 1 else gradients
+
+
+def _sparse_labels(labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.SparseTensor:
+    valid = tf.sequence_mask(label_lengths, tf.shape(labels)[1])
+    indices = tf.where(valid)
+    return tf.SparseTensor(indices, tf.gather_nd(labels, indices), tf.shape(labels, out_type=tf.int64))
+
+
+def _restore(variables, saved, group: str, path: Path) -> None:
+    stored = sorted(key for key in saved.files if key.startswith(group + "/"))
+    shapes = [tuple(saved[key].shape) for key in stored]
+    if shapes != [tuple(variable.shape) for variable in variables]:
+        raise BenchbaseError(f"{path}: its {group} variables do not fit this model; was it written for another one?")
+    for key, variable in zip(stored, variables):
+        variable.assign(saved[key])
+
+
+def _configure_threads(threads: int | None) -> None:
+    if not threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        # TensorFlow fixes its thread pools at its first op; a second backend in the same
+        # process (tests, benchmarks/backend_parity.py) keeps the first one's setting.
+        pass
+
+
+def _strategy(plan: DevicePlan) -> tf.distribute.Strategy:
+    if plan.kind == "cpu":
+        return tf.distribute.MirroredStrategy(["/cpu:0"])
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        raise BenchbaseError("the hardware profile asks for CUDA, but TensorFlow sees no GPU; pass --device cpu")
+    if len(gpus) < plan.count:
+        raise BenchbaseError(f"the hardware profile names {plan.count} GPUs, but TensorFlow sees {len(gpus)}")
+    return tf.distribute.MirroredStrategy([f"/gpu:{index}" for index in range(plan.count)])
