@@ -7,6 +7,7 @@ harness, so a backend cannot change how it is measured.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 
 from benchbase.specs import ModelSpec, OptimizerSpec
 
-__all__ = ["Backend", "Batch", "DevicePlan"]
+__all__ = ["Backend", "BackendReference", "Batch", "DevicePlan"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,24 @@ class Backend(ABC):
     def device_description(self) -> str:
         """Human-readable description of the devices in use (for the log and the report)."""
         return ""
+
+
+@dataclass(frozen=True)
+class BackendReference:
+    """A backend registered by name and import path, imported only when a run asks for it.
+
+    Frameworks take seconds to import and some log to stderr when they do; registering a
+    reference keeps `benchbase plugins`, `benchbase check` and every error path fast and quiet.
+    """
+
+    name: str
+    target: str
+    """"module:ClassName" of the Backend subclass."""
+    description: str = ""
+
+    def load(self) -> type[Backend]:
+        module_name, _, class_name = self.target.partition(":")
+        backend = getattr(importlib.import_module(module_name), class_name)
+        if not (isinstance(backend, type) and issubclass(backend, Backend)):
+            raise TypeError(f"{self.target} is not a benchbase Backend subclass")
+        return backend

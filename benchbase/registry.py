@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pluggy
 
-from benchbase.backend import Backend
+from benchbase.backend import Backend, BackendReference
 from benchbase.errors import InputError
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.yaml_specs import load_spec_file
@@ -17,12 +17,14 @@ __all__ = ["Registry", "collect_registry"]
 
 @dataclass
 class Registry:
-    backends: dict[str, type[Backend]] = field(default_factory=dict)
+    backends: dict[str, type[Backend] | BackendReference] = field(default_factory=dict)
     workloads: dict[str, WorkloadSpec] = field(default_factory=dict)
     profiles: dict[str, HardwareProfile] = field(default_factory=dict)
 
     def backend(self, name: str) -> type[Backend]:
-        return _lookup(self.backends, name, "backend")
+        """The backend class; a registered reference is imported now."""
+        backend = _lookup(self.backends, name, "backend")
+        return backend.load() if isinstance(backend, BackendReference) else backend
 
     def workload(self, name: str) -> WorkloadSpec:
         return _lookup(self.workloads, name, "workload")

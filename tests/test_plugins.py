@@ -11,7 +11,8 @@ import torch
 
 import benchbase
 from benchbase import hookspecs, plugins
-from benchbase.backend import Backend, Batch
+from benchbase.backend import Backend, BackendReference, Batch
+from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
 from benchbase.registry import collect_registry
@@ -156,3 +157,39 @@ def test_every_hook_is_documented():
 
 def test_each_invocation_gets_a_fresh_manager():
     assert plugins.get_plugin_manager(False) is not plugins.get_plugin_manager(False)
+
+
+def test_a_run_evaluates_with_the_decoder_its_workload_names(pm, tmp_path, small_store):
+    """Word beam search through the harness: the LM is built from the store's training
+    transcripts in init, and every dev hypothesis is made of dictionary words."""
+    pm.register(ThirdPartyPlugin())
+    registry = collect_registry(pm)
+    workload = registry.workload("ds2-mini")
+    data = workload.model_dump()
+    data["max_epochs"] = 1
+    data["evaluation"].update(decoder="word_beam", beam_width=8)
+    config = RunConfig(workload=type(workload).model_validate(data), backend="linear-ctc",
+                       hardware=registry.profile("cpu"), seed=2, out=tmp_path / "run", data=small_store)
+    run_benchmark(config, pm, registry.backend("linear-ctc"))
+    assert (small_store / "lm.npz").is_file()
+    decoded = [json.loads(line) for line in (tmp_path / "run" / "decoded" / "dev-epoch-001.jsonl").read_text().splitlines()]
+    vocabulary = {word for shard in FeatureStore(small_store).shards(["train"])
+                  for utterance in FeatureStore(small_store).read(shard) for word in utterance.transcript.split()}
+    assert all(set(line["hypothesis"].split()) <= vocabulary for line in decoded)
+    events = [json.loads(line.split(" ", 1)[1]) for line in (tmp_path / "run" / "mllog.log").read_text().splitlines()]
+    assert {e["key"]: e["value"] for e in events}["eval_decoder"] == "word_beam"
+
+
+def test_a_backend_reference_is_imported_only_when_asked_for(pm):
+    class ByReference:
+        @benchbase.hookimpl
+        def register_backends(self, register):
+            register(BackendReference("lazy", "test_plugins:LinearCTCBackend"))
+            register(BackendReference("broken", "benchbase.specs:WorkloadSpec"))
+
+    pm.register(ByReference())
+    registry = collect_registry(pm)
+    assert isinstance(registry.backends["lazy"], BackendReference)
+    assert registry.backend("lazy").name == "linear-ctc"
+    with pytest.raises(TypeError, match="not a benchbase Backend subclass"):
+        registry.backend("broken")

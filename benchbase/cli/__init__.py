@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from benchbase.cli import check_commands, data_commands, info_commands, report_commands, run_command  # noqa: F401  (they register commands)
+from benchbase.cli import (  # noqa: F401  (they register commands)
+    check_commands,
+    data_commands,
+    decode_commands,  # noqa: F401  (registers decode-sweep)
+    info_commands,
+    report_commands,
+    run_command,
+)
 from benchbase.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from benchbase.backend import BackendReference
 from benchbase.cli.app import cli
 from benchbase.plugins import entry_point_distributions, get_plugin_manager
 from benchbase.registry import collect_registry
@@ -21,9 +22,15 @@ def plugins() -> None:
         table.add_column(column)
     for name, plugin in sorted(manager.list_name_plugin()):
         hooks = sorted(caller.name for caller in manager.get_hookcallers(plugin) or [])
-        backends = [b for b, cls in registry.backends.items() if cls.__module__.split(".")[0] in _module_root(plugin)]
+        backends = [name for name, backend in registry.backends.items()
+                    if _backend_module(backend).split(".")[0] == _module_root(plugin)]
         table.add_row(name, distributions.get(name, "built-in"), ", ".join(hooks), ", ".join(backends))
     Console().print(table)
+
+
+def _backend_module(backend) -> str:
+    """Where a backend lives, without importing it when it was registered by reference."""
+    return backend.target.partition(":")[0] if isinstance(backend, BackendReference) else backend.__module__
 
 
 def _module_root(plugin) -> str:

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from pathlib import Path
 
-import keras
-import numpy as np
-import tensorflow as tf
+# TensorFlow's C++ INFO lines (oneDNN notices, CPU feature flags) would land in the middle of
+# the reporter's live view; warnings and errors still show. A user's own setting wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from benchbase.backend import Backend, Batch, DevicePlan
 from benchbase.errors import BenchbaseError
@@ -22,6 +27,7 @@ from benchbase.specs import ModelSpec, OptimizerSpec
 from benchbase_tf_ds2.model import DeepSpeech2
 
 __all__ = ["TensorFlowBackend"]
+
 
 class TensorFlowBackend(Backend):
     name = "tf"

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from benchbase import hookimpl
+from benchbase.backend import BackendReference
 
 
 @hookimpl
 def register_backends(register):
-    from benchbase_tf_ds2.backend import TensorFlowBackend  # tensorflow is imported only when asked for
-
-    register(TensorFlowBackend)
+    # A reference, not the class: tensorflow is imported only when a run asks for this backend.
+    register(BackendReference(
+        name="tf",
+        target="benchbase_tf_ds2.backend:TensorFlowBackend",
+        description="TensorFlow 2 / Keras 3: DS2 with fused (CPU) or cuDNN (GPU) LSTMs, CTC, AdaDelta, tf.distribute",
+    ))

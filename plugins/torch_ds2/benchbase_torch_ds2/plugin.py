@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from benchbase import hookimpl
+from benchbase.backend import BackendReference
 
 
 @hookimpl
 def register_backends(register):
-    from benchbase_torch_ds2.backend import TorchBackend  # torch is imported only when asked for
-
-    register(TorchBackend)
+    # A reference, not the class: torch is imported only when a run asks for this backend.
+    register(BackendReference(
+        name="torch",
+        target="benchbase_torch_ds2.backend:TorchBackend",
+        description="PyTorch: DS2 with oneDNN (CPU) or cuDNN (GPU) LSTMs, CTC, AdaDelta",
+    ))
