@@ -6,9 +6,12 @@ which underflow to zero after a few hundred frames, and then every beam ties.
 
 Prefixes are nodes of a tree that grows as the search runs: a node is made once per
 (parent, label) and found again through an open-addressing hash table, so two beams with the
-same labels are always the same node and merge. A frame turns the beams into a (beam,
-symbol) grid of candidates: the blank column holds "keep the prefix", the others "append
-this label". Kernels are compiled without the GIL, so threads decode utterances in parallel.
+same labels are always the same node and merge. A frame turns the beams into candidates:
+each beam "keeps its prefix" (through a blank or a repeat), and may "append a label". Only the
+candidates that can still win are listed, in (beam, label) order, which is the order of the
+full (beam, symbol) grid they stand for; ties are broken by that order. Every buffer is made
+once per utterance, so a frame allocates nothing, and kernels are compiled without the GIL,
+so threads decode utterances in parallel.
 """
 
 from __future__ import annotations
@@ -69,6 +72,13 @@ class _Nodes(NamedTuple):
     lm: np.ndarray
     """Log-probability of the complete words."""
     words: np.ndarray
+    bonus: np.ndarray
+    """The language model's share of the node's score: fixed once the node is made, so it is
+    worked out then, not on each of the many frames that the node stays a beam."""
+    ceiling: np.ndarray
+    """An upper bound of the bonus of any extension of the node."""
+    space_bonus: np.ndarray
+    """The bonus of the node + a space (a bigram lookup), or -inf where no word ends."""
     keys: np.ndarray
     values: np.ndarray
     count: np.ndarray
@@ -78,16 +88,74 @@ def _nodes(capacity: int) -> _Nodes:
     slots = 1 << int(2 * capacity).bit_length()
     nodes = _Nodes(np.full(capacity, -1, np.int32), np.full(capacity, -1, np.int32), np.zeros(capacity, np.int32),
                    np.full(capacity, -1, np.int32), np.zeros(capacity), np.zeros(capacity, np.int32),
+                   np.zeros(capacity), np.zeros(capacity), np.zeros(capacity),
                    np.full(slots, -1, np.int64), np.zeros(slots, np.int32), np.ones(1, np.int64))
     return nodes
+
+
+class _Beams(NamedTuple):
+    node: np.ndarray
+    pb: np.ndarray
+    """Log-probability of the prefix's paths that end in a blank..."""
+    pnb: np.ndarray
+    """... and of those that end in its last label."""
+
+
+class _Work(NamedTuple):
+    """One utterance's scratch buffers, reused by every frame."""
+
+    probs: np.ndarray
+    active: np.ndarray
+    """The labels worth appending this frame, likeliest first."""
+    keep_pb: np.ndarray
+    keep_pnb: np.ndarray
+    keep_score: np.ndarray
+    """Per beam: its prefix staying (pb, pnb and score)."""
+    merged: np.ndarray
+    """Per beam: whether an extension of another beam added to its keep_pnb."""
+    keep_at: np.ndarray
+    """Per beam: where its staying candidate is in the list."""
+    beam_children: np.ndarray
+    """Per beam: a bit mask of the labels whose child prefix is itself a beam."""
+    beam_of: np.ndarray
+    """Per node: its beam, or -1."""
+    key: np.ndarray
+    score: np.ndarray
+    pnb: np.ndarray
+    """The candidate list: beam * symbols + label (the blank: stay), score, pnb of an extension."""
+    chosen: np.ndarray
+    rising_floor: np.ndarray
+    """A min-heap of the `width` best scores listed so far (staying ones as they stand before
+    merges, which only raise them); its root is a floor that rises as the list grows."""
+
+
+MAX_SYMBOLS = 63
+"""Labels are bits of an int64 mask."""
+
+
+def _work(width: int, symbols: int, capacity: int) -> _Work:
+    per_beam = [np.empty(width) for _ in range(3)]
+    candidates = width * symbols
+    return _Work(np.empty(symbols), np.empty(symbols, np.int64), *per_beam, np.zeros(width, np.bool_),
+                 np.empty(width, np.int64), np.zeros(width, np.int64), np.full(capacity, -1, np.int32),
+                 np.empty(candidates, np.int64), np.empty(candidates), np.empty(candidates),
+                 np.empty(width, np.int64), np.empty(width))
+
+
+def _beams(width: int) -> _Beams:
+    return _Beams(np.zeros(width, np.int32), np.full(width, NEG_INF), np.full(width, NEG_INF))
 
 
 def search(log_probs: np.ndarray, settings: Search, lexicon: Lexicon) -> tuple[np.ndarray, int]:
     """(frames, symbols) log-probabilities -> the best prefix's labels and the word that
     completes its cut-off last word (-1: none needed)."""
-    frames = len(log_probs)
-    nodes = _nodes(1 + frames * settings.beam_width)
-    return _search(np.ascontiguousarray(log_probs, dtype=np.float32), settings, lexicon, nodes)
+    frames, symbols = log_probs.shape
+    if symbols > MAX_SYMBOLS:
+        raise ValueError(f"at most {MAX_SYMBOLS} symbols, got {symbols}")
+    width = settings.beam_width
+    capacity = 1 + frames * width
+    return _search(np.ascontiguousarray(log_probs, dtype=np.float32), settings, lexicon, _nodes(capacity),
+                   _work(width, symbols, capacity), _beams(width), _beams(width))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -140,7 +208,15 @@ def _child(nodes, parent, label, symbols, settings, lexicon):
             nodes.tree[node], nodes.context[node] = 0, word
         else:
             nodes.tree[node] = lexicon.children[nodes.tree[parent], label]
+    _set_bonuses(nodes, node, settings, lexicon)
     return node
+
+
+@numba.njit(cache=True, nogil=True)
+def _set_bonuses(nodes, node, settings, lexicon):
+    nodes.bonus[node] = _bonus(nodes.tree[node], nodes.lm[node], nodes.words[node], settings, lexicon)
+    nodes.ceiling[node] = _bonus_ceiling(nodes, node, settings, lexicon)
+    nodes.space_bonus[node] = _extension_bonus(nodes, node, settings.space, settings, lexicon)
 
 
 # --- the language model -------------------------------------------------------------------
@@ -189,6 +265,19 @@ def _extension_bonus(nodes, node, label, settings, lexicon):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _label_bonus(nodes, node, label, settings, lexicon):
+    """_extension_bonus, with the space's read from the node."""
+    if settings.mode == PLAIN:
+        return 0.0
+    if label == settings.space:
+        return nodes.space_bonus[node]
+    child = lexicon.children[nodes.tree[node], label]
+    if child < 0:
+        return NEG_INF
+    return _bonus(child, nodes.lm[node], nodes.words[node], settings, lexicon)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _bonus_ceiling(nodes, node, settings, lexicon):
     """An upper bound of any extension's bonus: a new word may add beta, and a space may swap
     the look-ahead for the word's own probability (at most 0)."""
@@ -205,132 +294,224 @@ def _bonus_ceiling(nodes, node, settings, lexicon):
 
 
 @numba.njit(cache=True, nogil=True)
-def _keep(frame, beams, pb, pnb, count, nodes, blank, keep_pb, grow):
-    """Blank column: the prefix stays, through a blank or a repeat of its last label."""
-    for b in range(count):
-        total = _log_add(pb[b], pnb[b])
-        last = nodes.label[beams[b]]
-        keep_pb[b] = total + frame[blank]
-        grow[b, blank] = pnb[b] + frame[last] if last >= 0 else NEG_INF
-        for s in range(grow.shape[1]):
-            if s != blank:
-                grow[b, s] = NEG_INF
+def _step(row, beams, count, nodes, settings, lexicon, work, into):
+    """One frame: the beams' candidates, listed, the best kept in ``into``; returns their count."""
+    active = work.active[: _load_frame(row, settings, work)]
+    floor = _keep(beams, count, nodes, settings, work)
+    _mark_beam_children(beams, count, nodes, work)
+    listed = _list(beams, count, active, floor, nodes, settings, lexicon, work)
+    _settle_merges(beams, count, nodes, work)
+    chosen = _best(work.score[:listed], settings.beam_width, work.chosen)
+    _advance(beams, count, chosen, nodes, settings, lexicon, work, into)
+    return chosen
 
 
 @numba.njit(cache=True, nogil=True)
-def _grow(frame, active, floor, beams, pb, pnb, count, nodes, settings, lexicon, beam_of, grow, bonus):
-    """Other columns: append a label. A repeat needs a blank between (pb only); an extension
-    that is already a beam adds its probability to that beam's blank column instead.
-
-    With a full beam, the beams that stay already fill it at scores of at least ``floor``, so
-    an extension below it can never be chosen; it is dropped before the costly lookup (and so
-    is the sliver it would add to a beam it equals)."""
-    symbols = grow.shape[1]
-    bonus[:count] = NEG_INF
-    for b in range(count):
-        node, total = beams[b], _log_add(pb[b], pnb[b])
-        reach = total + _bonus_ceiling(nodes, node, settings, lexicon)
-        for s in active:
-            if reach + frame[s] < floor:
-                break  # ``active`` runs from the likeliest label down: no later one can reach
-            extra = _extension_bonus(nodes, node, s, settings, lexicon)
-            if extra == NEG_INF:
-                continue
-            value = (pb[b] if s == nodes.label[node] else total) + frame[s]
-            if value + extra < floor:
-                continue
-            child = _find(nodes, node, s, symbols)
-            if child >= 0 and beam_of[child] >= 0:
-                merged = beam_of[child]
-                grow[merged, settings.blank] = _log_add(grow[merged, settings.blank], value)
-            else:
-                grow[b, s], bonus[b, s] = value, extra
+def _load_frame(row, settings, work):
+    """The frame in float64, and the labels within token_prune of its best, likeliest first
+    (an insertion sort: they are few). Returns how many labels are active."""
+    probs, active = work.probs, work.active
+    best = NEG_INF
+    for s in range(len(row)):
+        probs[s] = row[s]
+        best = max(best, probs[s])
+    count = 0
+    for s in range(len(row)):
+        if s == settings.blank or probs[s] < best - settings.token_prune:
+            continue
+        at = count
+        while at > 0 and probs[active[at - 1]] < probs[s]:
+            active[at] = active[at - 1]
+            at -= 1
+        active[at] = s
+        count += 1
+    return count
 
 
 @numba.njit(cache=True, nogil=True)
-def _floor(beams, count, width, nodes, settings, lexicon, keep_pb, grow):
-    """The lowest score of a staying beam when the beam is full (else -inf)."""
-    if count < width:
-        return NEG_INF
-    lowest = np.inf
+def _keep(beams, count, nodes, settings, work):
+    """Each prefix staying, through a blank or a repeat of its last label. Returns the floor:
+    the lowest staying score when the beam is full (else -inf). The staying beams alone then
+    fill the beam at scores of at least the floor, so a candidate below it can never be chosen."""
+    probs, lowest = work.probs, np.inf
     for b in range(count):
-        node = beams[b]
-        score = _log_add(keep_pb[b], grow[b, settings.blank]) + _bonus(
-            nodes.tree[node], nodes.lm[node], nodes.words[node], settings, lexicon)
-        lowest = min(lowest, score)
-    return lowest
+        node, last = beams.node[b], nodes.label[beams.node[b]]
+        work.keep_pb[b] = _log_add(beams.pb[b], beams.pnb[b]) + probs[settings.blank]
+        work.keep_pnb[b] = beams.pnb[b] + probs[last] if last >= 0 else NEG_INF
+        work.keep_score[b] = _log_add(work.keep_pb[b], work.keep_pnb[b]) + nodes.bonus[node]
+        work.merged[b] = False
+        lowest = min(lowest, work.keep_score[b])
+    _heapify(work.rising_floor, work.keep_score[:count])
+    return lowest if count >= settings.beam_width else NEG_INF
 
 
 @numba.njit(cache=True, nogil=True)
-def _scores(beams, count, nodes, settings, lexicon, keep_pb, grow, bonus, scores):
-    symbols = grow.shape[1]
-    for b in range(count):
-        node = beams[b]
-        for s in range(symbols):
-            if s == settings.blank:
-                scores[b * symbols + s] = _log_add(keep_pb[b], grow[b, s]) + _bonus(
-                    nodes.tree[node], nodes.lm[node], nodes.words[node], settings, lexicon)
-            elif bonus[b, s] == NEG_INF:
-                scores[b * symbols + s] = NEG_INF
-            else:
-                scores[b * symbols + s] = grow[b, s] + bonus[b, s]
+def _heapify(heap, values):
+    """The min-heap of ``values``, padded with -inf to the heap's size."""
+    heap[: len(values)] = values
+    heap[len(values):] = NEG_INF
+    for root in range(len(heap) // 2 - 1, -1, -1):
+        _sift_down(heap, root)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sift_down(heap, at):
+    value, size = heap[at], len(heap)
+    while 2 * at + 1 < size:
+        child = 2 * at + 1
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] >= value:
+            break
+        heap[at] = heap[child]
+        at = child
+    heap[at] = value
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _raise_floor(heap, score):
+    """``score`` joins the `width` best, in place of the lowest (the root)."""
+    if score > heap[0]:
+        heap[0] = score
+        _sift_down(heap, 0)
 
 
 @numba.njit(cache=True, nogil=True)
-def _best(scores, width):
-    """Indices of the `width` best finite scores, in index order; ties go to the lower index."""
+def _mark_beam_children(beams, count, nodes, work):
+    """Which extensions are already beams (they merge into that beam instead of competing),
+    so that the hash table is only asked about those."""
+    work.beam_children[:count] = 0
+    for c in range(count):
+        parent = nodes.parent[beams.node[c]]
+        if parent >= 0 and work.beam_of[parent] >= 0:
+            work.beam_children[work.beam_of[parent]] |= np.int64(1) << nodes.label[beams.node[c]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _list(beams, count, active, floor, nodes, settings, lexicon, work):
+    """Every beam's staying candidate and its extensions that reach the floor, in (beam,
+    label) order; returns how many."""
+    symbols, listed = len(work.probs), 0
+    for b in range(count):
+        start, stay = listed, b * symbols + settings.blank
+        listed = _insert(work, start, listed, stay, work.keep_score[b], NEG_INF)
+        listed = _extend(beams, b, active, floor, start, listed, nodes, settings, lexicon, work)
+        for i in range(start, listed):
+            if work.key[i] == stay:
+                work.keep_at[b] = i
+    return listed
+
+
+@numba.njit(cache=True, nogil=True)
+def _extend(beams, b, active, floor, start, listed, nodes, settings, lexicon, work):
+    """Beam b + each active label. A repeat needs a blank between (pb only); an extension that
+    is already a beam adds its probability to that beam's staying pnb instead. An extension
+    below the floor is dropped before the lookups (and so is the sliver it would add to a
+    beam it equals).
+
+    One below the rising floor cannot be chosen either, as `width` others are better; but it
+    is dropped only where it would not merge, so that the merged scores stay exactly those of
+    the fixed floor."""
+    symbols, probs, node, heap = len(work.probs), work.probs, beams.node[b], work.rising_floor
+    total = _log_add(beams.pb[b], beams.pnb[b])
+    reach, last, mergeable = total + nodes.ceiling[node], nodes.label[node], work.beam_children[b]
+    for s in active:
+        if reach + probs[s] < floor:
+            break  # ``active`` runs from the likeliest label down: no later one can reach
+        merges = mergeable >> s & 1
+        if reach + probs[s] < heap[0] and not merges:
+            if mergeable == 0:
+                break
+            continue
+        extra = _label_bonus(nodes, node, s, settings, lexicon)
+        if extra == NEG_INF:
+            continue
+        value = (beams.pb[b] if s == last else total) + probs[s]
+        if value + extra < floor:
+            continue
+        if merges:
+            target = work.beam_of[_find(nodes, node, s, symbols)]
+            work.keep_pnb[target] = _log_add(work.keep_pnb[target], value)
+            work.merged[target] = True
+        elif value + extra >= heap[0]:
+            listed = _insert(work, start, listed, b * symbols + s, value + extra, value)
+            _raise_floor(heap, value + extra)
+    return listed
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(work, start, listed, key, score, pnb):
+    """Append to the list, kept in key order from ``start`` (one beam's few candidates)."""
+    at = listed
+    while at > start and work.key[at - 1] > key:
+        work.key[at], work.score[at], work.pnb[at] = work.key[at - 1], work.score[at - 1], work.pnb[at - 1]
+        at -= 1
+    work.key[at], work.score[at], work.pnb[at] = key, score, pnb
+    return listed + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _settle_merges(beams, count, nodes, work):
+    """The staying score of the beams that extensions merged into, now that all are in."""
+    for b in range(count):
+        if work.merged[b]:
+            work.score[work.keep_at[b]] = _log_add(work.keep_pb[b], work.keep_pnb[b]) + nodes.bonus[beams.node[b]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _best(scores, width, chosen):
+    """Puts the indices of the `width` best finite scores in ``chosen``, in index order (ties
+    go to the lower index); returns how many."""
     finite = 0
     for value in scores:
         finite += value > NEG_INF
     if finite <= width:
-        return np.nonzero(scores > NEG_INF)[0]
+        taken = 0
+        for i in range(len(scores)):
+            if scores[i] > NEG_INF:
+                chosen[taken] = i
+                taken += 1
+        return taken
     threshold = np.partition(scores, len(scores) - width)[len(scores) - width]
     above = 0
     for value in scores:
         above += value > threshold
-    ties = width - above
-    chosen = np.empty(width, np.int64)
-    taken = 0
+    ties, taken = width - above, 0
     for i in range(len(scores)):
         if scores[i] > threshold or (scores[i] == threshold and ties > 0):
             if scores[i] == threshold:
                 ties -= 1
             chosen[taken] = i
             taken += 1
-    return chosen
+    return taken
 
 
 @numba.njit(cache=True, nogil=True)
-def _search(log_probs, settings, lexicon, nodes):
-    symbols, width = log_probs.shape[1], settings.beam_width
-    beams, pb, pnb = np.zeros(width, np.int32), np.full(width, NEG_INF), np.full(width, NEG_INF)
-    pb[0], count = 0.0, 1
-    beam_of = np.full(len(nodes.parent), -1, np.int32)
-    beam_of[0] = 0
-    keep_pb, grow = np.empty(width), np.empty((width, symbols))
-    bonus, scores = np.empty((width, symbols)), np.empty(width * symbols)
+def _advance(beams, count, chosen, nodes, settings, lexicon, work, into):
+    """The chosen candidates become the beams in ``into``, new prefixes made as nodes."""
+    symbols = len(work.probs)
+    for b in range(count):
+        work.beam_of[beams.node[b]] = -1
+    for i in range(chosen):
+        at = work.chosen[i]
+        b, s = work.key[at] // symbols, work.key[at] % symbols
+        if s == settings.blank:
+            into.node[i], into.pb[i], into.pnb[i] = beams.node[b], work.keep_pb[b], work.keep_pnb[b]
+        else:
+            into.node[i] = _child(nodes, beams.node[b], s, symbols, settings, lexicon)
+            into.pb[i], into.pnb[i] = NEG_INF, work.pnb[at]
+        work.beam_of[into.node[i]] = i
+
+
+@numba.njit(cache=True, nogil=True)
+def _search(log_probs, settings, lexicon, nodes, work, beams, spare):
+    _set_bonuses(nodes, 0, settings, lexicon)
+    beams.pb[0], count = 0.0, 1
+    work.beam_of[0] = 0
     for t in range(len(log_probs)):
-        frame = log_probs[t].astype(np.float64)
-        _keep(frame, beams, pb, pnb, count, nodes, settings.blank, keep_pb, grow)
-        order = np.argsort(-frame)
-        active = order[(frame[order] >= frame.max() - settings.token_prune) & (order != settings.blank)]
-        floor = _floor(beams, count, width, nodes, settings, lexicon, keep_pb, grow)
-        _grow(frame, active, floor, beams, pb, pnb, count, nodes, settings, lexicon, beam_of, grow, bonus)
-        _scores(beams, count, nodes, settings, lexicon, keep_pb, grow, bonus, scores[: count * symbols])
-        chosen = _best(scores[: count * symbols], width)
-        old = beams[:count].copy()
-        for b in range(count):
-            beam_of[old[b]] = -1
-        for i in range(len(chosen)):
-            b, s = chosen[i] // symbols, chosen[i] % symbols
-            if s == settings.blank:
-                beams[i], pb[i], pnb[i] = old[b], keep_pb[b], grow[b, s]
-            else:
-                beams[i] = _child(nodes, old[b], s, symbols, settings, lexicon)
-                pb[i], pnb[i] = NEG_INF, grow[b, s]
-            beam_of[beams[i]] = i
-        count = len(chosen)
-    return _finish(beams, pb, pnb, count, nodes, settings, lexicon)
+        count = _step(log_probs[t], beams, count, nodes, settings, lexicon, work, spare)
+        beams, spare = spare, beams
+    return _finish(beams.node, beams.pb, beams.pnb, count, nodes, settings, lexicon)
 
 
 @numba.njit(cache=True, nogil=True)
