@@ -25,7 +25,7 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.data.store import FeatureStore, Utterance
 
-__all__ = ["BatchPipeline", "bucketed_plan", "pad_batch"]
+__all__ = ["BatchPipeline", "EpochBatches", "bucketed_plan", "pad_batch"]
 
 _END = object()
 
@@ -66,23 +66,10 @@ class BatchPipeline:
         return sum(count // self.batch_size + (1 if count % self.batch_size and not self.drop_last else 0)
                    for count in groups)
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
-        """The batches of one epoch, produced by a background thread ``prefetch`` batches ahead."""
-        batches: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        stop = threading.Event()
-        producer = threading.Thread(
-            target=self._produce, args=(epoch, batches, stop), name=f"benchbase-pipeline-{epoch}", daemon=True
-        )
-        producer.start()
-        try:
-            while (item := batches.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stop.set()
-            _drain(batches)
-            producer.join(timeout=10)
+    def epoch(self, epoch: int) -> EpochBatches:
+        """The batches of one epoch. Production starts now, in a background thread that keeps
+        ``prefetch`` batches ready, so a caller can start the next epoch before it needs it."""
+        return EpochBatches(self._produce, epoch, self.prefetch)
 
     def _produce(self, epoch: int, batches: queue.Queue, stop: threading.Event) -> None:
         try:
@@ -133,6 +120,39 @@ class BatchPipeline:
             buffer[slot] = utterance
         rng.shuffle(buffer)
         yield from buffer
+
+
+class EpochBatches:
+    """An iterator over one epoch's batches whose producer thread starts at creation."""
+
+    def __init__(self, produce, epoch: int, prefetch: int) -> None:
+        self._batches: queue.Queue = queue.Queue(maxsize=prefetch)
+        self._stop = threading.Event()
+        self._producer = threading.Thread(target=produce, args=(epoch, self._batches, self._stop),
+                                          name=f"benchbase-pipeline-{epoch}", daemon=True)
+        self._producer.start()
+        self._finished = False
+
+    def __iter__(self) -> EpochBatches:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._finished:
+            raise StopIteration
+        item = self._batches.get()
+        if item is _END or isinstance(item, BaseException):
+            self.close()
+            if item is _END:
+                raise StopIteration
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop the producer (also midway through the epoch) and free what it holds."""
+        self._finished = True
+        self._stop.set()
+        _drain(self._batches)
+        self._producer.join(timeout=10)
 
 
 def bucketed_plan(frames: np.ndarray, buckets: int, batch_size: int, drop_last: bool,

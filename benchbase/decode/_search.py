@@ -124,9 +124,6 @@ class _Work(NamedTuple):
     pnb: np.ndarray
     """The candidate list: beam * symbols + label (the blank: stay), score, pnb of an extension."""
     chosen: np.ndarray
-    rising_floor: np.ndarray
-    """A min-heap of the `width` best scores listed so far (staying ones as they stand before
-    merges, which only raise them); its root is a floor that rises as the list grows."""
 
 
 MAX_SYMBOLS = 63
@@ -139,7 +136,7 @@ def _work(width: int, symbols: int, capacity: int) -> _Work:
     return _Work(np.empty(symbols), np.empty(symbols, np.int64), *per_beam, np.zeros(width, np.bool_),
                  np.empty(width, np.int64), np.zeros(width, np.int64), np.full(capacity, -1, np.int32),
                  np.empty(candidates, np.int64), np.empty(candidates), np.empty(candidates),
-                 np.empty(width, np.int64), np.empty(width))
+                 np.empty(width, np.int64))
 
 
 def _beams(width: int) -> _Beams:
@@ -243,7 +240,12 @@ def _bonus(tree_node, lm, words, settings, lexicon):
         return 0.0
     if tree_node == 0:
         return settings.alpha * lm + settings.beta * words
-    return settings.alpha * (lm + lexicon.best_log_prob[tree_node]) + settings.beta * (words + 1)
+    return _partial_word_bonus(lexicon.best_log_prob[tree_node], lm, words, settings)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _partial_word_bonus(look_ahead, lm, words, settings):
+    return settings.alpha * (lm + look_ahead) + settings.beta * (words + 1)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -259,19 +261,6 @@ def _extension_bonus(nodes, node, label, settings, lexicon):
         lm = nodes.lm[node] + _word_log_prob(nodes.context[node], word, settings, lexicon)
         return _bonus(0, lm, nodes.words[node] + 1, settings, lexicon)
     child = lexicon.children[tree, label]
-    if child < 0:
-        return NEG_INF
-    return _bonus(child, nodes.lm[node], nodes.words[node], settings, lexicon)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _label_bonus(nodes, node, label, settings, lexicon):
-    """_extension_bonus, with the space's read from the node."""
-    if settings.mode == PLAIN:
-        return 0.0
-    if label == settings.space:
-        return nodes.space_bonus[node]
-    child = lexicon.children[nodes.tree[node], label]
     if child < 0:
         return NEG_INF
     return _bonus(child, nodes.lm[node], nodes.words[node], settings, lexicon)
@@ -333,72 +322,46 @@ def _keep(beams, count, nodes, settings, work):
     """Each prefix staying, through a blank or a repeat of its last label. Returns the floor:
     the lowest staying score when the beam is full (else -inf). The staying beams alone then
     fill the beam at scores of at least the floor, so a candidate below it can never be chosen."""
-    probs, lowest = work.probs, np.inf
+    # Arrays are taken out of their tuples before the loop: each take costs two atomic
+    # reference counts, which were most of the time of a frame.
+    probs, lowest, label, bonus = work.probs, np.inf, nodes.label, nodes.bonus
+    node, pb, pnb = beams.node, beams.pb, beams.pnb
+    keep_pb, keep_pnb, keep_score = work.keep_pb, work.keep_pnb, work.keep_score
     for b in range(count):
-        node, last = beams.node[b], nodes.label[beams.node[b]]
-        work.keep_pb[b] = _log_add(beams.pb[b], beams.pnb[b]) + probs[settings.blank]
-        work.keep_pnb[b] = beams.pnb[b] + probs[last] if last >= 0 else NEG_INF
-        work.keep_score[b] = _log_add(work.keep_pb[b], work.keep_pnb[b]) + nodes.bonus[node]
-        work.merged[b] = False
-        lowest = min(lowest, work.keep_score[b])
-    _heapify(work.rising_floor, work.keep_score[:count])
+        last = label[node[b]]
+        keep_pb[b] = _log_add(pb[b], pnb[b]) + probs[settings.blank]
+        keep_pnb[b] = pnb[b] + probs[last] if last >= 0 else NEG_INF
+        keep_score[b] = _log_add(keep_pb[b], keep_pnb[b]) + bonus[node[b]]
+        lowest = min(lowest, keep_score[b])
+    work.merged[:count] = False
     return lowest if count >= settings.beam_width else NEG_INF
-
-
-@numba.njit(cache=True, nogil=True)
-def _heapify(heap, values):
-    """The min-heap of ``values``, padded with -inf to the heap's size."""
-    heap[: len(values)] = values
-    heap[len(values):] = NEG_INF
-    for root in range(len(heap) // 2 - 1, -1, -1):
-        _sift_down(heap, root)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _sift_down(heap, at):
-    value, size = heap[at], len(heap)
-    while 2 * at + 1 < size:
-        child = 2 * at + 1
-        if child + 1 < size and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[child] >= value:
-            break
-        heap[at] = heap[child]
-        at = child
-    heap[at] = value
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _raise_floor(heap, score):
-    """``score`` joins the `width` best, in place of the lowest (the root)."""
-    if score > heap[0]:
-        heap[0] = score
-        _sift_down(heap, 0)
 
 
 @numba.njit(cache=True, nogil=True)
 def _mark_beam_children(beams, count, nodes, work):
     """Which extensions are already beams (they merge into that beam instead of competing),
     so that the hash table is only asked about those."""
-    work.beam_children[:count] = 0
+    beam_children, beam_of, node = work.beam_children, work.beam_of, beams.node
+    parents, label = nodes.parent, nodes.label
+    beam_children[:count] = 0
     for c in range(count):
-        parent = nodes.parent[beams.node[c]]
-        if parent >= 0 and work.beam_of[parent] >= 0:
-            work.beam_children[work.beam_of[parent]] |= np.int64(1) << nodes.label[beams.node[c]]
+        parent = parents[node[c]]
+        if parent >= 0 and beam_of[parent] >= 0:
+            beam_children[beam_of[parent]] |= np.int64(1) << label[node[c]]
 
 
 @numba.njit(cache=True, nogil=True)
 def _list(beams, count, active, floor, nodes, settings, lexicon, work):
     """Every beam's staying candidate and its extensions that reach the floor, in (beam,
     label) order; returns how many."""
-    symbols, listed = len(work.probs), 0
+    symbols, listed, key, keep_at = len(work.probs), 0, work.key, work.keep_at
     for b in range(count):
         start, stay = listed, b * symbols + settings.blank
-        listed = _insert(work, start, listed, stay, work.keep_score[b], NEG_INF)
+        listed = _insert(key, work.score, work.pnb, start, listed, stay, work.keep_score[b], NEG_INF)
         listed = _extend(beams, b, active, floor, start, listed, nodes, settings, lexicon, work)
         for i in range(start, listed):
-            if work.key[i] == stay:
-                work.keep_at[b] = i
+            if key[i] == stay:
+                keep_at[b] = i
     return listed
 
 
@@ -407,55 +370,60 @@ def _extend(beams, b, active, floor, start, listed, nodes, settings, lexicon, wo
     """Beam b + each active label. A repeat needs a blank between (pb only); an extension that
     is already a beam adds its probability to that beam's staying pnb instead. An extension
     below the floor is dropped before the lookups (and so is the sliver it would add to a
-    beam it equals).
-
-    One below the rising floor cannot be chosen either, as `width` others are better; but it
-    is dropped only where it would not merge, so that the merged scores stay exactly those of
-    the fixed floor."""
-    symbols, probs, node, heap = len(work.probs), work.probs, beams.node[b], work.rising_floor
-    total = _log_add(beams.pb[b], beams.pnb[b])
+    beam it equals)."""
+    # Arrays are taken out of their tuples before the loop (see _keep).
+    symbols, probs, node = len(work.probs), work.probs, beams.node[b]
+    key, score, pnb, children, look_ahead = work.key, work.score, work.pnb, lexicon.children, lexicon.best_log_prob
+    pb, total = beams.pb[b], _log_add(beams.pb[b], beams.pnb[b])
     reach, last, mergeable = total + nodes.ceiling[node], nodes.label[node], work.beam_children[b]
+    tree, lm, words, space_bonus = nodes.tree[node], nodes.lm[node], nodes.words[node], nodes.space_bonus[node]
     for s in active:
         if reach + probs[s] < floor:
             break  # ``active`` runs from the likeliest label down: no later one can reach
-        merges = mergeable >> s & 1
-        if reach + probs[s] < heap[0] and not merges:
-            if mergeable == 0:
-                break
-            continue
-        extra = _label_bonus(nodes, node, s, settings, lexicon)
+        if settings.mode == PLAIN:
+            extra = 0.0
+        elif s == settings.space:
+            extra = space_bonus
+        elif children[tree, s] >= 0:
+            extra = _partial_word_bonus(look_ahead[children[tree, s]], lm, words, settings)
+        else:
+            continue  # no dictionary word goes on with s
         if extra == NEG_INF:
             continue
-        value = (beams.pb[b] if s == last else total) + probs[s]
+        value = (pb if s == last else total) + probs[s]
         if value + extra < floor:
             continue
-        if merges:
-            target = work.beam_of[_find(nodes, node, s, symbols)]
-            work.keep_pnb[target] = _log_add(work.keep_pnb[target], value)
-            work.merged[target] = True
-        elif value + extra >= heap[0]:
-            listed = _insert(work, start, listed, b * symbols + s, value + extra, value)
-            _raise_floor(heap, value + extra)
+        if mergeable >> s & 1:
+            _merge(work.beam_of[_find(nodes, node, s, symbols)], value, work)
+        else:
+            listed = _insert(key, score, pnb, start, listed, b * symbols + s, value + extra, value)
     return listed
 
 
+@numba.njit(cache=True, nogil=True)
+def _merge(target, value, work):
+    work.keep_pnb[target] = _log_add(work.keep_pnb[target], value)
+    work.merged[target] = True
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
-def _insert(work, start, listed, key, score, pnb):
+def _insert(keys, scores, pnbs, start, listed, key, score, pnb):
     """Append to the list, kept in key order from ``start`` (one beam's few candidates)."""
     at = listed
-    while at > start and work.key[at - 1] > key:
-        work.key[at], work.score[at], work.pnb[at] = work.key[at - 1], work.score[at - 1], work.pnb[at - 1]
+    while at > start and keys[at - 1] > key:
+        keys[at], scores[at], pnbs[at] = keys[at - 1], scores[at - 1], pnbs[at - 1]
         at -= 1
-    work.key[at], work.score[at], work.pnb[at] = key, score, pnb
+    keys[at], scores[at], pnbs[at] = key, score, pnb
     return listed + 1
 
 
 @numba.njit(cache=True, nogil=True)
 def _settle_merges(beams, count, nodes, work):
     """The staying score of the beams that extensions merged into, now that all are in."""
+    merged, score, keep_at, keep_pb, keep_pnb = work.merged, work.score, work.keep_at, work.keep_pb, work.keep_pnb
     for b in range(count):
-        if work.merged[b]:
-            work.score[work.keep_at[b]] = _log_add(work.keep_pb[b], work.keep_pnb[b]) + nodes.bonus[beams.node[b]]
+        if merged[b]:
+            score[keep_at[b]] = _log_add(keep_pb[b], keep_pnb[b]) + nodes.bonus[beams.node[b]]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -489,18 +457,19 @@ def _best(scores, width, chosen):
 @numba.njit(cache=True, nogil=True)
 def _advance(beams, count, chosen, nodes, settings, lexicon, work, into):
     """The chosen candidates become the beams in ``into``, new prefixes made as nodes."""
-    symbols = len(work.probs)
+    symbols, beam_of, node, key = len(work.probs), work.beam_of, beams.node, work.key
+    new_node, new_pb, new_pnb = into.node, into.pb, into.pnb
     for b in range(count):
-        work.beam_of[beams.node[b]] = -1
+        beam_of[node[b]] = -1
     for i in range(chosen):
         at = work.chosen[i]
-        b, s = work.key[at] // symbols, work.key[at] % symbols
+        b, s = key[at] // symbols, key[at] % symbols
         if s == settings.blank:
-            into.node[i], into.pb[i], into.pnb[i] = beams.node[b], work.keep_pb[b], work.keep_pnb[b]
+            new_node[i], new_pb[i], new_pnb[i] = node[b], work.keep_pb[b], work.keep_pnb[b]
         else:
-            into.node[i] = _child(nodes, beams.node[b], s, symbols, settings, lexicon)
-            into.pb[i], into.pnb[i] = NEG_INF, work.pnb[at]
-        work.beam_of[into.node[i]] = i
+            new_node[i] = _child(nodes, node[b], s, symbols, settings, lexicon)
+            new_pb[i], new_pnb[i] = NEG_INF, work.pnb[at]
+        beam_of[new_node[i]] = i
 
 
 @numba.njit(cache=True, nogil=True)

@@ -19,7 +19,7 @@ from benchbase import __version__
 from benchbase.backend import Backend, Batch, DevicePlan
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance.log import constants
-from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.pipeline import BatchPipeline, EpochBatches
 from benchbase.data.store import FeatureStore, atomic_write_bytes
 from benchbase.decode import BackgroundDecoding, evaluation_decoder, greedy_decode
 from benchbase.harness.clock import RunClock
@@ -146,23 +146,32 @@ class Harness:
     # --- training -----------------------------------------------------------------------
 
     def _train(self) -> tuple[int, str]:
-        for epoch in range(1, self.workload.max_epochs + 1):
-            self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
-            finished_epoch = self._train_epoch(epoch)
-            self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
-            if not finished_epoch:
-                return epoch, "max_minutes"
-            if epoch % self.workload.evaluation.every_epochs == 0:
-                self._evaluate(epoch)
-                if self.tracker.all_reached:
-                    return epoch, "targets_reached"
-            if self._out_of_time():
-                return epoch, "max_minutes"
-        return self.workload.max_epochs, "max_epochs"
+        upcoming: EpochBatches | None = self.train_data.epoch(1)
+        try:
+            for epoch in range(1, self.workload.max_epochs + 1):
+                self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
+                batches, upcoming = upcoming, None
+                finished_epoch = self._train_epoch(epoch, batches)
+                batches.close()
+                if finished_epoch and epoch < self.workload.max_epochs:
+                    # The next epoch's readers fill its shuffle buffer while this one is evaluated.
+                    upcoming = self.train_data.epoch(epoch + 1)
+                self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
+                if not finished_epoch:
+                    return epoch, "max_minutes"
+                if epoch % self.workload.evaluation.every_epochs == 0:
+                    self._evaluate(epoch)
+                    if self.tracker.all_reached:
+                        return epoch, "targets_reached"
+                if self._out_of_time():
+                    return epoch, "max_minutes"
+            return self.workload.max_epochs, "max_epochs"
+        finally:
+            if upcoming is not None:
+                upcoming.close()
 
-    def _train_epoch(self, epoch: int) -> bool:
+    def _train_epoch(self, epoch: int, batches: EpochBatches) -> bool:
         """Train one epoch; False when the time limit stopped it early."""
-        batches = self.train_data.epoch(epoch)
         for batch_in_epoch in range(1, len(self.train_data) + 1):
             waited_from = time.perf_counter()
             batch = next(batches, None)
@@ -173,7 +182,6 @@ class Harness:
             step_to = time.perf_counter()
             self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step_to - step_from)
             if self._out_of_time():
-                batches.close()
                 return False
         return True
 
