@@ -14,6 +14,13 @@ class RunClock:
     def start(self) -> None:
         self._started = time.perf_counter()
 
+    @property
+    def origin(self) -> float:
+        """time.perf_counter() at start: CLOCK_MONOTONIC, so other processes can use it too."""
+        if self._started is None:
+            raise RuntimeError("the run clock has not started")
+        return self._started
+
     def seconds(self) -> float:
         """Seconds since start; 0 before the clock starts (init is not timed)."""
         return 0.0 if self._started is None else time.perf_counter() - self._started

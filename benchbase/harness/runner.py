@@ -71,7 +71,7 @@ class Harness:
         self.log.end(constants.INIT_STOP)
         self.clock.start()
         self.log.start(constants.RUN_START)
-        self.sampler = TelemetrySampler(self.folder.telemetry, self.clock)
+        self.sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
         self.sampler.start()
         self.hook.run_started(config=self.config, run_dir=self.folder.root)
         try:

@@ -1,15 +1,16 @@
-"""A background thread sampling CPU utilization every 30 ms (psutil) and, where NVML is
+"""Utilization sampling in a separate process: CPU every 30 ms (psutil) and, where NVML is
 present, each GPU's utilization, memory and power (pynvml). Without a GPU or the NVIDIA
 driver, the GPU part is skipped and says why.
 
-The sampler measures its own cost (thread CPU time) so that a report can state what the
-measurement took from the run.
+A process, not a thread: a thread that wakes every 30 ms must take the GIL from the
+training loop each time, and those hand-offs slowed training measurably. The sampler's own
+cost (its process's CPU time) is measured and reported with its summary.
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import multiprocessing
 import time
 from pathlib import Path
 from typing import IO
@@ -17,6 +18,8 @@ from typing import IO
 import psutil
 
 __all__ = ["TelemetrySampler", "open_nvml"]
+
+SUMMARY_SUFFIX = ".summary.json"
 
 
 def open_nvml():
@@ -36,66 +39,70 @@ def open_nvml():
 
 
 class TelemetrySampler:
-    """Writes one JSON line per sample to ``path``: t (run-clock s), cpu (%), per-core, gpus."""
+    """Writes one JSON line per sample to ``path``: t (run-clock s), cpu (%), cores, gpus."""
 
-    def __init__(self, path: Path, clock, interval: float = 0.030, per_core: bool = True) -> None:
+    def __init__(self, path: Path, clock_origin: float, interval: float = 0.030) -> None:
+        """``clock_origin``: time.perf_counter() at run_start (CLOCK_MONOTONIC, shared by processes)."""
         self.path = path
-        self.clock = clock
+        self.clock_origin = clock_origin
         self.interval = interval
-        self.per_core = per_core
-        self.samples = 0
-        self.thread_cpu_seconds = 0.0
-        self.gpu_status = "not started"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._cpu_total = 0.0
-        self._gpu_util_total = 0.0
-        self._gpu_samples = 0
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._process = context.Process(target=_sample_until_stopped, name="benchbase-telemetry", daemon=True,
+                                        args=(path, clock_origin, interval, self._stop))
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="benchbase-telemetry", daemon=True)
-        self._thread.start()
+        self._process.start()
 
     def stop(self) -> dict:
-        """Stop sampling and return a summary (means, sample count, the sampler's own cost)."""
+        """Stop sampling and return the summary (means, sample count, the sampler's own cost)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return self.summary()
+        self._process.join(timeout=30)
+        summary_file = self.path.with_name(self.path.name + SUMMARY_SUFFIX)
+        try:
+            summary = json.loads(summary_file.read_text(encoding="utf-8"))
+            summary_file.unlink()
+        except (OSError, ValueError):
+            summary = {"samples": 0, "gpu_status": f"sampler process ended with code {self._process.exitcode}"}
+        return summary
 
-    def summary(self) -> dict:
-        return {
-            "samples": self.samples,
-            "interval_ms": self.interval * 1000,
-            "cpu_percent_mean": round(self._cpu_total / self.samples, 2) if self.samples else None,
-            "gpu_percent_mean": round(self._gpu_util_total / self._gpu_samples, 2) if self._gpu_samples else None,
-            "gpu_status": self.gpu_status,
-            "sampler_cpu_seconds": round(self.thread_cpu_seconds, 4),
-        }
 
-    def _run(self) -> None:
-        started = time.thread_time()
-        nvml, handles = open_nvml()
-        self.gpu_status = f"{len(handles)} GPU(s) via NVML" if nvml else handles
-        psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
-        with open(self.path, "a", encoding="utf-8") as sink:
-            while not self._stop.wait(self.interval):
-                self._sample(sink, nvml, handles if nvml else [])
-        self.thread_cpu_seconds = time.thread_time() - started
+def _sample_until_stopped(path: Path, clock_origin: float, interval: float, stop) -> None:
+    started = time.process_time()
+    nvml, handles = open_nvml()
+    totals = {"samples": 0, "cpu": 0.0, "gpu_samples": 0, "gpu": 0.0}
+    psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
+    with open(path, "a", encoding="utf-8") as sink:
+        while not stop.wait(interval):
+            _sample(sink, clock_origin, nvml, handles if nvml else [], totals)
+    gpu_status = f"{len(handles)} GPU(s) via NVML" if nvml else handles
+    summary = _summary(totals, interval, gpu_status, time.process_time() - started)
+    path.with_name(path.name + SUMMARY_SUFFIX).write_text(json.dumps(summary), encoding="utf-8")
 
-    def _sample(self, sink: IO[str], nvml, handles) -> None:
-        cores = psutil.cpu_percent(percpu=True)
-        cpu = sum(cores) / len(cores)
-        record = {"t": round(self.clock.seconds(), 4), "cpu": round(cpu, 1)}
-        if self.per_core:
-            record["cores"] = cores
-        if handles:
-            record["gpus"] = [_read_gpu(nvml, handle) for handle in handles]
-            self._gpu_util_total += sum(gpu["util"] for gpu in record["gpus"]) / len(handles)
-            self._gpu_samples += 1
-        sink.write(json.dumps(record) + "\n")
-        self._cpu_total += cpu
-        self.samples += 1
+
+def _sample(sink: IO[str], clock_origin: float, nvml, handles, totals: dict) -> None:
+    cores = psutil.cpu_percent(percpu=True)
+    cpu = sum(cores) / len(cores)
+    record = {"t": round(time.perf_counter() - clock_origin, 4), "cpu": round(cpu, 1), "cores": cores}
+    if handles:
+        record["gpus"] = [_read_gpu(nvml, handle) for handle in handles]
+        totals["gpu"] += sum(gpu["util"] for gpu in record["gpus"]) / len(handles)
+        totals["gpu_samples"] += 1
+    sink.write(json.dumps(record) + "\n")
+    totals["cpu"] += cpu
+    totals["samples"] += 1
+
+
+def _summary(totals: dict, interval: float, gpu_status: str, cpu_seconds: float) -> dict:
+    samples, gpu_samples = totals["samples"], totals["gpu_samples"]
+    return {
+        "samples": samples,
+        "interval_ms": interval * 1000,
+        "cpu_percent_mean": round(totals["cpu"] / samples, 2) if samples else None,
+        "gpu_percent_mean": round(totals["gpu"] / gpu_samples, 2) if gpu_samples else None,
+        "gpu_status": gpu_status,
+        "sampler_cpu_seconds": round(cpu_seconds, 4),
+    }
 
 
 def _read_gpu(nvml, handle) -> dict:
