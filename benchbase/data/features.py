@@ -1,8 +1,8 @@
 """Acoustic features: 80 log-mel bands + 13 MFCCs per 10 ms frame (librosa).
 
 The MFCCs are the DCT of the same log-mel spectrum, so the mel filter bank runs once per
-utterance. The filter bank itself is built once per feature spec: librosa rebuilds it on
-every melspectrogram call, which costs ten times the STFT.
+utterance. The filter bank itself is built once per feature spec: librosa would rebuild it
+on every melspectrogram call.
 """
 
 from __future__ import annotations

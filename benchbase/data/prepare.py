@@ -139,8 +139,8 @@ def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | No
 
 
 def _one_blas_thread() -> None:
-    """Parallelism comes from the worker processes; a multi-threaded BLAS inside each one
-    oversubscribes the cores and made the mel projection nine times slower on a busy machine."""
+    """Parallelism comes from the worker processes; a BLAS thread pool as wide as the machine
+    inside each of them would oversubscribe the cores (the mel projection is a matrix product)."""
     threadpool_limits(1)
 
 
