@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from cli_helpers import run_benchbase
 
-
-def benchbase(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+benchbase = run_benchbase
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_benchbase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_plugins import ThirdPartyPlugin
@@ -254,8 +253,7 @@ def test_rule_sets_are_validated_data():
         RuleSet.model_validate({"version": "1", "rules": [{"check": "eval('1')"}]})
 
 
-def _benchbase(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True, timeout=120)
+_benchbase = run_benchbase
 
 
 def test_the_cli_exit_codes_are_pass_fail_and_unusable(real_run, run_copy, tmp_path):

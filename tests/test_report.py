@@ -4,11 +4,10 @@ timelines: exact TTA tables, percentages, olympic scores, cost, energy, and the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_benchbase
 
 from benchbase.errors import InputError
 from benchbase.metrics import TargetTracker
@@ -146,9 +145,7 @@ def test_a_folder_without_results_is_unusable(tmp_path):
         load_groups([tmp_path])
 
 
-def _benchbase(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd)
+_benchbase = run_benchbase
 
 
 def test_score_prints_the_olympic_scores_as_json(groups_root):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import run_ds2_mini
 from official_checker import check_common_rules
 
 pytestmark = pytest.mark.slow
@@ -15,12 +14,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, small_store):
     out = tmp_path_factory.mktemp("runs") / "torch"
-    finished = subprocess.run(
-        [sys.executable, "-m", "benchbase", "run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu",
-         "--data", str(small_store), "--out", str(out), "--seed", "3", "--target", "cer=85", "--max-epochs", "25"],
-        capture_output=True, text=True, timeout=900,
-    )
-    return out, finished
+    return out, run_ds2_mini("torch", small_store, out, seed=3, target="cer=85", max_epochs=25)
 
 
 def test_the_run_reaches_its_target_and_says_so(finished_run):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_helpers import run_ds2_mini
 from official_checker import check_common_rules
 
 pytest.importorskip("tensorflow")
@@ -20,12 +19,7 @@ def finished_run(tmp_path_factory, small_store):
     out = tmp_path_factory.mktemp("runs") / "tf"
     # When ds2-mini leaves the all-blank phase depends on the seed for both backends (seeds 0-4
     # reached CER 85 after 4 to 35 epochs with TF, 17 to 24 with PyTorch): hence 40 epochs.
-    finished = subprocess.run(
-        [sys.executable, "-m", "benchbase", "run", "--workload", "ds2-mini", "--backend", "tf", "--hw", "cpu",
-         "--data", str(small_store), "--out", str(out), "--seed", "1", "--target", "cer=85", "--max-epochs", "40"],
-        capture_output=True, text=True, timeout=900,
-    )
-    return out, finished
+    return out, run_ds2_mini("tf", small_store, out, seed=1, target="cer=85", max_epochs=40)
 
 
 def test_the_tf_run_reaches_its_target_and_says_so(finished_run):
