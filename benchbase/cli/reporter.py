@@ -67,11 +67,15 @@ class RunReporter:
 
     @hookimpl
     def run_finished(self, result: RunResult):
+        self.close()
+        self.console.print()
+        self.console.print(result_table(result))
+
+    def close(self) -> None:
+        """Stop the live view (also when a run ends with an error or Ctrl-C)."""
         if self.live is not None:
             self.live.stop()
             self.live = None
-        self.console.print()
-        self.console.print(result_table(result))
 
     def _refresh(self) -> None:
         if self.live is not None:

@@ -51,13 +51,17 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     console = Console(stderr=False)
     store = _prepare_data(console, workload, data, cache or default_cache())
     out = out or Path("runs") / f"{workload.name}-{backend_name}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    manager.register(RunReporter(console), name="benchbase-reporter")
+    reporter = RunReporter(console)
+    manager.register(reporter, name="benchbase-reporter")
     statuses = []
     for index in range(runs):
         folder = out if runs == 1 else out / f"run-{index}"
         config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index, out=folder,
                            data=store, device=device)
-        statuses.append(run_benchmark(config, manager, backend_class).status)
+        try:
+            statuses.append(run_benchmark(config, manager, backend_class).status)
+        finally:
+            reporter.close()
         console.print(f"run folder: {folder}")
     if any(status != "success" for status in statuses):
         raise click.exceptions.Exit(3)
