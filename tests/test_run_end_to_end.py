@@ -68,3 +68,17 @@ def test_the_compliance_log_records_the_lifecycle_in_order(finished_run):
     hyper = {event["key"]: event["value"] for event in events}
     assert (hyper["opt_name"], hyper["opt_base_learning_rate"], hyper["seed"]) == ("adadelta", 1.0, 3)
     assert hyper["global_batch_size"] == 32
+
+
+def test_runs_n_writes_seeded_runs_into_one_folder_and_exits_3_when_aborted(tmp_path, small_store):
+    from cli_helpers import run_benchbase
+
+    out = tmp_path / "series"
+    finished = run_benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--data",
+                             str(small_store), "--out", str(out), "--seed", "5", "--runs", "2", "--max-epochs", "1",
+                             "--target", "cer=1", timeout=600)
+    assert finished.returncode == 3, finished.stderr[-2000:]  # a target no run reaches in one epoch
+    seeds = [json.loads((out / f"run-{i}" / "config.json").read_text())["seed"] for i in range(2)]
+    assert seeds == [5, 6]
+    statuses = [json.loads((out / f"run-{i}" / "result.json").read_text())["status"] for i in range(2)]
+    assert statuses == ["aborted", "aborted"]
