@@ -24,6 +24,7 @@ import numpy as np
 import soundfile
 from threadpoolctl import threadpool_limits
 
+from benchbase.atomic import atomic_write_bytes
 from benchbase.data.alphabet import UnknownCharacterError, encode_transcript
 from benchbase.data.features import extract_features
 from benchbase.data.librispeech import UtteranceSource, list_subset
@@ -33,7 +34,6 @@ from benchbase.data.store import (
     STATS_FILE,
     STORE_FILE,
     Utterance,
-    atomic_write_bytes,
     write_shard,
 )
 from benchbase.errors import InputError

@@ -11,8 +11,6 @@ the shards never need rewriting if the statistics change.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchbase.atomic import atomic_write_bytes
 from benchbase.errors import InputError
 
 __all__ = [
     "SHARD_SIZE",
     "FeatureStore",
     "Utterance",
-    "atomic_write_bytes",
     "FORMAT_VERSION",
     "ShardIndex",
     "features_path",
@@ -50,21 +48,6 @@ class Utterance:
     """(frames, dimension); float16 raw in a shard, float32 normalized once read."""
     labels: np.ndarray
     transcript: str
-
-
-def atomic_write_bytes(path: Path, write) -> None:
-    """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_shard(path: Path, utterances: list[Utterance]) -> None:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchbase.atomic import atomic_write_bytes
 from benchbase.data.alphabet import normalize_transcript
-from benchbase.data.store import FeatureStore, atomic_write_bytes
+from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
 
 __all__ = ["LanguageModel", "ensure_language_model", "language_model_path"]

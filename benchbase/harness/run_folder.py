@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from benchbase.data.store import atomic_write_bytes
+from benchbase.atomic import atomic_write_text
 from benchbase.errors import InputError
 
 __all__ = ["RunFolder"]
@@ -34,8 +34,7 @@ class RunFolder:
     checkpoints = property(lambda self: self.root / "checkpoints")
 
     def write_json(self, path: Path, data) -> None:
-        text = json.dumps(data, indent=2, default=str).encode()
-        atomic_write_bytes(path, lambda handle: handle.write(text))
+        atomic_write_text(path, json.dumps(data, indent=2, default=str))
 
     def append_lines(self, path: Path) -> IO[str]:
         """A line-buffered append handle for a JSON-lines file."""

@@ -16,11 +16,12 @@ from dataclasses import asdict
 import pluggy
 
 from benchbase import __version__
+from benchbase.atomic import atomic_write_text
 from benchbase.backend import Backend, Batch, DevicePlan
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance.log import constants
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
-from benchbase.data.store import FeatureStore, atomic_write_bytes
+from benchbase.data.store import FeatureStore
 from benchbase.decode import BackgroundDecoding, evaluation_decoder, greedy_decode
 from benchbase.harness.clock import RunClock
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
@@ -263,7 +264,7 @@ class Harness:
             json.dumps({"reference": reference, "hypothesis": hypothesis}) + "\n"
             for reference, hypothesis in zip(references, hypotheses)
         )
-        atomic_write_bytes(path, lambda handle: handle.write(lines.encode()))
+        atomic_write_text(path, lines)
 
     # --- the result ---------------------------------------------------------------------
 

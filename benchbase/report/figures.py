@@ -16,6 +16,7 @@ matplotlib.use("Agg")  # files only: a report must work on a headless machine
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchbase.atomic import atomic_write_bytes  # noqa: E402
 from benchbase.report.runs import Run, RunGroup  # noqa: E402
 
 __all__ = ["accuracy_figure", "throughput_figure", "utilization_figure", "write_figures"]
@@ -143,6 +144,6 @@ def _colored(groups: list[RunGroup]):
 
 def _save(figure, path: Path) -> Path:
     figure.tight_layout()
-    figure.savefig(path, dpi=DPI)
+    atomic_write_bytes(path, lambda handle: figure.savefig(handle, dpi=DPI, format="png"))
     plt.close(figure)
     return path

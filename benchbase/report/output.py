@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchbase.atomic import atomic_write_text
 from benchbase.report.table import ReportTable
 
 __all__ = ["write_tables"]
@@ -15,11 +16,11 @@ def write_tables(tables: list[ReportTable], out: Path, figures: list[Path] = ())
     written = []
     for table in tables:
         path = out / f"{table.slug}.csv"
-        path.write_text(table.to_csv(), encoding="utf-8")
+        atomic_write_text(path, table.to_csv())
         written.append(path)
     markdown = out / "report.md"
     sections = ["# benchbase report", ""] + [table.to_markdown() for table in tables]
     sections += [f"![{figure.stem}]({figure.relative_to(out) if figure.is_relative_to(out) else figure})\n"
                  for figure in figures]
-    markdown.write_text("\n".join(sections), encoding="utf-8")
+    atomic_write_text(markdown, "\n".join(sections))
     return [markdown, *written]
