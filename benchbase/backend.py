@@ -1,14 +1,28 @@
-"""The contract between the harness and a backend.
+"""The contract between the harness and a backend (contract version 2).
 
 A backend builds the model, runs training steps and returns per-frame log-probabilities.
-Everything that decides the score (clock, data order, decoding, metrics) stays in the
-harness, so a backend cannot change how it is measured.
+Everything that decides the score (the clock, the data order, decoding, metrics, the TTA
+rule, the compliance log) stays in the harness, so a backend cannot change how it is
+measured. Every rule an implementer must follow is written in this module's docstrings;
+`benchbase backend-test NAME` (the conformance kit, ``benchbase.testing``) proves an
+implementation against them, and docs/writing-a-backend.md builds one step by step.
+
+The call order, whatever the backend:
+
+    backend = BackendClass()            # init, off the clock: no framework work yet
+    backend.build(context)              # the run clock is already running (compilation is timed)
+    backend.load_checkpoint(path)?      # only right after build(), before any train_step()
+    backend.train_step(batch) ...       # interleaved with predict() and save_checkpoint()
+    backend.predict(inputs) ...
+    backend.save_checkpoint(path) ...
+    backend.close()                     # exactly once, also when build() or a step raised
 """
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -16,77 +30,232 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.weight_layout import weight_layout
 
-__all__ = ["Backend", "BackendReference", "Batch", "DevicePlan"]
+__all__ = [
+    "CONTRACT_VERSION",
+    "Backend",
+    "BackendReference",
+    "Batch",
+    "BuildContext",
+    "Capabilities",
+    "DevicePlan",
+    "Inputs",
+    "weight_layout",
+]
+
+CONTRACT_VERSION = 2
+
+DeviceKind = Literal["cpu", "cuda"]
+ProcessModel = Literal["single_process", "process_per_device"]
 
 
 @dataclass(frozen=True)
-class Batch:
-    """A padded batch, as numpy arrays the harness's pipeline produces for every backend."""
+class Inputs:
+    """What ``predict()`` sees: features and lengths, never labels or transcripts.
+
+    Shape guarantees (the same for a training ``Batch``):
+
+    - ``features`` is float32, C-contiguous, (batch, frames, feature_dimension), normalized
+      with the training split's statistics and right-padded with zeros. ``frames`` is the
+      longest utterance of the batch, or the workload's ``data.pad_to_frames`` when it pins
+      one, and never more than ``BuildContext.max_frames``.
+    - ``feature_lengths`` is int32 (batch,): valid frames of each utterance, at least the
+      convolution width (shorter utterances never reach a backend).
+    - ``output_lengths`` is int32 (batch,): valid output frames of each utterance,
+      ``ModelSpec.output_frames(feature_lengths)``. The harness owns this formula; a backend
+      uses these lengths for CTC instead of computing its own.
+    - The batch size varies: the last dev batch may be smaller than the others. Training
+      batches always hold the global batch (the last partial one is dropped).
+    """
 
     features: np.ndarray
-    """float32 (batch, frames, features), right-padded with zeros."""
     feature_lengths: np.ndarray
-    """int32 (batch,): valid frames per utterance."""
-    labels: np.ndarray
-    """int32 (batch, max_label_length), right-padded with the blank index."""
-    label_lengths: np.ndarray
-    """int32 (batch,): valid labels per utterance."""
-    utterance_ids: tuple[str, ...]
-    transcripts: tuple[str, ...]
+    output_lengths: np.ndarray
 
     @property
     def size(self) -> int:
-        return len(self.utterance_ids)
+        return int(self.features.shape[0])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch(Inputs):
+    """A training batch: ``Inputs`` plus what the loss needs.
+
+    - ``labels`` is int32 (batch, longest label), right-padded with the blank index; label
+      values are in [0, symbols) and never the blank inside ``label_lengths``.
+    - ``label_lengths`` is int32 (batch,), at least 1 and never more than
+      ``BuildContext.max_label_length``.
+    """
+
+    labels: np.ndarray
+    label_lengths: np.ndarray
+    utterance_ids: tuple[str, ...]
+    """For the harness's own logs; a backend has no use for them."""
+    transcripts: tuple[str, ...]
+    """For the harness's own logs; a backend has no use for them."""
+
+    def inputs(self) -> Inputs:
+        """The same batch as ``predict()`` may see it: a new object without labels."""
+        return Inputs(self.features, self.feature_lengths, self.output_lengths)
 
 
 @dataclass(frozen=True)
 class DevicePlan:
-    """Where and how wide a backend trains, resolved from the hardware profile."""
+    """Where and how wide a backend trains, resolved from the hardware profile.
 
-    kind: Literal["cpu", "cuda"]
+    - ``kind`` "cpu" or "cuda"; ``count`` devices of that kind. The global batch is split
+      into ``count`` equal, contiguous slices of ``batch_per_device`` rows, slice i for
+      device i, and the devices' gradients are averaged (synchronous data-parallel SGD), so
+      one step on ``count`` devices is one step on the global batch.
+    - A backend trains on exactly the devices the plan names: never fewer (a profile naming
+      four GPUs is not trained on one), and never silently more. A backend that cannot span
+      ``count`` devices says so in its ``Capabilities`` and the harness refuses the run
+      before the clock starts.
+    - ``threads`` is the thread budget: at most this many CPU threads may compute at once
+      (intra-op and inter-op pools, XLA's and BLAS's included). None: the framework's
+      default. The harness measures the process's CPU time during ``train_step()`` against
+      the wall time; result.json records the cores used and `benchbase check` flags a run
+      over its budget.
+    """
+
+    kind: DeviceKind
     count: int
     batch_per_device: int
     threads: int | None = None
-    """CPU compute threads (None: the framework's default)."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything ``build()`` receives.
+
+    ``max_frames`` and ``max_label_length`` bound every batch of the run (training and
+    evaluation), so that a compiling framework can prepare its shapes at build time.
+    """
+
+    model: ModelSpec
+    optimizer: OptimizerSpec
+    feature_dimension: int
+    plan: DevicePlan
+    seed: int
+    max_frames: int
+    max_label_length: int
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the harness checks the run against it before the clock starts."""
+
+    devices: frozenset[DeviceKind] = frozenset({"cpu"})
+    max_devices: int = 1
+    """Most devices of one kind the backend spans in one run."""
+    precisions: frozenset[str] = frozenset({"fp32"})
+    """Arithmetic precisions it implements (``ModelSpec.precision``)."""
+    process_model: ProcessModel = "single_process"
+    """single_process: one process drives every device (tf.distribute's MirroredStrategy).
+    process_per_device: one process per device, started by torch's launcher."""
 
 
 class Backend(ABC):
-    """Base class of every backend; register subclasses through ``register_backends``."""
+    """Base class of every backend: a subclass implements every abstract method.
+
+    The semantics a backend must implement are pinned in ``ModelSpec`` and ``OptimizerSpec``
+    (each field's description says what it means where frameworks differ): BatchNorm over
+    every frame of the padded batch with the biased variance (``batchnorm_frames``,
+    ``batchnorm_variance``), CTC's zero loss for impossible alignments
+    (``ctc_impossible_alignments``), Xavier-uniform weights over each whole matrix,
+    the forget-gate bias, inverted dropout in training only, the AdaDelta settings.
+    The conformance kit compares a backend's forward pass, loss and BatchNorm statistics
+    with benchbase's own NumPy reference on the same weights.
+    """
 
     name: ClassVar[str]
     """Name users pass to ``--backend``."""
     description: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self) -> None:
+        """Called during init, off the clock; must not import or start heavy framework work."""
 
     @abstractmethod
-    def build(
-        self, model: ModelSpec, optimizer: OptimizerSpec, feature_dimension: int, plan: DevicePlan, seed: int
-    ) -> None:
-        """Create the model and optimizer. The harness starts the run clock just before."""
+    def build(self, context: BuildContext) -> None:
+        """Create the model and the optimizer on the plan's devices, seeded by ``context.seed``.
+
+        The run clock starts just before this call, as in the paper: building, tracing and
+        compiling are timed. Initialize every weight as ``context.model`` pins it; the same
+        seed must give the same weights and the same first losses.
+        """
 
     @abstractmethod
     def train_step(self, batch: Batch) -> float:
-        """One optimizer step on the batch; returns the loss (mean over the batch)."""
+        """One optimizer step on the global batch; returns its loss as a Python ``float``.
+
+        The loss is the CTC negative log-likelihood of each utterance summed over its frames,
+        averaged over the batch (``ModelSpec.ctc_reduction``), computed before the update.
+        Return only when the update is complete: asynchronous frameworks block on it.
+        """
 
     @abstractmethod
-    def predict(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        """Inference mode: (log-probs float32 (batch, frames, symbols), output lengths int32 (batch,))."""
+    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        """Inference mode (no dropout, BatchNorm's running statistics), no update.
+
+        Returns (log_probs, output_lengths): log_probs float32 numpy (batch, frames,
+        symbols), log-softmax over symbols, frames at least ``max(inputs.output_lengths)``;
+        output_lengths int32 numpy (batch,) equal to ``inputs.output_lengths``. Frames past
+        an utterance's length are ignored. Must not change any state a later call sees.
+        """
 
     @abstractmethod
     def save_checkpoint(self, path: Path) -> None:
-        """Write model and optimizer state to ``path`` (the harness makes the write atomic)."""
+        """Write to exactly ``path`` everything needed to continue training exactly.
+
+        That is the weights, BatchNorm's running statistics, the optimizer's state and the
+        backend's own random state (dropout). The harness writes to a temporary name and
+        renames it, so the write is atomic; it keeps the files and decides when to write.
+        """
 
     @abstractmethod
     def load_checkpoint(self, path: Path) -> None:
-        """Restore what ``save_checkpoint`` wrote."""
+        """Restore what ``save_checkpoint`` of the same backend wrote.
+
+        Called only right after ``build()`` with the same context, before any step. A file
+        that does not fit the model raises ``BenchbaseError`` naming the path.
+        """
 
     @abstractmethod
     def parameter_count(self) -> int:
-        """Trainable parameters of the built model."""
+        """Trainable parameters of the built model: ``ModelSpec.parameter_count`` must agree."""
+
+    @abstractmethod
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """The model's weights in benchbase's framework-neutral layout (``weight_layout``).
+
+        Names, shapes and meanings are those of ``weight_layout(model, feature_dimension)``;
+        arrays are float32 numpy copies. BatchNorm running statistics are included.
+        """
+
+    @abstractmethod
+    def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Set the model's weights from the framework-neutral layout (every name, exact shapes).
+
+        The optimizer's state is left as it is. The conformance kit uses this to compare the
+        backend with the reference on the same weights.
+        """
+
+    def devices_in_use(self) -> tuple[str, ...]:
+        """The devices the backend trains on, one string each (e.g. "cuda:0 NVIDIA H100")."""
+        return ()
 
     def device_description(self) -> str:
         """Human-readable description of the devices in use (for the log and the report)."""
-        return ""
+        return ", ".join(self.devices_in_use())
+
+    def close(self) -> None:
+        """Release the framework's resources (device memory, thread pools, compiled caches).
+
+        Called exactly once at the end of the run, also when ``build()`` raised; ``--runs N``
+        builds N backends in one process, so nothing may outlive this call.
+        """
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.plugins import get_plugin_manager
+from benchbase.default_plugins.workloads import builtin_workload
 from benchbase.registry import collect_registry
 
 WORKLOAD = "ds2-mini"
 PROFILE = "cpu"
+MINI_MODEL = builtin_workload(WORKLOAD).model
 
 
 def main() -> None:
@@ -54,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _batches(store: Path, batch_size: int, count: int, seed: int) -> list[Batch]:
-    pipeline = BatchPipeline(FeatureStore(store), ("train",), batch_size, seed=seed)
+    pipeline = BatchPipeline(FeatureStore(store), ("train",), batch_size, model=MINI_MODEL, seed=seed)
     batches: list[Batch] = []
     epoch = 1
     while len(batches) < count:

@@ -15,6 +15,9 @@ from benchbase.data.prepare import prepare_store
 from benchbase.data.store import SHARD_SIZE, FeatureStore, read_shard
 from benchbase.specs import FeatureSpec
 
+MINI_MODEL = builtin_workload("ds2-mini").model
+from benchbase.default_plugins.workloads import builtin_workload
+
 
 def test_features_are_80_log_mel_plus_13_mfcc_per_10_ms(small_corpus):
     audio, rate = soundfile.read(next(small_corpus.glob("train/*/*/*.flac")), dtype="float32")
@@ -39,12 +42,12 @@ def test_pipeline_is_deterministic_per_seed_and_pads_right(small_store):
     store = FeatureStore(small_store)
 
     def ids(seed, epoch, readers):
-        pipeline = BatchPipeline(store, ("train",), 16, readers=readers, shuffle_buffer=64, seed=seed)
+        pipeline = BatchPipeline(store, ("train",), 16, readers=readers, shuffle_buffer=64, model=MINI_MODEL, seed=seed)
         return [batch.utterance_ids for batch in pipeline.epoch(epoch)]
 
     assert ids(0, 1, readers=1) == ids(0, 1, readers=3)
     assert ids(0, 1, 2) != ids(0, 2, 2) and ids(0, 1, 2) != ids(1, 1, 2)
-    batch = next(iter(BatchPipeline(store, ("train",), 8, seed=0).epoch(0)))
+    batch = next(iter(BatchPipeline(store, ("train",), 8, model=MINI_MODEL, seed=0).epoch(0)))
     shortest = int(batch.feature_lengths.argmin())
     assert batch.features.shape[1] == batch.feature_lengths.max()
     assert not batch.features[shortest, batch.feature_lengths[shortest]:].any()
@@ -53,7 +56,7 @@ def test_pipeline_is_deterministic_per_seed_and_pads_right(small_store):
 
 def test_pipeline_covers_every_utterance_once_per_epoch(small_store):
     store = FeatureStore(small_store)
-    pipeline = BatchPipeline(store, ("train",), 10, shuffle_buffer=32, drop_last=False, seed=3)
+    pipeline = BatchPipeline(store, ("train",), 10, shuffle_buffer=32, drop_last=False, model=MINI_MODEL, seed=3)
     seen = [i for batch in pipeline.epoch(0) for i in batch.utterance_ids]
     assert len(seen) == len(set(seen)) == store.utterance_count(["train"])
     assert len(pipeline) == -(-len(seen) // 10)
@@ -139,11 +142,11 @@ def test_a_missing_subset_is_a_clear_error(tmp_path, small_corpus, mini_workload
 
 def test_bucketing_batches_similar_lengths_and_covers_the_split(small_store):
     store = FeatureStore(small_store)
-    pipeline = BatchPipeline(store, ("train",), 16, length_buckets=4, seed=5)
+    pipeline = BatchPipeline(store, ("train",), 16, length_buckets=4, model=MINI_MODEL, seed=5)
     batches = list(pipeline.epoch(0))
     spreads = [int(b.feature_lengths.max() - b.feature_lengths.min()) for b in batches]
     streamed = [int(b.feature_lengths.max() - b.feature_lengths.min())
-                for b in BatchPipeline(store, ("train",), 16, seed=5).epoch(0)]
+                for b in BatchPipeline(store, ("train",), 16, model=MINI_MODEL, seed=5).epoch(0)]
     assert np.median(spreads) < np.median(streamed)
     ids = [i for b in batches for i in b.utterance_ids]
     assert len(ids) == len(set(ids)) == len(pipeline) * 16
@@ -159,7 +162,7 @@ def test_bucketed_plan_keeps_every_index_once():
 
 def test_fixed_padding_pads_every_batch_to_the_same_frames(small_store):
     store = FeatureStore(small_store)
-    batches = list(BatchPipeline(store, ("dev",), 8, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
+    batches = list(BatchPipeline(store, ("dev",), 8, model=MINI_MODEL, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
     assert {b.features.shape[1] for b in batches} == {1670}
 
 

@@ -11,6 +11,7 @@ import pytest
 from benchbase.backend import DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
+from benchbase.default_plugins.workloads import builtin_workload
 from benchbase.harness.runner import run_benchmark
 from benchbase.specs import RunConfig
 
@@ -21,6 +22,7 @@ torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
 import tensorflow as tf  # noqa: E402
 
 CPU = DevicePlan(kind="cpu", count=1, batch_per_device=8, threads=1)
+MINI_MODEL = builtin_workload("ds2-mini").model
 
 
 def build(backend_class, workload, seed=0):
@@ -30,7 +32,7 @@ def build(backend_class, workload, seed=0):
 
 
 def first_batch(store, size=8):
-    return next(iter(BatchPipeline(FeatureStore(store), ("train",), size, seed=0).epoch(0)))
+    return next(iter(BatchPipeline(FeatureStore(store), ("train",), size, model=MINI_MODEL, seed=0).epoch(0)))
 
 
 # --- the same model -----------------------------------------------------------------------
@@ -99,7 +101,7 @@ def test_from_the_same_weights_both_backends_follow_the_same_loss_curve(registry
     # the same losses step after step (float32 round-off aside).
     workload = registry.workload("ds2-mini")
     workload = workload.model_copy(update={"model": workload.model.model_copy(update={"dropout": 0.0})})
-    batches = list(BatchPipeline(FeatureStore(small_store), ("train",), 8, seed=0).epoch(0))[:6]
+    batches = list(BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MINI_MODEL, seed=0).epoch(0))[:6]
     torch_side = build(torch_backend.TorchBackend, workload)
     tf_side = build(tf_backend.TensorFlowBackend, workload, seed=5)
     _copy_torch_weights(torch_side.model, tf_side.model)
@@ -192,7 +194,7 @@ def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry
 
 def test_the_training_step_is_traced_once_for_batches_of_every_shape(registry, small_store):
     backend = build(tf_backend.TensorFlowBackend, registry.workload("ds2-mini"))
-    batches = list(BatchPipeline(FeatureStore(small_store), ("train",), 8, seed=0).epoch(0))[:4]
+    batches = list(BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MINI_MODEL, seed=0).epoch(0))[:4]
     assert len({batch.features.shape[1] for batch in batches}) > 1
     for batch in batches:
         backend.train_step(batch)
@@ -226,7 +228,7 @@ from benchbase.registry import collect_registry
 import benchbase_tf_ds2.backend as tf_backend
 tf_backend._strategy = lambda plan: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2-mini")
-batch = next(iter(BatchPipeline(FeatureStore(Path(sys.argv[1])), ("train",), 8, seed=0).epoch(0)))
+batch = next(iter(BatchPipeline(FeatureStore(Path(sys.argv[1])), ("train",), 8, model=workload.model, seed=0).epoch(0)))
 backend = tf_backend.TensorFlowBackend()
 backend.build(workload.model, workload.optimizer, 93, DevicePlan(kind="cpu", count=2, batch_per_device=4), 0)
 assert backend.strategy.num_replicas_in_sync == 2

@@ -7,10 +7,12 @@ import torch
 from benchbase.backend import DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
+from benchbase.default_plugins.workloads import builtin_workload
 
 torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
 
 CPU = DevicePlan(kind="cpu", count=1, batch_per_device=8, threads=1)
+MINI_MODEL = builtin_workload("ds2-mini").model
 
 
 def build(workload, seed=0):
@@ -40,7 +42,7 @@ def test_the_specs_pinned_values_reach_the_framework(registry):
 
 def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry, small_store, tmp_path):
     workload = registry.workload("ds2-mini")
-    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, seed=0).epoch(0)))
+    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MINI_MODEL, seed=0).epoch(0)))
     backend = build(workload)
     losses = [backend.train_step(batch) for _ in range(12)]
     assert losses[-1] < 0.8 * losses[0]
@@ -70,7 +72,7 @@ def test_cuda_training_step(registry, small_store):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     workload = registry.workload("ds2-mini")
-    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, seed=0).epoch(0)))
+    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MINI_MODEL, seed=0).epoch(0)))
     backend = torch_backend.TorchBackend()
     backend.build(workload.model, workload.optimizer, 93, DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
     assert np.isfinite(backend.train_step(batch))

@@ -24,6 +24,7 @@ import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.data.store import FeatureStore, Utterance
+from benchbase.specs import ModelSpec
 
 __all__ = ["BatchPipeline", "EpochBatches", "bucketed_plan", "pad_batch"]
 
@@ -36,6 +37,8 @@ class BatchPipeline:
         store: FeatureStore,
         subsets: tuple[str, ...],
         batch_size: int,
+        *,
+        model: ModelSpec,
         readers: int = 2,
         prefetch: int = 4,
         shuffle_buffer: int = 1024,
@@ -57,6 +60,7 @@ class BatchPipeline:
         self.seed = seed
         self.length_buckets = length_buckets if shuffle else 0
         self.pad_to_frames = pad_to_frames
+        self.model = model
 
     def __len__(self) -> int:
         """Batches per epoch (with bucketing, each bucket drops its own remainder)."""
@@ -76,7 +80,7 @@ class BatchPipeline:
             rng = np.random.default_rng([self.seed, epoch])
             groups = self._bucketed_batches(rng, stop) if self.length_buckets else self._streamed_batches(rng, stop)
             for group in groups:
-                _put(batches, pad_batch(group, self.pad_to_frames), stop)
+                _put(batches, pad_batch(group, self.model, self.pad_to_frames), stop)
             _put(batches, _END, stop)
         except BaseException as error:  # handed to the consumer, which re-raises it
             _put(batches, error, stop)
@@ -168,21 +172,25 @@ def bucketed_plan(frames: np.ndarray, buckets: int, batch_size: int, drop_last: 
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def pad_batch(utterances: list[Utterance], pad_to_frames: int | None = None) -> Batch:
-    """Right-pad features with zeros (to the longest, or to ``pad_to_frames``) and labels with the blank."""
+def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int | None = None) -> Batch:
+    """Right-pad features with zeros (to the longest, or to ``pad_to_frames``) and labels with the blank.
+
+    The output lengths come from the model spec's formula, the only one.
+    """
     frames = np.asarray([u.features.shape[0] for u in utterances], dtype=np.int32)
     label_lengths = np.asarray([len(u.labels) for u in utterances], dtype=np.int32)
     width = pad_to_frames or int(frames.max())
     if frames.max() > width:
         raise ValueError(f"an utterance has {frames.max()} frames, more than pad_to_frames {width}")
     features = np.zeros((len(utterances), width, utterances[0].features.shape[1]), dtype=np.float32)
-    labels = np.zeros((len(utterances), label_lengths.max()), dtype=np.int32)
+    labels = np.full((len(utterances), label_lengths.max()), model.ctc_blank_index, dtype=np.int32)
     for row, utterance in enumerate(utterances):
         features[row, : frames[row]] = utterance.features
         labels[row, : label_lengths[row]] = utterance.labels
     return Batch(
         features=features,
         feature_lengths=frames,
+        output_lengths=model.output_frames(frames),
         labels=labels,
         label_lengths=label_lengths,
         utterance_ids=tuple(u.utterance_id for u in utterances),

@@ -1,12 +1,14 @@
 """WorkloadSpec: everything that defines what is trained and how it is scored.
 
 Every hyperparameter whose default differs between TensorFlow and PyTorch is a field here,
-so that no backend ever falls back on its framework's default (DESIGN.md, principle 3).
+so that no backend ever falls back on its framework's default (docs/design.md).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, overload
+
+import numpy as np
 
 from pydantic import Field, model_validator
 
@@ -57,11 +59,33 @@ class ModelSpec(Spec):
         "PyTorch's momentum is 1 minus this).",
     )
     batchnorm_epsilon: float = Field(1e-5, gt=0.0, le=1e-1, description="BatchNorm epsilon.")
+    batchnorm_frames: Literal["all_padded"] = Field(
+        "all_padded",
+        description="Frames BatchNorm's training statistics are taken over: every frame of the padded batch, "
+        "padding included (no mask), per channel over batch and time.",
+    )
+    batchnorm_variance: Literal["biased"] = Field(
+        "biased",
+        description="Variance BatchNorm normalizes with and folds into its running variance: the biased "
+        "(population) variance of the batch. Keras and Flax do this; PyTorch's running variance would use "
+        "the unbiased one.",
+    )
     init: Literal["xavier_uniform"] = Field(
-        "xavier_uniform", description="Initializer of every weight matrix (conv, LSTM input and recurrent, FC)."
+        "xavier_uniform",
+        description="Initializer of every weight matrix (conv, LSTM input and recurrent, FC): Xavier-uniform over "
+        "each whole matrix, an LSTM's four gates taken together (fan-out 4 x units); biases zero but the forget "
+        "gate's.",
     )
     symbols: int = Field(30, ge=2, le=1024, description="Output symbols including the CTC blank.")
     ctc_blank_index: int = Field(0, ge=0, description="Index of the CTC blank in the output alphabet.")
+    ctc_impossible_alignments: Literal["zero"] = Field(
+        "zero",
+        description="An utterance whose labels cannot be aligned within its output frames (CTC needs one frame "
+        "per label plus one per repeated pair) adds zero loss and zero gradient (PyTorch's zero_infinity).",
+    )
+    precision: Literal["fp32"] = Field(
+        "fp32", description="Arithmetic of training and evaluation: fp32 is true IEEE float32 (no TF32 matmuls)."
+    )
     ctc_reduction: Literal["mean_over_batch"] = Field(
         "mean_over_batch",
         description="CTC loss reduction: each utterance's negative log-likelihood summed over its "
@@ -74,8 +98,21 @@ class ModelSpec(Spec):
             raise ValueError(f"ctc_blank_index {self.ctc_blank_index} is outside the {self.symbols} symbols")
         return self
 
-    def output_frames(self, input_frames: int) -> int:
-        """Frames after the valid, strided convolution (0 when the input is too short)."""
+    @overload
+    def output_frames(self, input_frames: int) -> int: ...
+
+    @overload
+    def output_frames(self, input_frames: np.ndarray) -> np.ndarray: ...
+
+    def output_frames(self, input_frames: int | np.ndarray) -> int | np.ndarray:
+        """Frames after the valid, strided convolution (0 when the input is too short).
+
+        The one source of this formula: the harness computes every batch's output lengths
+        with it, and backends take them from the batch. Arrays give int32 arrays.
+        """
+        if isinstance(input_frames, np.ndarray):
+            frames = (input_frames.astype(np.int64) - self.conv_width) // self.conv_stride + 1
+            return np.maximum(frames, 0).astype(np.int32)
         if input_frames < self.conv_width:
             return 0
         return (input_frames - self.conv_width) // self.conv_stride + 1
