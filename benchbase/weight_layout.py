@@ -22,9 +22,14 @@ The convolution has no bias: BatchNorm follows it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
+
+from benchbase.errors import BenchbaseError
 from benchbase.specs import ModelSpec
 
-__all__ = ["BATCHNORM_PARTS", "weight_layout"]
+__all__ = ["BATCHNORM_PARTS", "validate_weights", "weight_layout"]
 
 BATCHNORM_PARTS = ("scale", "offset", "mean", "variance")
 
@@ -50,3 +55,18 @@ def weight_layout(model: ModelSpec, feature_dimension: int) -> dict[str, tuple[i
 
 def _batchnorm(prefix: str, channels: int) -> dict[str, tuple[int, ...]]:
     return {f"{prefix}.{part}": (channels,) for part in BATCHNORM_PARTS}
+
+
+def validate_weights(weights: Mapping[str, np.ndarray], model: ModelSpec, feature_dimension: int) -> None:
+    """Raise ``BenchbaseError`` unless ``weights`` has exactly the layout's names and shapes.
+
+    Backends call it first thing in ``import_weights``, so a wrong array never half-loads.
+    """
+    layout = weight_layout(model, feature_dimension)
+    missing, unknown = sorted(set(layout) - set(weights)), sorted(set(weights) - set(layout))
+    if missing or unknown:
+        raise BenchbaseError(f"weights do not fit the layout: missing {missing or 'none'}, unknown {unknown or 'none'}")
+    for name, shape in layout.items():
+        found = tuple(np.shape(weights[name]))
+        if found != shape:
+            raise BenchbaseError(f"weight {name}: shape {found}, the layout has {shape}")

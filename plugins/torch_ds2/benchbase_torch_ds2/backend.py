@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchbase.backend import Backend, Batch, DevicePlan
+from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.weight_layout import validate_weights
+from benchbase_torch_ds2 import weights
 from benchbase_torch_ds2.model import DeepSpeech2
 
 __all__ = ["TorchBackend"]
@@ -18,70 +20,97 @@ __all__ = ["TorchBackend"]
 class TorchBackend(Backend):
     name = "torch"
     description = f"PyTorch {torch.__version__}: DS2 with cuDNN/oneDNN LSTMs, CTC, AdaDelta"
+    # One device per run until DistributedDataParallel lands: the harness refuses a plan for more.
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1)
 
-    def build(self, model: ModelSpec, optimizer: OptimizerSpec, feature_dimension: int, plan: DevicePlan,
-              seed: int) -> None:
-        self.device = _select_device(plan)
-        if plan.threads:
-            torch.set_num_threads(plan.threads)
-        torch.manual_seed(seed)
-        self.spec = model
-        self.optimizer_spec = optimizer
-        self.model = DeepSpeech2(model, feature_dimension).to(self.device)
+    def build(self, context: BuildContext) -> None:
+        self.context = context
+        self.device = _select_device(context.plan)
+        _configure_threads(context.plan.threads)
+        _true_fp32()
+        torch.manual_seed(context.seed)
+        self.spec = context.model
+        self.model = DeepSpeech2(context.model, context.feature_dimension).to(self.device)
         self.model.train()
+        optimizer = context.optimizer
         self.optimizer = torch.optim.Adadelta(
             [p for p in self.model.parameters() if p.requires_grad],
             lr=optimizer.learning_rate, rho=optimizer.rho, eps=optimizer.epsilon,
         )
 
     def train_step(self, batch: Batch) -> float:
-        features, lengths = self._inputs(batch)
-        labels = torch.from_numpy(batch.labels).to(self.device, non_blocking=True)
-        label_lengths = torch.from_numpy(batch.label_lengths).to(self.device, non_blocking=True)
-        log_probs, output_lengths = self.model(features, lengths)
-        # mean_over_batch: each utterance's NLL summed over frames, then averaged over the batch.
+        features = self._tensor(batch.features)
+        labels = self._tensor(batch.labels)
+        output_lengths = self._tensor(batch.output_lengths).long()
+        label_lengths = self._tensor(batch.label_lengths).long()
+        log_probs = self.model(features)
+        # mean_over_batch: each utterance's NLL summed over frames, then averaged over the batch;
+        # zero_infinity is the spec's "zero" for impossible alignments.
         loss = torch.nn.functional.ctc_loss(
             log_probs.transpose(0, 1), labels, output_lengths, label_lengths,
             blank=self.spec.ctc_blank_index, reduction="sum", zero_infinity=True,
         ) / batch.size
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.optimizer_spec.gradient_clip_norm:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optimizer_spec.gradient_clip_norm)
+        clip = self.context.optimizer.gradient_clip_norm
+        if clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         self.optimizer.step()
-        return float(loss.detach())
+        return float(loss.detach())  # .item() waits for the device: the update is complete
 
-    def predict(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        features, lengths = self._inputs(batch)
+    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        features = self._tensor(inputs.features)
         self.model.eval()
         try:
             with torch.inference_mode():
-                log_probs, output_lengths = self.model(features, lengths)
+                log_probs = self.model(features)
         finally:
             self.model.train()
-        return log_probs.float().cpu().numpy(), output_lengths.cpu().numpy().astype(np.int32)
+        return log_probs.float().cpu().numpy(), np.asarray(inputs.output_lengths, dtype=np.int32)
 
     def save_checkpoint(self, path: Path) -> None:
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "rng": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         with open(path, "wb") as handle:
-            torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, handle)
+            torch.save(state, handle)
 
     def load_checkpoint(self, path: Path) -> None:
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError, OSError) as error:
+            raise BenchbaseError(f"{path}: not a checkpoint of this model ({str(error).splitlines()[0]})") from None
+        torch.set_rng_state(state["rng"].cpu())
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
-    def device_description(self) -> str:
-        if self.device.type == "cuda":
-            return f"cuda: {torch.cuda.get_device_name(self.device)}"
-        return f"cpu: {torch.get_num_threads()} threads"
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return weights.export_weights(self.model)
 
-    def _inputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        features = torch.from_numpy(batch.features).to(self.device, non_blocking=True)
-        lengths = torch.from_numpy(batch.feature_lengths).to(self.device).long()
-        return features, lengths
+    def import_weights(self, neutral: Mapping[str, np.ndarray]) -> None:
+        validate_weights(neutral, self.spec, self.context.feature_dimension)
+        weights.import_weights(self.model, neutral)
+
+    def devices_in_use(self) -> tuple[str, ...]:
+        if self.device.type == "cuda":
+            return (f"cuda:{self.device.index} {torch.cuda.get_device_name(self.device)}",)
+        return (f"cpu ({torch.get_num_threads()} threads)",)
+
+    def close(self) -> None:
+        on_gpu = getattr(self, "device", None) is not None and self.device.type == "cuda"
+        for attribute in ("model", "optimizer"):
+            self.__dict__.pop(attribute, None)
+        if on_gpu:
+            torch.cuda.empty_cache()
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device, non_blocking=True)
 
 
 def _select_device(plan: DevicePlan) -> torch.device:
@@ -90,3 +119,19 @@ def _select_device(plan: DevicePlan) -> torch.device:
     if not torch.cuda.is_available():
         raise BenchbaseError("the hardware profile asks for CUDA, but PyTorch sees no GPU; pass --device cpu")
     return torch.device("cuda", 0)
+
+
+def _configure_threads(threads: int | None) -> None:
+    if not threads:
+        return
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:
+        pass  # fixed once PyTorch has run parallel work in this process (a second backend, a test)
+
+
+def _true_fp32() -> None:
+    """The spec's fp32 is IEEE float32: no TF32 in matmuls or cuDNN convolutions (Ampere and later)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False

@@ -14,23 +14,43 @@ from torch import nn
 
 from benchbase.specs import ModelSpec
 
-__all__ = ["DeepSpeech2"]
+__all__ = ["DeepSpeech2", "SpecBatchNorm1d"]
+
+CLIPPED_RELU_CEILING = 20.0
+
+
+class SpecBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm1d whose running variance takes the batch's biased variance, as the spec pins.
+
+    PyTorch folds the unbiased variance into its running estimate, Keras and Flax the biased
+    one. Normalization itself runs in PyTorch's fused kernel (biased, over every frame of the
+    padded batch); the running statistics are updated here, from the detached input.
+    """
+
+    def __init__(self, channels: int, spec: ModelSpec) -> None:
+        super().__init__(channels, eps=spec.batchnorm_epsilon, momentum=None)
+        self.keep = spec.batchnorm_momentum  # Keras convention: the share of the old estimate kept
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return super().forward(x)
+        with torch.no_grad():
+            variance, mean = torch.var_mean(x.detach().float(), dim=(0, 2), correction=0)
+            self.running_mean.mul_(self.keep).add_(mean, alpha=1.0 - self.keep)
+            self.running_var.mul_(self.keep).add_(variance, alpha=1.0 - self.keep)
+        return nn.functional.batch_norm(x, None, None, self.weight, self.bias, training=True, eps=self.eps)
 
 
 class DeepSpeech2(nn.Module):
     def __init__(self, spec: ModelSpec, feature_dimension: int) -> None:
         super().__init__()
         self.spec = spec
-        momentum = 1.0 - spec.batchnorm_momentum  # PyTorch weighs the new batch, Keras the old mean
         self.conv = nn.Conv1d(feature_dimension, spec.conv_channels, spec.conv_width, stride=spec.conv_stride,
                               bias=False)
-        self.conv_norm = nn.BatchNorm1d(spec.conv_channels, eps=spec.batchnorm_epsilon, momentum=momentum)
+        self.conv_norm = SpecBatchNorm1d(spec.conv_channels, spec)
         sizes = [spec.conv_channels] + [spec.lstm_units] * spec.lstm_layers
         self.lstms = nn.ModuleList(nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(spec.lstm_layers))
-        self.lstm_norms = nn.ModuleList(
-            nn.BatchNorm1d(spec.lstm_units, eps=spec.batchnorm_epsilon, momentum=momentum)
-            for _ in range(spec.lstm_layers)
-        )
+        self.lstm_norms = nn.ModuleList(SpecBatchNorm1d(spec.lstm_units, spec) for _ in range(spec.lstm_layers))
         self.dropout = nn.Dropout(spec.dropout)
         self.output = nn.Linear(spec.lstm_units, spec.symbols)
         self.reset_parameters()
@@ -42,19 +62,18 @@ class DeepSpeech2(nn.Module):
         nn.init.xavier_uniform_(self.output.weight)
         nn.init.zeros_(self.output.bias)
 
-    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(batch, frames, features) -> log-probs (batch, frames', symbols), output lengths."""
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """(batch, frames, features) -> log-probs (batch, output frames, symbols)."""
         x = self.conv(features.transpose(1, 2))
         x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
         for lstm, norm in zip(self.lstms, self.lstm_norms):
             x, _ = lstm(x)
             x = self.dropout(norm(x.transpose(1, 2)).transpose(1, 2))
-        output_lengths = torch.div(lengths - self.spec.conv_width, self.spec.conv_stride, rounding_mode="floor") + 1
-        return torch.log_softmax(self.output(x), dim=-1), output_lengths
+        return torch.log_softmax(self.output(x), dim=-1)
 
     def _activation(self, x: torch.Tensor) -> torch.Tensor:
         if self.spec.conv_activation == "clipped_relu":
-            return torch.clamp(x, 0.0, 20.0)
+            return torch.clamp(x, 0.0, CLIPPED_RELU_CEILING)
         return torch.relu(x)
 
 
