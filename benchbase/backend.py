@@ -167,15 +167,16 @@ class Backend(ABC):
     the forget-gate bias, inverted dropout in training only, the AdaDelta settings.
     The conformance kit compares a backend's forward pass, loss and BatchNorm statistics
     with benchbase's own NumPy reference on the same weights.
+
+    The harness constructs a backend with no arguments during init, off the clock: a
+    constructor must not start framework work (device selection, compilation) that belongs
+    to ``build()``.
     """
 
     name: ClassVar[str]
     """Name users pass to ``--backend``."""
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
-
-    def __init__(self) -> None:
-        """Called during init, off the clock; must not import or start heavy framework work."""
 
     @abstractmethod
     def build(self, context: BuildContext) -> None:
@@ -250,7 +251,7 @@ class Backend(ABC):
         """Human-readable description of the devices in use (for the log and the report)."""
         return ", ".join(self.devices_in_use())
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: a backend with nothing to release keeps it)
         """Release the framework's resources (device memory, thread pools, compiled caches).
 
         Called exactly once at the end of the run, also when ``build()`` raised; ``--runs N``

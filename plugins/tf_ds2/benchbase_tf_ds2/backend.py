@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 # TensorFlow's C++ INFO lines (oneDNN notices, CPU feature flags) would land in the middle of
@@ -21,10 +22,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchbase.backend import Backend, Batch, DevicePlan
+from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.weight_layout import validate_weights
 from benchbase_tf_ds2.model import DeepSpeech2
+from benchbase_tf_ds2.weights import neutral_variables
 
 __all__ = ["TensorFlowBackend"]
 
@@ -32,6 +34,7 @@ __all__ = ["TensorFlowBackend"]
 class TensorFlowBackend(Backend):
     name = "tf"
     description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 with fused/cuDNN LSTMs, CTC, AdaDelta"
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=8)
 
     def __init__(self, *, fused_lstm: bool | None = None) -> None:
         """``fused_lstm`` exists for benchmarks/backend_parity.py; a run takes the default.
@@ -41,38 +44,40 @@ class TensorFlowBackend(Backend):
         """
         self.fused_lstm = fused_lstm
 
-    def build(self, model: ModelSpec, optimizer: OptimizerSpec, feature_dimension: int, plan: DevicePlan,
-              seed: int) -> None:
-        _configure_threads(plan.threads)
-        keras.utils.set_random_seed(seed)
-        self.spec = model
-        self.optimizer_spec = optimizer
-        self.strategy = _strategy(plan)
-        fused = plan.kind == "cpu" if self.fused_lstm is None else self.fused_lstm
+    def build(self, context: BuildContext) -> None:
+        _configure_threads(context.plan.threads)
+        # The spec's fp32 is IEEE float32; TensorFlow would use TF32 matmuls on Ampere and later.
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        keras.utils.set_random_seed(context.seed)
+        self.context = context
+        self.spec = context.model
+        self.optimizer_spec = context.optimizer
+        self.strategy = _strategy(context.plan)
+        fused = context.plan.kind == "cpu" if self.fused_lstm is None else self.fused_lstm
+        optimizer = context.optimizer
         with self.strategy.scope():
-            self.model = DeepSpeech2(model, feature_dimension, fused_lstm=fused)
+            self.model = DeepSpeech2(context.model, context.feature_dimension, fused_lstm=fused)
             self.model.build_weights()
             self.optimizer = keras.optimizers.Adadelta(
                 learning_rate=optimizer.learning_rate, rho=optimizer.rho, epsilon=optimizer.epsilon,
             )
             self.optimizer.build(self.model.trainable_variables)
-        self._train_function = self._compile_train_step(feature_dimension)
+        self._train_function = self._compile_train_step(context.feature_dimension)
         self._predict_function = tf.function(
             lambda features: self.model(features, training=False),
-            input_signature=[tf.TensorSpec([None, None, feature_dimension], tf.float32)],
+            input_signature=[tf.TensorSpec([None, None, context.feature_dimension], tf.float32)],
         )
 
     def train_step(self, batch: Batch) -> float:
         replicas = self.strategy.num_replicas_in_sync
         if batch.size % replicas:
             raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
-        loss = self._train_function(batch.features, batch.feature_lengths, batch.labels, batch.label_lengths)
-        return float(loss)
+        loss = self._train_function(batch.features, batch.output_lengths, batch.labels, batch.label_lengths)
+        return float(loss)  # .numpy() waits for the step: the update is complete
 
-    def predict(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        log_probs = self._predict_function(batch.features).numpy()
-        lengths = np.asarray([self.spec.output_frames(int(n)) for n in batch.feature_lengths], dtype=np.int32)
-        return log_probs, lengths
+    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        log_probs = self._predict_function(inputs.features).numpy()
+        return log_probs, np.asarray(inputs.output_lengths, dtype=np.int32)
 
     def save_checkpoint(self, path: Path) -> None:
         arrays = {f"{group}/{index:04d}": variable.numpy()
@@ -97,10 +102,27 @@ class TensorFlowBackend(Backend):
     def parameter_count(self) -> int:
         return int(sum(math.prod(v.shape) for v in self.model.trainable_variables))
 
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return {name: np.asarray(variable.numpy(), dtype=np.float32)
+                for name, variable in neutral_variables(self.model).items()}
+
+    def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        validate_weights(weights, self.spec, self.context.feature_dimension)
+        for name, variable in neutral_variables(self.model).items():
+            variable.assign(np.asarray(weights[name], dtype=np.float32))
+
+    def devices_in_use(self) -> tuple[str, ...]:
+        return tuple(self.strategy.extended.worker_devices)
+
     def device_description(self) -> str:
-        devices = ", ".join(self.strategy.extended.worker_devices)
+        devices = ", ".join(self.devices_in_use())
         threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
         return f"tf.distribute {type(self.strategy).__name__} over {devices}; intra-op threads {threads}"
+
+    def close(self) -> None:
+        for attribute in ("model", "optimizer", "strategy", "_train_function", "_predict_function"):
+            self.__dict__.pop(attribute, None)
+        keras.backend.clear_session()
 
     # --- the compiled step --------------------------------------------------------------
 
@@ -116,19 +138,19 @@ class TensorFlowBackend(Backend):
         # No XLA: neither the sparse CTCLoss op nor BlockLSTM has an XLA kernel, and XLA would
         # compile anew for every distinct frame count (docs/BENCHMARKS.md has the numbers).
         @tf.function(input_signature=signature)
-        def train(features, feature_lengths, labels, label_lengths):
-            per_replica = self.strategy.run(self._replica_step, args=(features, feature_lengths, labels, label_lengths))
+        def train(features, output_lengths, labels, label_lengths):
+            per_replica = self.strategy.run(self._replica_step, args=(features, output_lengths, labels, label_lengths))
             return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
         return train
 
-    def _replica_step(self, features, feature_lengths, labels, label_lengths):
+    def _replica_step(self, features, output_lengths, labels, label_lengths):
         """One replica's share: its rows of the global batch; returns its part of the batch-mean loss."""
         context = tf.distribute.get_replica_context()
         global_size = tf.shape(features)[0]
         rows = global_size // context.num_replicas_in_sync
         start = context.replica_id_in_sync_group * rows
-        mine = [tensor[start : start + rows] for tensor in (features, feature_lengths, labels, label_lengths)]
+        mine = [tensor[start : start + rows] for tensor in (features, output_lengths, labels, label_lengths)]
         with tf.GradientTape() as tape:
             # Summed over this replica's utterances, divided by the global batch: the replicas'
             # gradients add up (all-reduce SUM) to those of the batch mean.
@@ -138,9 +160,8 @@ class TensorFlowBackend(Backend):
         self.optimizer.apply(gradients, variables)
         return loss
 
-    def _utterance_losses(self, features, feature_lengths, labels, label_lengths):
+    def _utterance_losses(self, features, output_lengths, labels, label_lengths):
         log_probs = self.model(features, training=True)
-        output_lengths = (feature_lengths - self.spec.conv_width) // self.spec.conv_stride + 1
         # Sparse labels: TensorFlow then swaps in cuDNN's CTC kernel on a GPU.
         losses = tf.nn.ctc_loss(labels=_sparse_labels(labels, label_lengths), logits=log_probs, label_length=None,
                                 logit_length=output_lengths, logits_time_major=False,
