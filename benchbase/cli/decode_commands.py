@@ -17,7 +17,7 @@ from benchbase.data.pipeline import pad_batch
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError, describe_validation_error
-from benchbase.harness.runner import device_plan
+from benchbase.harness.plan import build_context, device_plan
 from benchbase.metrics import error_rates
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
@@ -87,15 +87,18 @@ def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path) -> DevOut
     store = FeatureStore(store_root)
     backend = collect_registry(get_plugin_manager()).backend(config.backend)()
     workload = config.workload
-    backend.build(workload.model, workload.optimizer, store.feature_dimension, device_plan(config), config.seed)
-    backend.load_checkpoint(checkpoint)
-    utterances = [utterance for shard in store.shards(workload.data.dev) for utterance in store.read(shard)]
-    size = config.hardware.pipeline.global_batch
-    batches, references = [], []
-    for start in range(0, len(utterances), size):
-        batch = pad_batch(utterances[start : start + size], workload.data.pad_to_frames)
-        batches.append(backend.predict(batch))
-        references += batch.transcripts
+    try:
+        backend.build(build_context(config, store, device_plan(config)))
+        backend.load_checkpoint(checkpoint)
+        utterances = [utterance for shard in store.shards(workload.data.dev) for utterance in store.read(shard)]
+        size = config.hardware.pipeline.global_batch
+        batches, references = [], []
+        for start in range(0, len(utterances), size):
+            batch = pad_batch(utterances[start : start + size], workload.model, workload.data.pad_to_frames)
+            batches.append(backend.predict(batch.inputs()))
+            references += batch.transcripts
+    finally:
+        backend.close()
     return DevOutputs(batches, references)
 
 

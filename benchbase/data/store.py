@@ -150,6 +150,15 @@ class FeatureStore:
     def utterance_count(self, subsets: tuple[str, ...] | list[str]) -> int:
         return sum(int(self._split(subset)["utterances"]) for subset in subsets)
 
+    def longest(self, subsets: tuple[str, ...] | list[str]) -> tuple[int, int]:
+        """(frames, labels) of the longest utterance and the longest transcript in the subsets."""
+        frames = labels = 0
+        for shard in self.shards(subsets):
+            index = self.index(shard)
+            frames = max(frames, int(index.frames().max(initial=0)))
+            labels = max(labels, int(np.diff(index.label_offsets).max(initial=0)))
+        return frames, labels
+
     def _split(self, subset: str) -> dict:
         splits = self.description["splits"]
         if subset not in splits:

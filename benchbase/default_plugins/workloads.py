@@ -8,7 +8,6 @@ from benchbase import hookimpl
 from benchbase.specs import WorkloadSpec
 from benchbase.yaml_specs import load_spec_text
 
-
 __all__ = ["builtin_workload", "register_workloads"]
 
 

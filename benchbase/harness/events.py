@@ -43,6 +43,7 @@ class RunResult:
     status: str
     """success (every target reached) or aborted (max epochs or minutes first)."""
     stop_reason: str
+    """A ``StopReason`` value."""
     workload: str
     backend: str
     hardware: str
@@ -60,3 +61,7 @@ class RunResult:
     final_evaluation: dict[str, float] | None
     telemetry: dict = field(default_factory=dict)
     device: str = ""
+    devices: list[str] = field(default_factory=list)
+    """The devices the backend reported it trained on."""
+    cpu: dict = field(default_factory=dict)
+    """cores_in_steps (process CPU s / wall s during train_step), thread_budget, within_budget."""

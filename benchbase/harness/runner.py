@@ -4,28 +4,35 @@
       -> train batches; every 50: greedy-decode the batch's sentences; every 250: checkpoint
       -> every epoch: evaluate on dev, WER/CER, update TTA
       -> run_stop: success when every target is reached, aborted at max epochs / minutes
+
+``Harness`` controls the phases; ``TimedRun`` closes the timed one whatever happens,
+``RunRecorder`` writes the run folder and ``TrainingStatistics`` keeps the per-batch numbers.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
+import os
 import time
-from dataclasses import asdict
 
 import pluggy
 
 from benchbase import __version__
-from benchbase.atomic import atomic_write_text
-from benchbase.backend import Backend, Batch, DevicePlan
+from benchbase.backend import CONTRACT_VERSION, Backend, Batch
 from benchbase.compliance import ComplianceLog
-from benchbase.compliance.log import constants
+from benchbase.compliance import keys as own_keys
+from benchbase.compliance.keys import constants
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
 from benchbase.data.store import FeatureStore
 from benchbase.decode import BackgroundDecoding, evaluation_decoder, greedy_decode
+from benchbase.errors import BenchbaseError
 from benchbase.harness.clock import RunClock
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
-from benchbase.harness.run_folder import RunFolder, write_json_line
+from benchbase.harness.lifecycle import TimedRun
+from benchbase.harness.plan import build_context, check_capabilities, device_plan
+from benchbase.harness.recorder import RunRecorder
+from benchbase.harness.run_folder import RunFolder
+from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
+from benchbase.harness.stop import StopReason
 from benchbase.metrics import TargetTracker, error_rates
 from benchbase.specs import RunConfig
 from benchbase.telemetry import TelemetrySampler
@@ -33,7 +40,6 @@ from benchbase.telemetry import TelemetrySampler
 __all__ = ["Harness", "device_plan", "run_benchmark"]
 
 SENTENCES_PER_LOG = 3
-CHECKPOINTS_KEPT = 2
 
 
 def run_benchmark(config: RunConfig, manager: pluggy.PluginManager, backend_class: type[Backend]) -> RunResult:
@@ -49,20 +55,20 @@ class Harness:
         self.clock = RunClock()
         self.folder = RunFolder.create(config.out)
         self.tracker = TargetTracker(self.workload.tta)
+        self.statistics = TrainingStatistics()
         self.batch_index = 0
         self.train_samples = 0
-        self.step_throughputs: list[float] = []
-        self.data_waits: list[float] = []
-        self.step_seconds: list[float] = []
         self.last_evaluation: Evaluation | None = None
 
     # --- the run ------------------------------------------------------------------------
 
     def run(self) -> RunResult:
         self.log = ComplianceLog(self.folder.compliance_log)
+        self.recorder = RunRecorder(self.folder)
         try:
             return self._run()
         finally:
+            self.recorder.close()
             self.log.close()
 
     def _run(self) -> RunResult:
@@ -72,26 +78,15 @@ class Harness:
         self.log.end(constants.INIT_STOP)
         self.clock.start()
         self.log.start(constants.RUN_START)
-        self.sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
-        self.sampler.start()
-        self.hook.run_started(config=self.config, run_dir=self.folder.root)
-        try:
-            self.backend.build(self.workload.model, self.workload.optimizer, self.store.feature_dimension,
-                               self.plan, self.config.seed)
-            epochs, reason = self._train()
-        except BaseException as error:
-            # The log still closes the run, so it stays well-formed and says why it ended.
-            self.log.end(constants.RUN_STOP, metadata={constants.STATUS: constants.ABORTED,
-                                                       "error": f"{type(error).__name__}: {error}"})
-            raise
-        finally:
-            telemetry = self.sampler.stop()
-            self.metrics_sink.close()
-            self.sentence_sink.close()
-        status = constants.SUCCESS if self.tracker.all_reached else constants.ABORTED
-        self.log.end(constants.RUN_STOP, metadata={constants.STATUS: status})
-        result = self._result(status, reason, epochs, init_seconds, telemetry)
-        self.folder.write_json(self.folder.result, asdict(result))
+        sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
+        with TimedRun(self.log, sampler, self.backend) as timed:
+            self.hook.run_started(config=self.config, run_dir=self.folder.root)
+            self.backend.build(self.context)
+            reason, epochs = self._train()
+            self._log_training_footprint()
+            timed.finish(reason)
+        result = self._result(timed, epochs, init_seconds)
+        self.recorder.result(result)
         self.hook.run_finished(result=result)
         return result
 
@@ -100,27 +95,29 @@ class Harness:
         self.log.start(constants.INIT_START)
         self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
         self.store = FeatureStore(self.config.data)
-        self.train_data, self.dev_data = self._pipelines()
         self.plan = device_plan(self.config)
+        check_capabilities(self.backend_class, self.config, self.plan)
+        self.context = build_context(self.config, self.store, self.plan)
+        self.train_data, self.dev_data = self._pipelines()
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         self.decoder = evaluation_decoder(self.workload.evaluation, self.config.data, self.workload.data.train,
                                           blank=self.workload.model.ctc_blank_index)
-        self.backend = self.backend_class()
-        self.metrics_sink = self.folder.append_lines(self.folder.metrics)
-        self.sentence_sink = self.folder.append_lines(self.folder.sentences)
         self._log_submission()
+        self.backend = self.backend_class()
 
     def _pipelines(self) -> tuple[BatchPipeline, BatchPipeline]:
-        pipeline, data = self.config.hardware.pipeline, self.workload.data
-        train = BatchPipeline(self.store, data.train, pipeline.global_batch, pipeline.readers, pipeline.buffer,
-                              pipeline.shuffle_buffer, shuffle=True, drop_last=True, seed=self.config.seed,
-                              length_buckets=data.length_buckets, pad_to_frames=data.pad_to_frames)
-        dev = BatchPipeline(self.store, data.dev, pipeline.global_batch, pipeline.readers, pipeline.buffer,
-                            shuffle=False, drop_last=False, seed=self.config.seed, pad_to_frames=data.pad_to_frames)
+        pipeline, data, model = self.config.hardware.pipeline, self.workload.data, self.workload.model
+        train = BatchPipeline(self.store, data.train, pipeline.global_batch, model=model, readers=pipeline.readers,
+                              prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
+                              drop_last=True, seed=self.config.seed, length_buckets=data.length_buckets,
+                              pad_to_frames=data.pad_to_frames)
+        dev = BatchPipeline(self.store, data.dev, pipeline.global_batch, model=model, readers=pipeline.readers,
+                            prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=self.config.seed,
+                            pad_to_frames=data.pad_to_frames)
         return train, dev
 
     def _log_submission(self) -> None:
-        hardware, optimizer = self.config.hardware, self.workload.optimizer
+        hardware, optimizer, evaluation = self.config.hardware, self.workload.optimizer, self.workload.evaluation
         # Everything the workload pins goes into the log, so `benchbase check` can compare it.
         for key, value in (
             (constants.SUBMISSION_ORG, self.config.submitter),
@@ -129,6 +126,7 @@ class Harness:
             (constants.SUBMISSION_STATUS, "research"),
             (constants.SUBMISSION_BENCHMARK, self.workload.name),
             (constants.SUBMISSION_ENTRY, f"benchbase {__version__} backend={self.config.backend}"),
+            (own_keys.BACKEND_CONTRACT, CONTRACT_VERSION),
             (constants.SEED, self.config.seed),
             (constants.GLOBAL_BATCH_SIZE, hardware.pipeline.global_batch),
             (constants.GRADIENT_ACCUMULATION_STEPS, 1),
@@ -136,17 +134,31 @@ class Harness:
             (constants.EVAL_SAMPLES, self.dev_data.utterances),
             (constants.OPT_NAME, optimizer.name),
             (constants.OPT_BASE_LR, optimizer.learning_rate),
-            ("opt_adadelta_rho", optimizer.rho),
-            ("opt_adadelta_epsilon", optimizer.epsilon),
+            (own_keys.OPT_ADADELTA_RHO, optimizer.rho),
+            (own_keys.OPT_ADADELTA_EPSILON, optimizer.epsilon),
             (constants.OPT_GRADIENT_CLIP_NORM, optimizer.gradient_clip_norm),
-            ("eval_decoder", self.workload.evaluation.decoder),
-            ("eval_beam_width", self.workload.evaluation.beam_width),
+            (own_keys.PRECISION, self.workload.model.precision),
+            (own_keys.EVAL_DECODER, evaluation.decoder),
+            (own_keys.EVAL_BEAM_WIDTH, evaluation.beam_width),
+            (own_keys.WORLD_SIZE, 1),
         ):
             self.log.event(key, value=value)
 
+    def _log_training_footprint(self) -> None:
+        """After training, before the backend closes: its devices, size and the CPU cores its steps kept busy."""
+        self.devices = list(self.backend.devices_in_use())
+        self.device_description = self.backend.device_description()
+        self.parameter_count = self.backend.parameter_count()
+        self.log.event(own_keys.DEVICES, value=self.devices)
+        self.log.event(own_keys.CPU_CORES_IN_STEPS, value=self.statistics.cpu_cores_in_steps(),
+                       metadata={own_keys.THREAD_BUDGET: self._thread_budget()})
+
+    def _thread_budget(self) -> int:
+        return self.plan.threads or os.cpu_count() or 1
+
     # --- training -----------------------------------------------------------------------
 
-    def _train(self) -> tuple[int, str]:
+    def _train(self) -> tuple[StopReason, int]:
         upcoming: EpochBatches | None = self.train_data.epoch(1)
         try:
             for epoch in range(1, self.workload.max_epochs + 1):
@@ -159,14 +171,14 @@ class Harness:
                     upcoming = self.train_data.epoch(epoch + 1)
                 self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
                 if not finished_epoch:
-                    return epoch, "max_minutes"
+                    return StopReason.MAX_MINUTES, epoch
                 if epoch % self.workload.evaluation.every_epochs == 0:
                     self._evaluate(epoch)
                     if self.tracker.all_reached:
-                        return epoch, "targets_reached"
+                        return StopReason.TARGETS_REACHED, epoch
                 if self._out_of_time():
-                    return epoch, "max_minutes"
-            return self.workload.max_epochs, "max_epochs"
+                    return StopReason.MAX_MINUTES, epoch
+            return StopReason.MAX_EPOCHS, self.workload.max_epochs
         finally:
             if upcoming is not None:
                 upcoming.close()
@@ -178,54 +190,42 @@ class Harness:
             batch = next(batches, None)
             if batch is None:
                 break
-            step_from = time.perf_counter()
+            step_from, cpu_from = time.perf_counter(), time.process_time()
             loss = self.backend.train_step(batch)
-            step_to = time.perf_counter()
-            self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step_to - step_from)
+            step, cpu = time.perf_counter() - step_from, time.process_time() - cpu_from
+            if not isinstance(loss, float):
+                raise BenchbaseError(f"backend {self.config.backend!r}: train_step returned a "
+                                     f"{type(loss).__name__}; the contract asks for a Python float")
+            self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step, cpu)
             if self._out_of_time():
                 return False
         return True
 
-    def _after_batch(self, epoch: int, batch_in_epoch: int, batch: Batch, loss: float, wait: float,
-                     step: float) -> None:
+    def _after_batch(self, epoch: int, batch_in_epoch: int, batch: Batch, loss: float, wait: float, step: float,
+                     cpu: float) -> None:
         self.batch_index += 1
         self.train_samples += batch.size
-        throughput = batch.size / (wait + step)
-        self.step_throughputs.append(throughput)
-        self.data_waits.append(wait)
-        self.step_seconds.append(step)
+        throughput = self.statistics.record(batch.size, wait, step, cpu)
         progress = BatchProgress(epoch, batch_in_epoch, len(self.train_data), self.batch_index, self.clock.seconds(),
                                  loss, throughput, wait)
-        write_json_line(self.metrics_sink, {
-            "kind": "batch", "epoch": epoch, "batch": self.batch_index, "t": round(progress.seconds, 4),
-            "loss": loss, "step_s": round(step, 5), "wait_s": round(wait, 5), "throughput": round(throughput, 3),
-            "utterances": batch.size,
-        })
+        self.recorder.batch(progress, step, batch.size)
         evaluation = self.workload.evaluation
         if self.batch_index % evaluation.log_sentences_every == 0:
             self._log_sentences(epoch, batch)
         if self.batch_index % evaluation.checkpoint_every == 0:
-            self._checkpoint()
+            path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
+            self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
         self.hook.batch_completed(progress=progress)
 
     def _log_sentences(self, epoch: int, batch: Batch) -> None:
-        log_probs, lengths = self.backend.predict(batch)
+        log_probs, lengths = self.backend.predict(batch.inputs())
         hypotheses = greedy_decode(log_probs, lengths, self.workload.model.ctc_blank_index)
         for index in range(min(SENTENCES_PER_LOG, batch.size)):
-            write_json_line(self.sentence_sink, {
+            self.recorder.training_sentence({
                 "epoch": epoch, "batch": self.batch_index, "t": round(self.clock.seconds(), 3),
                 "id": batch.utterance_ids[index], "reference": batch.transcripts[index],
                 "hypothesis": hypotheses[index],
             })
-
-    def _checkpoint(self) -> None:
-        final = self.folder.checkpoints / f"batch-{self.batch_index:07d}.ckpt"
-        temporary = final.with_name(f".{final.name}.tmp")
-        self.backend.save_checkpoint(temporary)
-        temporary.replace(final)
-        for stale in sorted(self.folder.checkpoints.glob("batch-*.ckpt"))[:-CHECKPOINTS_KEPT]:
-            stale.unlink()
-        self.hook.checkpoint_saved(path=final, batch_index=self.batch_index)
 
     def _out_of_time(self) -> bool:
         return self.clock.seconds() >= self.workload.max_minutes * 60
@@ -239,7 +239,8 @@ class Harness:
         references = []
         decoding = BackgroundDecoding(self.decoder)  # decodes batch n while the backend predicts n + 1
         for batch in self.dev_data.epoch(0):
-            decoding.submit(*self.backend.predict(batch))
+            # The backend sees features and lengths only: the references stay here.
+            decoding.submit(*self.backend.predict(batch.inputs()))
             references += batch.transcripts
         hypotheses = decoding.results()
         rates = error_rates(references, hypotheses)
@@ -251,60 +252,37 @@ class Harness:
         evaluation = Evaluation(epoch, finished, rates.wer, rates.cer, rates.paper_cer, rates.utterances,
                                 finished - started, dict(self.tracker.reached),
                                 tuple(target.label for target in self.workload.tta.targets))
-        write_json_line(self.metrics_sink, {"kind": "eval", "epoch": epoch, "t": round(finished, 4), **accuracy,
-                                            "eval_s": round(finished - started, 4), "utterances": rates.utterances})
-        self._write_eval_sentences(epoch, references, hypotheses)
+        self.recorder.evaluation(epoch, finished, accuracy, finished - started, rates.utterances)
+        self.recorder.dev_outputs(epoch, references, hypotheses)
         self.last_evaluation = evaluation
         self.hook.eval_completed(evaluation=evaluation)
         return evaluation
 
-    def _write_eval_sentences(self, epoch: int, references: list[str], hypotheses: list[str]) -> None:
-        path = self.folder.root / "decoded" / f"dev-epoch-{epoch:03d}.jsonl"
-        lines = "".join(
-            json.dumps({"reference": reference, "hypothesis": hypothesis}) + "\n"
-            for reference, hypothesis in zip(references, hypotheses)
-        )
-        atomic_write_text(path, lines)
-
     # --- the result ---------------------------------------------------------------------
 
-    def _result(self, status: str, reason: str, epochs: int, init_seconds: float, telemetry: dict) -> RunResult:
-        tta = {}
+    def _result(self, timed: TimedRun, epochs: int, init_seconds: float) -> RunResult:
+        final = self.last_evaluation
+        cores = self.statistics.cpu_cores_in_steps()
+        return RunResult(
+            status=timed.status, stop_reason=str(timed.reason), workload=self.workload.name,
+            backend=self.config.backend, hardware=self.config.hardware.name, seed=self.config.seed, tta=self._tta(),
+            epochs=epochs, batches=self.batch_index, train_samples=self.train_samples,
+            run_seconds=round(self.clock.seconds(), 3), init_seconds=round(init_seconds, 3),
+            parameter_count=self.parameter_count,
+            throughput=self.statistics.throughput(), data_wait=self.statistics.data_wait(),
+            final_evaluation=None if final is None else {"epoch": final.epoch, "wer": final.wer, "cer": final.cer,
+                                                          "paper_cer": final.paper_cer},
+            telemetry=timed.telemetry, device=self.device_description,
+            devices=self.devices, cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
+                                              "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE},
+        )
+
+    def _tta(self) -> dict[str, dict | None]:
+        tta: dict[str, dict | None] = {}
         for target in self.workload.tta.targets:
             seconds = self.tracker.reached.get(target.label)
             tta[target.label] = None if seconds is None else {
                 "seconds": round(seconds, 3), "minutes": round(seconds / 60, 4),
                 "epoch": self.tracker.reached_epoch[target.label],
             }
-        final = self.last_evaluation
-        return RunResult(
-            status=status, stop_reason=reason, workload=self.workload.name, backend=self.config.backend,
-            hardware=self.config.hardware.name, seed=self.config.seed, tta=tta, epochs=epochs,
-            batches=self.batch_index, train_samples=self.train_samples, run_seconds=round(self.clock.seconds(), 3),
-            init_seconds=round(init_seconds, 3), parameter_count=self.backend.parameter_count(),
-            throughput=_summary(self.step_throughputs), data_wait=_wait_summary(self.data_waits, self.step_seconds),
-            final_evaluation=None if final is None else {"epoch": final.epoch, "wer": final.wer, "cer": final.cer,
-                                                          "paper_cer": final.paper_cer},
-            telemetry=telemetry, device=self.backend.device_description(),
-        )
-
-
-def device_plan(config: RunConfig) -> DevicePlan:
-    hardware = config.hardware
-    kind = "cuda" if config.device == "cuda" or (config.device == "auto" and hardware.devices.kind == "gpu") else "cpu"
-    return DevicePlan(kind=kind, count=hardware.devices.count if kind == "cuda" else 1,
-                      batch_per_device=hardware.pipeline.batch_per_device, threads=hardware.pipeline.threads)
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {"median": round(statistics.median(values), 3), "mean": round(statistics.fmean(values), 3)}
-
-
-def _wait_summary(waits: list[float], steps: list[float]) -> dict[str, float]:
-    if not waits:
-        return {}
-    total = sum(waits) + sum(steps)
-    return {"median_s": round(statistics.median(waits), 5), "total_s": round(sum(waits), 3),
-            "share_of_step_time": round(sum(waits) / total, 5)}
+        return tta

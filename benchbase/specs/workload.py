@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Literal, overload
 
 import numpy as np
-
 from pydantic import Field, model_validator
 
 from benchbase.specs._base import Spec

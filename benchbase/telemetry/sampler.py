@@ -58,6 +58,9 @@ class TelemetrySampler:
         """Stop sampling and return the summary (means, sample count, the sampler's own cost)."""
         self._stop.set()
         self._process.join(timeout=30)
+        if self._process.is_alive():  # never leave a sampler behind, even a stuck one
+            self._process.terminate()
+            self._process.join(timeout=5)
         summary_file = self.path.with_name(self.path.name + SUMMARY_SUFFIX)
         try:
             summary = json.loads(summary_file.read_text(encoding="utf-8"))

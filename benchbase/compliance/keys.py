@@ -1,0 +1,51 @@
+"""benchbase's own compliance-log keys, beside mlperf-logging's master list of constants.
+
+Every key the harness writes and the checker reads comes from here or from ``constants``
+(mllog's), so a key is spelled once.
+"""
+
+from __future__ import annotations
+
+from mlperf_logging.mllog import constants
+
+__all__ = [
+    "BACKEND_CONTRACT",
+    "CPU_CORES_IN_STEPS",
+    "DEVICES",
+    "ERROR",
+    "EVAL_BEAM_WIDTH",
+    "EVAL_DECODER",
+    "EVAL_LM_ALPHA",
+    "EVAL_LM_BETA",
+    "EVAL_LM_MODE",
+    "OPT_ADADELTA_EPSILON",
+    "OPT_ADADELTA_RHO",
+    "PRECISION",
+    "STOP_REASON",
+    "THREAD_BUDGET",
+    "WORLD_SIZE",
+    "constants",
+]
+
+# Hyperparameters the workload pins and mllog has no name for.
+OPT_ADADELTA_RHO = "opt_adadelta_rho"
+OPT_ADADELTA_EPSILON = "opt_adadelta_epsilon"
+EVAL_DECODER = "eval_decoder"
+EVAL_BEAM_WIDTH = "eval_beam_width"
+EVAL_LM_MODE = "eval_lm_mode"
+EVAL_LM_ALPHA = "eval_lm_alpha"
+EVAL_LM_BETA = "eval_lm_beta"
+PRECISION = "precision"
+
+# What the run was made of and how it behaved.
+BACKEND_CONTRACT = "benchbase_backend_contract"
+DEVICES = "benchbase_devices"
+"""Value: the devices the backend reports it trains on (list of strings)."""
+WORLD_SIZE = "benchbase_world_size"
+CPU_CORES_IN_STEPS = "benchbase_cpu_cores_in_steps"
+"""Value: process CPU seconds / wall seconds over every train_step; metadata THREAD_BUDGET."""
+THREAD_BUDGET = "thread_budget"
+
+# run_stop metadata beside mllog's status.
+STOP_REASON = "stop_reason"
+ERROR = "error"

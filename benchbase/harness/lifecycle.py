@@ -1,0 +1,73 @@
+"""The timed phase of a run, from run_start to run_stop, closed in one place.
+
+Whatever raises inside it (the backend, a lifecycle hook of any plugin, the harness itself,
+Ctrl-C), leaving it writes run_stop with a status and a reason from the closed set, stops
+the telemetry sampler process and closes the backend, each step attempted even when an
+earlier one failed, so the log stays well-formed and no process is left running.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from benchbase.backend import Backend
+from benchbase.compliance import ComplianceLog
+from benchbase.compliance.keys import ERROR, STOP_REASON, constants
+from benchbase.harness.stop import StopReason
+from benchbase.telemetry import TelemetrySampler
+
+__all__ = ["TimedRun"]
+
+
+class TimedRun:
+    def __init__(self, log: ComplianceLog, sampler: TelemetrySampler, backend: Backend) -> None:
+        self.log = log
+        self.sampler = sampler
+        self.backend = backend
+        self.reason: StopReason | None = None
+        self.error: str | None = None
+        self.telemetry: dict = {}
+
+    def __enter__(self) -> TimedRun:
+        self.sampler.start()
+        return self
+
+    def finish(self, reason: StopReason) -> None:
+        """The body ended normally, for this reason."""
+        self.reason = reason
+
+    @property
+    def status(self) -> str:
+        return constants.SUCCESS if self.reason is StopReason.TARGETS_REACHED else constants.ABORTED
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if error is not None:
+            interrupted = isinstance(error, KeyboardInterrupt | SystemExit)
+            self.reason = StopReason.INTERRUPTED if interrupted else StopReason.ERROR
+            self.error = f"{type(error).__name__}: {error}"
+        elif self.reason is None:
+            self.reason, self.error = StopReason.ERROR, "the run ended without a stop reason"
+        failures = _attempt_each(self._log_run_stop, self._stop_sampler, self.backend.close)
+        if failures and error is None:
+            raise failures[0]
+
+    def _log_run_stop(self) -> None:
+        metadata = {constants.STATUS: self.status, STOP_REASON: str(self.reason)}
+        if self.error:
+            metadata[ERROR] = self.error
+        self.log.end(constants.RUN_STOP, metadata=metadata)
+
+    def _stop_sampler(self) -> None:
+        self.telemetry = self.sampler.stop()
+
+
+def _attempt_each(*steps) -> list[BaseException]:
+    """Run every step; return the exceptions of those that raised."""
+    failures = []
+    for step in steps:
+        try:
+            step()
+        except BaseException as failure:  # one failing step must not skip the others
+            failures.append(failure)
+    return failures

@@ -1,0 +1,65 @@
+"""Everything a run writes into its folder besides the compliance log.
+
+metrics.jsonl and sentences.jsonl are appended line by line (a killed run keeps every line
+written so far); decoded dev outputs, checkpoints and result.json are whole files written
+atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from benchbase.atomic import atomic_write_text
+from benchbase.harness.events import BatchProgress, RunResult
+from benchbase.harness.run_folder import RunFolder, write_json_line
+
+__all__ = ["CHECKPOINTS_KEPT", "RunRecorder"]
+
+CHECKPOINTS_KEPT = 2
+
+
+class RunRecorder:
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self._metrics = folder.append_lines(folder.metrics)
+        self._sentences = folder.append_lines(folder.sentences)
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._sentences.close()
+
+    def batch(self, progress: BatchProgress, step: float, utterances: int) -> None:
+        write_json_line(self._metrics, {
+            "kind": "batch", "epoch": progress.epoch, "batch": progress.batch_index, "t": round(progress.seconds, 4),
+            "loss": progress.loss, "step_s": round(step, 5), "wait_s": round(progress.data_wait, 5),
+            "throughput": round(progress.throughput, 3), "utterances": utterances,
+        })
+
+    def evaluation(self, epoch: int, seconds: float, accuracy: dict, eval_seconds: float, utterances: int) -> None:
+        write_json_line(self._metrics, {"kind": "eval", "epoch": epoch, "t": round(seconds, 4), **accuracy,
+                                        "eval_s": round(eval_seconds, 4), "utterances": utterances})
+
+    def training_sentence(self, record: dict) -> None:
+        write_json_line(self._sentences, record)
+
+    def dev_outputs(self, epoch: int, references: list[str], hypotheses: list[str]) -> Path:
+        path = self.folder.root / "decoded" / f"dev-epoch-{epoch:03d}.jsonl"
+        atomic_write_text(path, "".join(json.dumps({"reference": reference, "hypothesis": hypothesis}) + "\n"
+                                        for reference, hypothesis in zip(references, hypotheses)))
+        return path
+
+    def checkpoint(self, batch_index: int, save: Callable[[Path], None]) -> Path:
+        """``save`` writes a temporary file that is renamed into place; older checkpoints are pruned."""
+        final = self.folder.checkpoints / f"batch-{batch_index:07d}.ckpt"
+        temporary = final.with_name(f".{final.name}.tmp")
+        save(temporary)
+        temporary.replace(final)
+        for stale in sorted(self.folder.checkpoints.glob("batch-*.ckpt"))[:-CHECKPOINTS_KEPT]:
+            stale.unlink()
+        return final
+
+    def result(self, result: RunResult) -> None:
+        self.folder.write_json(self.folder.result, asdict(result))

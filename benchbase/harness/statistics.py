@@ -1,0 +1,47 @@
+"""Per-batch timing statistics of a run: throughput, data wait and the CPU cores training used."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+__all__ = ["THREAD_BUDGET_ALLOWANCE", "TrainingStatistics"]
+
+THREAD_BUDGET_ALLOWANCE = 0.25
+"""Cores allowed above a backend's thread budget: the harness's own reader threads keep
+filling the prefetch buffer during a step (ds2-mini's readers use a few percent of a core)."""
+
+
+@dataclass
+class TrainingStatistics:
+    throughputs: list[float] = field(default_factory=list)
+    data_waits: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    step_cpu_seconds: float = 0.0
+
+    def record(self, utterances: int, wait: float, step: float, cpu: float) -> float:
+        """One batch: wait and step in wall seconds, cpu in process CPU seconds; returns its throughput."""
+        throughput = utterances / (wait + step)
+        self.throughputs.append(throughput)
+        self.data_waits.append(wait)
+        self.step_seconds.append(step)
+        self.step_cpu_seconds += cpu
+        return throughput
+
+    def throughput(self) -> dict[str, float]:
+        if not self.throughputs:
+            return {}
+        return {"median": round(statistics.median(self.throughputs), 3),
+                "mean": round(statistics.fmean(self.throughputs), 3)}
+
+    def data_wait(self) -> dict[str, float]:
+        if not self.data_waits:
+            return {}
+        waiting = sum(self.data_waits)
+        return {"median_s": round(statistics.median(self.data_waits), 5), "total_s": round(waiting, 3),
+                "share_of_step_time": round(waiting / (waiting + sum(self.step_seconds)), 5)}
+
+    def cpu_cores_in_steps(self) -> float:
+        """Process CPU time over wall time, summed over every train_step: the cores training kept busy."""
+        wall = sum(self.step_seconds)
+        return round(self.step_cpu_seconds / wall, 3) if wall else 0.0
