@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from benchbase.compliance import keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
 from benchbase.compliance.tta_check import recompute_tta_messages
@@ -200,6 +201,21 @@ def result_tta(rule: r.ResultTTARule, evidence: Evidence) -> list[str]:
     return messages
 
 
+def thread_budget(rule: r.ThreadBudgetRule, evidence: Evidence) -> list[str]:
+    measured = evidence.log.first(keys.CPU_CORES_IN_STEPS)
+    if measured is None:
+        if _ended_by_error(evidence):
+            raise Skip("the run ended with an error before its thread use was recorded")
+        return [f"no {keys.CPU_CORES_IN_STEPS} event: the CPU threads training used are unknown"]
+    budget = measured.metadata.get(keys.THREAD_BUDGET)
+    if not (is_number(measured.value) and is_number(budget)):
+        return [f"line {measured.line}: {keys.CPU_CORES_IN_STEPS} needs a number and a numeric {keys.THREAD_BUDGET}"]
+    if measured.value > budget + rule.allowance:
+        return [f"line {measured.line}: training kept {measured.value:g} CPU cores busy, over its budget of "
+                f"{budget:g} threads (+{rule.allowance:g} allowed)"]
+    return []
+
+
 CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "lines_parse": lines_parse,
     "monotonic_time": monotonic_time,
@@ -213,6 +229,7 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "fixed_hyperparameters": fixed_hyperparameters,
     "result_consistency": result_consistency,
     "result_tta": result_tta,
+    "thread_budget": thread_budget,
 }
 
 
@@ -220,6 +237,11 @@ def same_value(left: Any, right: Any) -> bool:
     if is_number(left) and is_number(right):
         return math.isclose(left, right, rel_tol=1e-9, abs_tol=1e-12)
     return left == right
+
+
+def _ended_by_error(evidence: Evidence) -> bool:
+    stops = evidence.log.keyed("run_stop")
+    return bool(stops) and stops[-1].metadata.get(keys.STOP_REASON) in ("error", "interrupted")
 
 
 def _aborted(evidence: Evidence) -> bool:

@@ -34,12 +34,13 @@ __all__ = [
     "Rule",
     "RuleSet",
     "RunStopRule",
+    "ThreadBudgetRule",
     "DEFAULT_RULESET",
     "available_rulesets",
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.0"
+DEFAULT_RULESET = "1.1"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -91,6 +92,12 @@ class RunStopRule(_RuleBase):
                                       description="Allowed values of run_stop's metadata status.")
 
 
+class ThreadBudgetRule(_RuleBase):
+    check: Literal["thread_budget"] = Field(description="Training stayed within the plan's CPU threads.")
+    allowance: float = Field(0.25, ge=0.0, le=64.0,
+                             description="Cores allowed above the budget (the harness's own reader threads).")
+
+
 class MonotonicTimeRule(_RuleBase):
     check: Literal["monotonic_time"] = Field(description="time_ms never decreases from one line to the next.")
 
@@ -139,7 +146,7 @@ class ResultConsistencyRule(_RuleBase):
 Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
-    | ResultConsistencyRule,
+    | ResultConsistencyRule | ThreadBudgetRule,
     Field(discriminator="check"),
 ]
 
