@@ -2,7 +2,10 @@
 
 Two kinds of hooks. Registration hooks receive a ``register`` callback and call it once per
 object they contribute. Lifecycle hooks are broadcast to every plugin while a run goes on;
-their return values are ignored.
+their return values are ignored. A lifecycle hook that raises stops the run like any other
+error: the log ends with run_stop, status aborted, stop_reason error and the error's text,
+the telemetry sampler stops and the backend is closed; the exception then reaches the caller.
+Lifecycle hooks run in the training process, on the run clock (except run_finished).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from benchbase.backend import Backend
+    from benchbase.backend import Backend, BackendReference
     from benchbase.harness.events import BatchProgress, Evaluation, RunResult
     from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
 
@@ -29,13 +32,16 @@ hookspec = pluggy.HookspecMarker("benchbase")
 
 
 @hookspec
-def register_backends(register: Callable[[type[Backend]], None]) -> None:
+def register_backends(register: Callable[[type[Backend] | BackendReference], None]) -> None:
     """Contribute backends.
 
     Called once per plugin manager, when the registry is first collected.
 
-    :param register: call ``register(BackendSubclass)`` for each backend; the class's
-        ``name`` is what users pass to ``--backend``. Registering a name twice is an error.
+    :param register: call ``register(BackendReference(name, "module:Class"))`` for each
+        backend (the module is imported only when a run asks for that backend, so a framework
+        never loads for `benchbase plugins` or `check`), or ``register(BackendSubclass)``
+        when the class is cheap to import. The ``name`` is what users pass to ``--backend``.
+        Registering a name twice is an error.
     """
 
 
@@ -68,7 +74,9 @@ def register_hardware_profiles(register: Callable[[HardwareProfile], None]) -> N
 
 @hookspec
 def run_started(config: RunConfig, run_dir: Path) -> None:
-    """The run clock has started (MLLOG run_start), just before the model is built.
+    """The run clock has started (MLLOG run_start), just before the backend's ``build()``.
+
+    Called once per run.
 
     :param config: the resolved run configuration.
     :param run_dir: the run folder the harness writes to.
@@ -79,6 +87,8 @@ def run_started(config: RunConfig, run_dir: Path) -> None:
 def batch_completed(progress: BatchProgress) -> None:
     """A training batch finished. Called on the training loop's thread: keep it cheap.
 
+    Called once per batch, after the batch's metrics line and any checkpoint were written.
+
     :param progress: epoch, batch counters, run-clock seconds, loss, throughput, data wait.
     """
 
@@ -86,6 +96,8 @@ def batch_completed(progress: BatchProgress) -> None:
 @hookspec
 def eval_started(epoch: int, batches: int) -> None:
     """An evaluation on the dev split begins (MLLOG eval_start).
+
+    Called every ``evaluation.every_epochs`` epochs, before the first dev batch is predicted.
 
     :param epoch: the epoch just trained (1-based).
     :param batches: dev batches to decode.
@@ -96,6 +108,8 @@ def eval_started(epoch: int, batches: int) -> None:
 def eval_completed(evaluation: Evaluation) -> None:
     """An evaluation on the dev split finished and its metrics are known.
 
+    Called after eval_stop is logged and the decoded outputs are written.
+
     :param evaluation: epoch, run-clock seconds, WER/CER and the targets reached so far.
     """
 
@@ -104,6 +118,8 @@ def eval_completed(evaluation: Evaluation) -> None:
 def checkpoint_saved(path: Path, batch_index: int) -> None:
     """A checkpoint was written atomically.
 
+    Called every ``evaluation.checkpoint_every`` batches, right after the rename.
+
     :param path: the checkpoint file.
     :param batch_index: training batches completed when it was written.
     """
@@ -111,7 +127,9 @@ def checkpoint_saved(path: Path, batch_index: int) -> None:
 
 @hookspec
 def run_finished(result: RunResult) -> None:
-    """The run stopped (MLLOG run_stop) with status success or aborted.
+    """The run stopped (MLLOG run_stop) with status success or aborted, off the clock.
+
+    Called once, after result.json is written; not called when the run ended with an error.
 
     :param result: what goes into result.json: TTA per target, status, totals.
     """

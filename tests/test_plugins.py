@@ -11,7 +11,7 @@ import torch
 
 import benchbase
 from benchbase import hookspecs, plugins
-from benchbase.backend import Backend, BackendReference, Batch
+from benchbase.backend import Backend, BackendReference, Inputs
 from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
@@ -26,13 +26,13 @@ class LinearCTCBackend(Backend):
     name = "linear-ctc"
     description = "in-test third-party backend"
 
-    def build(self, model, optimizer, feature_dimension, plan, seed):
-        torch.manual_seed(seed)
-        self.layer = torch.nn.Linear(feature_dimension, model.symbols)
+    def build(self, context):
+        torch.manual_seed(context.seed)
+        self.layer = torch.nn.Linear(context.feature_dimension, context.model.symbols)
         self.optimizer = torch.optim.SGD(self.layer.parameters(), lr=0.01)
 
-    def _forward(self, batch: Batch):
-        return torch.log_softmax(self.layer(torch.from_numpy(batch.features)), dim=-1)
+    def _forward(self, inputs: Inputs):
+        return torch.log_softmax(self.layer(torch.from_numpy(inputs.features)), dim=-1)
 
     def train_step(self, batch):
         log_probs = self._forward(batch)
@@ -45,9 +45,9 @@ class LinearCTCBackend(Backend):
         self.optimizer.step()
         return float(loss.detach())
 
-    def predict(self, batch):
+    def predict(self, inputs):
         with torch.no_grad():
-            return self._forward(batch).numpy(), batch.feature_lengths.copy()
+            return self._forward(inputs).numpy(), inputs.feature_lengths.copy()
 
     def save_checkpoint(self, path: Path):
         torch.save(self.layer.state_dict(), path)
@@ -57,6 +57,13 @@ class LinearCTCBackend(Backend):
 
     def parameter_count(self):
         return sum(p.numel() for p in self.layer.parameters())
+
+    def export_weights(self):
+        # Not the DS2 layout: this backend runs through the harness but would fail the kit.
+        return {name: tensor.detach().numpy() for name, tensor in self.layer.state_dict().items()}
+
+    def import_weights(self, weights):
+        self.layer.load_state_dict({name: torch.from_numpy(array) for name, array in weights.items()})
 
 
 class ThirdPartyPlugin:
