@@ -19,8 +19,8 @@ from benchbase.backend import Backend, Batch, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
-from benchbase.plugins import get_plugin_manager
 from benchbase.default_plugins.workloads import builtin_workload
+from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 
 WORKLOAD = "ds2-mini"

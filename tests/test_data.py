@@ -13,10 +13,10 @@ from benchbase.data.features import extract_features
 from benchbase.data.pipeline import BatchPipeline, bucketed_plan
 from benchbase.data.prepare import prepare_store
 from benchbase.data.store import SHARD_SIZE, FeatureStore, read_shard
+from benchbase.default_plugins.workloads import builtin_workload
 from benchbase.specs import FeatureSpec
 
 MINI_MODEL = builtin_workload("ds2-mini").model
-from benchbase.default_plugins.workloads import builtin_workload
 
 
 def test_features_are_80_log_mel_plus_13_mfcc_per_10_ms(small_corpus):

@@ -7,13 +7,13 @@ import json
 
 import psutil
 import pytest
+from test_plugins import LinearCTCBackend
 
 import benchbase
 from benchbase import hookspecs
 from benchbase.harness import run_benchmark
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig
-from test_plugins import LinearCTCBackend
 
 HOOKS = sorted(name for name, function in inspect.getmembers(hookspecs) if hasattr(function, "benchbase_spec"))
 

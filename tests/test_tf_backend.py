@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchbase.backend import DevicePlan
+from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.default_plugins.workloads import builtin_workload
@@ -27,8 +27,14 @@ MINI_MODEL = builtin_workload("ds2-mini").model
 
 def build(backend_class, workload, seed=0):
     backend = backend_class()
-    backend.build(workload.model, workload.optimizer, workload.features.dimension, CPU, seed)
+    backend.build(context(workload, CPU, seed))
     return backend
+
+
+def context(workload, plan, seed=0):
+    return BuildContext(model=workload.model, optimizer=workload.optimizer,
+                        feature_dimension=workload.features.dimension, plan=plan, seed=seed, max_frames=2000,
+                        max_label_length=400)
 
 
 def first_batch(store, size=8):
@@ -88,11 +94,11 @@ def test_with_the_same_weights_both_backends_compute_the_same_log_probs(registry
     torch_side = build(torch_backend.TorchBackend, workload)
     tf_side = build(tf_backend.TensorFlowBackend, workload, seed=5)
     torch_side.train_step(batch)  # moves the BatchNorm statistics off their initial values
-    _copy_torch_weights(torch_side.model, tf_side.model)
-    torch_log_probs, torch_lengths = torch_side.predict(batch)
-    tf_log_probs, tf_lengths = tf_side.predict(batch)
+    tf_side.import_weights(torch_side.export_weights())
+    torch_log_probs, torch_lengths = torch_side.predict(batch.inputs())
+    tf_log_probs, tf_lengths = tf_side.predict(batch.inputs())
     assert (torch_lengths == tf_lengths).all()
-    assert np.allclose(torch_log_probs, tf_log_probs, atol=1e-3)
+    assert np.allclose(torch_log_probs, tf_log_probs, atol=1e-4)
 
 
 
@@ -104,31 +110,9 @@ def test_from_the_same_weights_both_backends_follow_the_same_loss_curve(registry
     batches = list(BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MINI_MODEL, seed=0).epoch(0))[:6]
     torch_side = build(torch_backend.TorchBackend, workload)
     tf_side = build(tf_backend.TensorFlowBackend, workload, seed=5)
-    _copy_torch_weights(torch_side.model, tf_side.model)
+    tf_side.import_weights(torch_side.export_weights())
     for batch in batches:
         assert tf_side.train_step(batch) == pytest.approx(torch_side.train_step(batch), rel=1e-3)
-
-
-def _copy_torch_weights(source, target) -> None:
-    """Maps PyTorch's layouts onto Keras's: (out, in, width) conv, (4H, in) LSTM, (out, in) linear."""
-    state = {name: tensor.detach().numpy() for name, tensor in source.state_dict().items()}
-    target.conv.kernel.assign(state["conv.weight"].transpose(2, 1, 0))
-    _copy_norm(state, "conv_norm", target.conv_norm)
-    for index, lstm in enumerate(target.lstms):
-        prefix = f"lstms.{index}."
-        lstm.cell.kernel.assign(state[prefix + "weight_ih_l0"].T)
-        lstm.cell.recurrent_kernel.assign(state[prefix + "weight_hh_l0"].T)
-        lstm.cell.bias.assign(state[prefix + "bias_ih_l0"] + state[prefix + "bias_hh_l0"])
-        _copy_norm(state, f"lstm_norms.{index}", target.lstm_norms[index])
-    target.output_layer.kernel.assign(state["output.weight"].T)
-    target.output_layer.bias.assign(state["output.bias"])
-
-
-def _copy_norm(state, prefix: str, norm) -> None:
-    norm.gamma.assign(state[prefix + ".weight"])
-    norm.beta.assign(state[prefix + ".bias"])
-    norm.moving_mean.assign(state[prefix + ".running_mean"])
-    norm.moving_variance.assign(state[prefix + ".running_var"])
 
 
 def test_the_fused_cpu_lstm_matches_keras_lstm_with_its_gradients(registry, small_store):
@@ -137,10 +121,10 @@ def test_the_fused_cpu_lstm_matches_keras_lstm_with_its_gradients(registry, smal
     fused = tf_backend.TensorFlowBackend(fused_lstm=True)
     plain = tf_backend.TensorFlowBackend(fused_lstm=False)
     for backend in (fused, plain):
-        backend.build(workload.model, workload.optimizer, workload.features.dimension, CPU, 0)
+        backend.build(context(workload, CPU))
     losses = [(fused.train_step(batch), plain.train_step(batch)) for _ in range(3)]
     assert np.allclose(*zip(*losses), rtol=1e-4)
-    assert np.allclose(fused.predict(batch)[0], plain.predict(batch)[0], atol=1e-4)
+    assert np.allclose(fused.predict(batch.inputs())[0], plain.predict(batch.inputs())[0], atol=1e-4)
 
 
 # --- the same data ------------------------------------------------------------------------
@@ -179,7 +163,7 @@ def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry
     backend = build(tf_backend.TensorFlowBackend, workload)
     losses = [backend.train_step(batch) for _ in range(12)]
     assert losses[-1] < 0.8 * losses[0]
-    log_probs, lengths = backend.predict(batch)
+    log_probs, lengths = backend.predict(batch.inputs())
     assert log_probs.shape == (8, workload.model.output_frames(batch.features.shape[1]), 30)
     assert np.allclose(np.exp(log_probs).sum(-1), 1, atol=1e-4)
     assert (lengths == [workload.model.output_frames(n) for n in batch.feature_lengths]).all()
@@ -187,7 +171,7 @@ def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry
     assert [path.name for path in tmp_path.iterdir()] == ["ckpt"]
     restored = build(tf_backend.TensorFlowBackend, workload, seed=99)
     restored.load_checkpoint(tmp_path / "ckpt")
-    assert np.allclose(restored.predict(batch)[0], log_probs, atol=1e-5)
+    assert np.allclose(restored.predict(batch.inputs())[0], log_probs, atol=1e-5)
     # The optimizer's state came back too: the next step is the one the original would take.
     assert restored.train_step(batch) == pytest.approx(backend.train_step(batch), rel=1e-4)
 
@@ -200,7 +184,7 @@ def test_the_training_step_is_traced_once_for_batches_of_every_shape(registry, s
         backend.train_step(batch)
     assert backend._train_function.experimental_get_tracing_count() == 1
     for batch in batches:
-        backend.predict(batch)
+        backend.predict(batch.inputs())
     assert backend._predict_function.experimental_get_tracing_count() == 1
 
 
@@ -220,7 +204,7 @@ import numpy as np
 import tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
-from benchbase.backend import DevicePlan
+from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.plugins import get_plugin_manager
@@ -230,7 +214,9 @@ tf_backend._strategy = lambda plan: tf.distribute.MirroredStrategy(["/cpu:0", "/
 workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2-mini")
 batch = next(iter(BatchPipeline(FeatureStore(Path(sys.argv[1])), ("train",), 8, model=workload.model, seed=0).epoch(0)))
 backend = tf_backend.TensorFlowBackend()
-backend.build(workload.model, workload.optimizer, 93, DevicePlan(kind="cpu", count=2, batch_per_device=4), 0)
+backend.build(BuildContext(model=workload.model, optimizer=workload.optimizer, feature_dimension=93,
+                           plan=DevicePlan(kind="cpu", count=2, batch_per_device=4), seed=0, max_frames=2000,
+                           max_label_length=400))
 assert backend.strategy.num_replicas_in_sync == 2
 losses = [backend.train_step(batch) for _ in range(3)]
 assert all(np.isfinite(losses)), losses
@@ -257,11 +243,11 @@ def test_gradient_clipping_takes_the_specs_norm(registry, small_store):
     )
     batch = first_batch(small_store)
     free, tight = build(tf_backend.TensorFlowBackend, workload), build(tf_backend.TensorFlowBackend, clipped)
-    before = free.predict(batch)[0]
+    before = free.predict(batch.inputs())[0]
     free.train_step(batch)
     tight.train_step(batch)
     # AdaDelta's first step scales with the gradient, so a tight clip barely moves the model.
-    assert np.abs(tight.predict(batch)[0] - before).max() < np.abs(free.predict(batch)[0] - before).max()
+    assert np.abs(tight.predict(batch.inputs())[0] - before).max() < np.abs(free.predict(batch.inputs())[0] - before).max()
 
 
 def test_a_gpu_profile_without_a_gpu_says_so(registry):
@@ -271,8 +257,7 @@ def test_a_gpu_profile_without_a_gpu_says_so(registry):
 
     workload = registry.workload("ds2-mini")
     with pytest.raises(BenchbaseError, match="sees no GPU; pass --device cpu"):
-        tf_backend.TensorFlowBackend().build(workload.model, workload.optimizer, 93,
-                                             DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
+        tf_backend.TensorFlowBackend().build(context(workload, DevicePlan(kind="cuda", count=1, batch_per_device=8)))
 
 
 @pytest.mark.gpu
@@ -281,6 +266,6 @@ def test_gpu_training_step(registry, small_store):
         pytest.skip("no GPU")
     workload = registry.workload("ds2-mini")
     backend = tf_backend.TensorFlowBackend()
-    backend.build(workload.model, workload.optimizer, 93, DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
+    backend.build(context(workload, DevicePlan(kind="cuda", count=1, batch_per_device=8)))
     assert np.isfinite(backend.train_step(first_batch(small_store)))
 

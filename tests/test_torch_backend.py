@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchbase.backend import DevicePlan
+from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.default_plugins.workloads import builtin_workload
@@ -17,8 +17,14 @@ MINI_MODEL = builtin_workload("ds2-mini").model
 
 def build(workload, seed=0):
     backend = torch_backend.TorchBackend()
-    backend.build(workload.model, workload.optimizer, workload.features.dimension, CPU, seed)
+    backend.build(context(workload, CPU, seed))
     return backend
+
+
+def context(workload, plan, seed=0):
+    return BuildContext(model=workload.model, optimizer=workload.optimizer,
+                        feature_dimension=workload.features.dimension, plan=plan, seed=seed, max_frames=2000,
+                        max_label_length=400)
 
 
 @pytest.mark.parametrize("name", ["ds2-mini", "ds2"])
@@ -33,7 +39,7 @@ def test_the_specs_pinned_values_reach_the_framework(registry):
     group = backend.optimizer.param_groups[0]
     assert (group["lr"], group["rho"], group["eps"]) == (1.0, 0.95, 1e-8)
     norm = backend.model.conv_norm
-    assert norm.momentum == pytest.approx(1 - workload.model.batchnorm_momentum) and norm.eps == 1e-5
+    assert norm.keep == workload.model.batchnorm_momentum and norm.eps == 1e-5
     bias = backend.model.lstms[0].bias_ih_l0.detach()
     units = workload.model.lstm_units
     assert (bias[units : 2 * units] == 1.0).all() and (bias[:units] == 0).all()
@@ -46,14 +52,25 @@ def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry
     backend = build(workload)
     losses = [backend.train_step(batch) for _ in range(12)]
     assert losses[-1] < 0.8 * losses[0]
-    log_probs, lengths = backend.predict(batch)
+    log_probs, lengths = backend.predict(batch.inputs())
     assert log_probs.shape == (8, workload.model.output_frames(batch.features.shape[1]), 30)
     assert np.allclose(np.exp(log_probs).sum(-1), 1, atol=1e-4)
-    assert (lengths == [workload.model.output_frames(n) for n in batch.feature_lengths]).all()
+    assert (lengths == [workload.model.output_frames(int(n)) for n in batch.feature_lengths]).all()
     backend.save_checkpoint(tmp_path / "ckpt")
     restored = build(workload, seed=99)
     restored.load_checkpoint(tmp_path / "ckpt")
-    assert np.allclose(restored.predict(batch)[0], log_probs, atol=1e-5)
+    assert np.allclose(restored.predict(batch.inputs())[0], log_probs, atol=1e-5)
+
+
+def test_batchnorm_folds_the_biased_variance_into_its_running_estimate(registry):
+    workload = registry.workload("ds2-mini")
+    norm = build(workload).model.conv_norm
+    x = torch.randn(4, workload.model.conv_channels, 50) * 3 + 1
+    norm(x)
+    keep = workload.model.batchnorm_momentum
+    variance, mean = torch.var_mean(x, dim=(0, 2), correction=0)
+    assert torch.allclose(norm.running_var, keep + (1 - keep) * variance, rtol=1e-5)
+    assert torch.allclose(norm.running_mean, (1 - keep) * mean, atol=1e-6)
 
 
 def test_a_gpu_profile_without_cuda_says_so(registry):
@@ -63,8 +80,7 @@ def test_a_gpu_profile_without_cuda_says_so(registry):
 
     workload = registry.workload("ds2-mini")
     with pytest.raises(BenchbaseError, match="sees no GPU; pass --device cpu"):
-        torch_backend.TorchBackend().build(workload.model, workload.optimizer, 93,
-                                           DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
+        torch_backend.TorchBackend().build(context(workload, DevicePlan(kind="cuda", count=1, batch_per_device=8)))
 
 
 @pytest.mark.gpu
@@ -74,5 +90,5 @@ def test_cuda_training_step(registry, small_store):
     workload = registry.workload("ds2-mini")
     batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MINI_MODEL, seed=0).epoch(0)))
     backend = torch_backend.TorchBackend()
-    backend.build(workload.model, workload.optimizer, 93, DevicePlan(kind="cuda", count=1, batch_per_device=8), 0)
+    backend.build(context(workload, DevicePlan(kind="cuda", count=1, batch_per_device=8)))
     assert np.isfinite(backend.train_step(batch))
