@@ -58,3 +58,17 @@ def test_data_synth_rejects_unknown_characters_in_a_text_file(tmp_path):
     assert finished.returncode == 2
     assert f"{text}:2" in finished.stderr and "'1'" in finished.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_workloads_show_prints_every_field_the_workload_pins():
+    shown = run_benchbase("workloads", "--show", "ds2", env={"COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stderr
+    for field in ("model.batchnorm_variance", "model.ctc_impossible_alignments", "model.precision",
+                  "optimizer.learning_rate", "evaluation.beam_width", "tta.targets.0.value", "data.pad_to_frames"):
+        assert field in shown.stdout, field
+    assert "25,623,030 parameters" in shown.stdout
+
+
+def test_workloads_show_of_an_unknown_name_is_a_one_line_error():
+    shown = run_benchbase("workloads", "--show", "ds3")
+    assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "ds2-mini" in shown.stderr

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import click
 from rich.console import Console
 from rich.table import Table
 
 from benchbase.backend import BackendReference
 from benchbase.cli.app import cli
+from benchbase.cli.spec_view import spec_rows
 from benchbase.plugins import entry_point_distributions, get_plugin_manager
 from benchbase.registry import collect_registry
+from benchbase.specs import WorkloadSpec
 
 
 @cli.command()
@@ -38,9 +41,13 @@ def _module_root(plugin) -> str:
 
 
 @cli.command()
-def workloads() -> None:
-    """List registered workloads."""
+@click.option("--show", "show", metavar="NAME", help="Print everything workload NAME pins, field by field.")
+def workloads(show: str | None) -> None:
+    """List registered workloads, or show one in full."""
     registry = collect_registry(get_plugin_manager())
+    if show is not None:
+        Console().print(_workload_table(registry.workload(show)))
+        return
     table = Table(title="workloads")
     for column in ("name", "parameters", "dataset", "targets", "description"):
         table.add_column(column)
@@ -48,6 +55,17 @@ def workloads() -> None:
         table.add_row(name, f"{spec.model.parameter_count(spec.features.dimension):,}", spec.data.dataset,
                       ", ".join(target.label for target in spec.tta.targets), spec.description)
     Console().print(table)
+
+
+def _workload_table(spec: WorkloadSpec) -> Table:
+    dimension = spec.features.dimension
+    table = Table(title=f"workload {spec.name}: {spec.model.parameter_count(dimension):,} parameters, "
+                        f"{dimension} features per frame")
+    for column in ("field", "value", "meaning"):
+        table.add_column(column, overflow="fold")
+    for path, value, meaning in spec_rows(spec):
+        table.add_row(path, value, meaning)
+    return table
 
 
 @cli.command()
