@@ -21,7 +21,7 @@ from benchbase.harness.plan import build_context, device_plan
 from benchbase.metrics import error_rates
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
-from benchbase.specs import RunConfig
+from benchbase.specs import BEAM_DECODERS, RunConfig
 
 __all__ = ["DevOutputs", "decode_sweep", "dev_outputs", "load_run_config", "newest_checkpoint", "sweep_row"]
 
@@ -37,7 +37,7 @@ class DevOutputs:
 @cli.command("decode-sweep")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--beams", default="64,128,256,512", show_default=True, help="Comma-separated beam widths.")
-@click.option("--decoder", type=click.Choice(["beam", "word_beam"]),
+@click.option("--decoder", type=click.Choice(BEAM_DECODERS),
               help="Decoder to sweep (default: the workload's, or word_beam where it evaluates greedily).")
 @click.option("--data", type=click.Path(path_type=Path), help="Feature store (default: the one in config.json).")
 def decode_sweep(run_dir: Path, beams: str, decoder: str | None, data: Path | None) -> None:

@@ -11,10 +11,11 @@ from benchbase.decode.beam import BeamSearchDecoder
 from benchbase.decode.greedy import greedy_decode
 from benchbase.decode.language_model import LanguageModel, ensure_language_model
 from benchbase.decode.word_beam import WordBeamSearchDecoder
+from benchbase.specs import DECODER_NAMES
 
 __all__ = ["DECODERS", "Decoder", "GreedyDecoder", "evaluation_decoder", "make_decoder"]
 
-DECODERS = ("greedy", "beam", "word_beam")
+DECODERS = DECODER_NAMES
 
 
 class Decoder(Protocol):

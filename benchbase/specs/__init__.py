@@ -5,9 +5,20 @@ from __future__ import annotations
 from benchbase.specs.hardware import CPUSpec, DeviceSpec, HardwareProfile, PipelineDefaults, PriceSpec
 from benchbase.specs.run import RunConfig
 from benchbase.specs.tta import Target, TTARule
-from benchbase.specs.workload import DataSpec, EvalSpec, FeatureSpec, ModelSpec, OptimizerSpec, WorkloadSpec
+from benchbase.specs.workload import (
+    BEAM_DECODERS,
+    DECODER_NAMES,
+    DataSpec,
+    EvalSpec,
+    FeatureSpec,
+    ModelSpec,
+    OptimizerSpec,
+    WorkloadSpec,
+)
 
 __all__ = [
+    "BEAM_DECODERS",
+    "DECODER_NAMES",
     "CPUSpec",
     "DataSpec",
     "DeviceSpec",

@@ -6,7 +6,7 @@ so that no backend ever falls back on its framework's default (docs/design.md).
 
 from __future__ import annotations
 
-from typing import Literal, overload
+from typing import Literal, get_args, overload
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -15,13 +15,22 @@ from benchbase.specs._base import Spec
 from benchbase.specs.tta import TTARule
 
 __all__ = [
+    "BEAM_DECODERS",
+    "DECODER_NAMES",
     "DataSpec",
+    "DecoderName",
     "EvalSpec",
     "FeatureSpec",
     "ModelSpec",
     "OptimizerSpec",
     "WorkloadSpec",
 ]
+
+
+DecoderName = Literal["greedy", "beam", "word_beam"]
+"""The one list of decoder names: the spec validates with it, the decoder factory and the CLI read it."""
+DECODER_NAMES: tuple[str, ...] = get_args(DecoderName)
+BEAM_DECODERS: tuple[str, ...] = tuple(name for name in DECODER_NAMES if name != "greedy")
 
 
 class FeatureSpec(Spec):
@@ -166,7 +175,7 @@ class DataSpec(Spec):
 
 class EvalSpec(Spec):
     every_epochs: int = Field(1, ge=1, le=100, description="Evaluate on the dev split every this many epochs.")
-    decoder: Literal["greedy", "beam", "word_beam"] = Field(
+    decoder: DecoderName = Field(
         "greedy", description="Decoder used for evaluation: greedy (best path), beam (prefix beam search) or "
         "word_beam (word beam search over the training transcripts' dictionary, the paper's).")
     beam_width: int = Field(1, ge=1, le=8192, description="Beam width of the evaluation decoder.")
