@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.benchbase-installed
-SOURCES := pyproject.toml plugins/torch_ds2/pyproject.toml plugins/tf_ds2/pyproject.toml constraints.txt
+SOURCES := pyproject.toml plugins/torch_ds2/pyproject.toml plugins/tf_ds2/pyproject.toml plugins/jax_ds2/pyproject.toml \
+	constraints.txt
 
 .PHONY: run test lint clean-venv
 
@@ -17,6 +18,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check benchbase plugins tests benchmarks
+	$(BIN)/mypy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +26,7 @@ $(BIN)/python:
 $(STAMP): $(SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu]" -e plugins/torch_ds2 \
-		-e "plugins/tf_ds2[cpu]"
+		-e "plugins/tf_ds2[cpu]" -e plugins/jax_ds2
 	touch $@
 
 clean-venv:
