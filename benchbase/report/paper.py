@@ -1,6 +1,6 @@
 """The paper's own numbers (Baunsgaard, Wrede, Tözün, ADMS 2020), shipped as a reference so
 that `benchbase report --paper` can set a user's runs beside them. Values are copied from
-DESIGN.md's "Reference numbers from the paper"; None is the paper's NA (never reached)."""
+docs/design.md, "Reference numbers from the paper"; None is the paper's NA (never reached)."""
 
 from __future__ import annotations
 
