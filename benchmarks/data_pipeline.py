@@ -30,7 +30,7 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.harness import run_benchmark
-from benchbase.harness.runner import device_plan
+from benchbase.harness.plan import build_context, device_plan
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig
@@ -85,8 +85,9 @@ def extraction_speed(corpus: Path, features, count: int) -> dict:
 
 def loader_speed(store, workload, profile, buckets: int) -> float:
     pipeline = profile.pipeline
-    loader = BatchPipeline(store, workload.data.train, pipeline.global_batch, pipeline.readers, pipeline.buffer,
-                           pipeline.shuffle_buffer, seed=0, length_buckets=buckets)
+    loader = BatchPipeline(store, workload.data.train, pipeline.global_batch, model=workload.model,
+                           readers=pipeline.readers, prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer,
+                           seed=0, length_buckets=buckets)
     rates = []
     for epoch in range(3):
         started = time.perf_counter()
@@ -97,10 +98,11 @@ def loader_speed(store, workload, profile, buckets: int) -> float:
 
 def training_consumption(registry, workload, store, count: int) -> float:
     profile = registry.profile("cpu")
-    batches = list(BatchPipeline(store, workload.data.train, profile.pipeline.global_batch, seed=0).epoch(0))[:count]
+    batches = list(BatchPipeline(store, workload.data.train, profile.pipeline.global_batch, model=workload.model,
+                                 seed=0).epoch(0))[:count]
     backend = registry.backend("torch")()
-    config = RunConfig(workload=workload, backend="torch", hardware=profile, out=Path("unused"), data=Path("unused"))
-    backend.build(workload.model, workload.optimizer, workload.features.dimension, device_plan(config), 0)
+    config = RunConfig(workload=workload, backend="torch", hardware=profile, out=Path("unused"), data=store.root)
+    backend.build(build_context(config, store, device_plan(profile)))
     backend.train_step(batches[0])
     started = time.perf_counter()
     for batch in batches:

@@ -25,7 +25,7 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.harness import run_benchmark
-from benchbase.harness.runner import device_plan
+from benchbase.harness.plan import build_context, device_plan
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig
@@ -46,12 +46,13 @@ def main() -> None:
     store_path = ensure_workload_data(workload, None, default_cache())
     store = FeatureStore(store_path)
     pipeline = profile.pipeline
-    batches = list(BatchPipeline(store, workload.data.train, pipeline.global_batch, pipeline.readers, pipeline.buffer,
-                                 pipeline.shuffle_buffer, seed=args.seed).epoch(MEASURED_EPOCH))
+    batches = list(BatchPipeline(store, workload.data.train, pipeline.global_batch, model=workload.model,
+                                 readers=pipeline.readers, prefetch=pipeline.buffer,
+                                 shuffle_buffer=pipeline.shuffle_buffer, seed=args.seed).epoch(MEASURED_EPOCH))
     utterances = sum(batch.size for batch in batches)
     bare, harnessed, sampler_share = [], [], []
     for repeat in range(args.repeats):
-        bare.append(utterances / bare_loop(registry, workload, profile, batches, args.seed))
+        bare.append(utterances / bare_loop(registry, workload, profile, store_path, batches, args.seed))
         seconds, result = harness_epoch(manager, registry, workload, profile, store_path, args.seed)
         harnessed.append(utterances / seconds)
         # The sampler's whole-run CPU time (its process's start included) over the run's length.
@@ -71,15 +72,18 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
-def bare_loop(registry, workload, profile, batches, seed) -> float:
+def bare_loop(registry, workload, profile, store_path, batches, seed) -> float:
     """Seconds for the batches through nothing but train_step."""
     backend = registry.backend("torch")()
-    config_plan = device_plan(_config(workload, profile, Path("unused"), Path("unused"), seed))
-    backend.build(workload.model, workload.optimizer, workload.features.dimension, config_plan, seed)
-    started = time.perf_counter()
-    for batch in batches:
-        backend.train_step(batch)
-    return time.perf_counter() - started
+    config = _config(workload, profile, Path("unused"), store_path, seed)
+    backend.build(build_context(config, FeatureStore(store_path), device_plan(profile)))
+    try:
+        started = time.perf_counter()
+        for batch in batches:
+            backend.train_step(batch)
+        return time.perf_counter() - started
+    finally:
+        backend.close()
 
 
 def harness_epoch(manager, registry, workload, profile, store_path, seed):

@@ -197,6 +197,12 @@ FAULTS = {
                       "result.json says status 'success', the log says 'aborted'"),
     "garbage line": (_edit_lines(lambda lines: lines[:5] + ["hello\n"] + lines[5:]), "lines_parse",
                      "line 6: not an MLLOG line"),
+    "over the thread budget": (_edit_events(_set_value("benchbase_cpu_cores_in_steps", 1.9)), "thread_budget",
+                               "training kept 1.9 CPU cores busy, over its budget of 1 threads"),
+    "thread use not recorded": (_edit_events(_drop("benchbase_cpu_cores_in_steps")), "thread_budget",
+                                "no benchbase_cpu_cores_in_steps event"),
+    "precision edited": (_edit_events(_set_value("precision", "bf16")), "fixed_hyperparameters",
+                         "precision is 'bf16' in the log"),
 }
 
 

@@ -88,7 +88,7 @@ def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path) -> DevOut
     backend = collect_registry(get_plugin_manager()).backend(config.backend)()
     workload = config.workload
     try:
-        backend.build(build_context(config, store, device_plan(config)))
+        backend.build(build_context(config, store, device_plan(config.hardware, config.device)))
         backend.load_checkpoint(checkpoint)
         utterances = [utterance for shard in store.shards(workload.data.dev) for utterance in store.read(shard)]
         size = config.hardware.pipeline.global_batch

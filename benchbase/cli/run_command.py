@@ -15,6 +15,7 @@ from benchbase.cli.reporter import RunReporter
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import InputError, describe_validation_error
 from benchbase.harness import run_benchmark
+from benchbase.harness.plan import check_capabilities, device_plan
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig, WorkloadSpec
@@ -48,6 +49,8 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     backend_class = registry.backend(backend_name)
     workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets)
     profile = registry.profile(hardware)
+    # Before any data is synthesized or prepared: a run the backend cannot do fails in a second.
+    check_capabilities(backend_class, backend_name, workload, profile, device_plan(profile, device))
     console = Console(stderr=False)
     store = _prepare_data(console, workload, data, cache or default_cache())
     out = out or Path("runs") / f"{workload.name}-{backend_name}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -5,30 +5,31 @@ from __future__ import annotations
 from benchbase.backend import Backend, BuildContext, DevicePlan
 from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
-from benchbase.specs import RunConfig
+from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
 
 __all__ = ["build_context", "check_capabilities", "device_plan"]
 
 
-def device_plan(config: RunConfig) -> DevicePlan:
-    hardware = config.hardware
-    kind = "cuda" if config.device == "cuda" or (config.device == "auto" and hardware.devices.kind == "gpu") else "cpu"
+def device_plan(hardware: HardwareProfile, device: str = "auto") -> DevicePlan:
+    """The plan for ``--device`` (auto: the profile's device kind) on the profile's devices."""
+    kind = "cuda" if device == "cuda" or (device == "auto" and hardware.devices.kind == "gpu") else "cpu"
     count = hardware.devices.count if kind == "cuda" else 1
     batch_per_device = hardware.pipeline.global_batch // count
     return DevicePlan(kind=kind, count=count, batch_per_device=batch_per_device, threads=hardware.pipeline.threads)
 
 
-def check_capabilities(backend: type[Backend], config: RunConfig, plan: DevicePlan) -> None:
+def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec, hardware: HardwareProfile,
+                       plan: DevicePlan) -> None:
     """A one-line error, before the clock starts, for a run the backend says it cannot do."""
-    capabilities, name = backend.capabilities, config.backend
+    capabilities = backend.capabilities
     if plan.kind not in capabilities.devices:
         raise InputError(f"backend {name!r} does not train on {plan.kind} devices "
                          f"(it declares {', '.join(sorted(capabilities.devices))})")
     if plan.count > capabilities.max_devices:
-        raise InputError(f"hardware profile {config.hardware.name!r} plans {plan.count} {plan.kind} devices, but "
+        raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} devices, but "
                          f"backend {name!r} trains on at most {capabilities.max_devices}; choose a profile with "
                          f"{capabilities.max_devices} or pass --device cpu")
-    precision = config.workload.model.precision
+    precision = workload.model.precision
     if precision not in capabilities.precisions:
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "
                          f"(it declares {', '.join(sorted(capabilities.precisions))})")

@@ -95,8 +95,8 @@ class Harness:
         self.log.start(constants.INIT_START)
         self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
         self.store = FeatureStore(self.config.data)
-        self.plan = device_plan(self.config)
-        check_capabilities(self.backend_class, self.config, self.plan)
+        self.plan = device_plan(self.config.hardware, self.config.device)
+        check_capabilities(self.backend_class, self.config.backend, self.workload, self.config.hardware, self.plan)
         self.context = build_context(self.config, self.store, self.plan)
         self.train_data, self.dev_data = self._pipelines()
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
