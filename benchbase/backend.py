@@ -153,7 +153,9 @@ class Capabilities:
     """Arithmetic precisions it implements (``ModelSpec.precision``)."""
     process_model: ProcessModel = "single_process"
     """single_process: one process drives every device (tf.distribute's MirroredStrategy).
-    process_per_device: one process per device, started by torch's launcher."""
+    process_per_device: one process per device, started by torch's launcher. The harness
+    runs every backend in one process today, so a process_per_device backend is refused a
+    plan of more than one device before the clock starts."""
 
 
 class Backend(ABC):
@@ -254,8 +256,10 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027  (optional: a backend with nothing to release keeps it)
         """Release the framework's resources (device memory, thread pools, compiled caches).
 
-        Called exactly once at the end of the run, also when ``build()`` raised; ``--runs N``
-        builds N backends in one process, so nothing may outlive this call.
+        Called exactly once at the end of the run, also when ``build()`` raised or never ran
+        (a ``run_started`` hook raised first); ``--runs N`` builds N backends in one process,
+        so nothing the backend allocated may outlive this call. Process-wide framework
+        settings that cannot be undone (thread-pool sizes) may stay.
         """
 
 

@@ -29,6 +29,9 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
         raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} devices, but "
                          f"backend {name!r} trains on at most {capabilities.max_devices}; choose a profile with "
                          f"{capabilities.max_devices} or pass --device cpu")
+    if capabilities.process_model == "process_per_device" and plan.count > 1:
+        raise InputError(f"backend {name!r} trains one process per device, and benchbase runs one process; "
+                         f"choose a profile with one device or pass --device cpu")
     precision = workload.model.precision
     if precision not in capabilities.precisions:
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "

@@ -69,8 +69,9 @@ class ModelSpec(Spec):
     batchnorm_epsilon: float = Field(1e-5, gt=0.0, le=1e-1, description="BatchNorm epsilon.")
     batchnorm_frames: Literal["all_padded"] = Field(
         "all_padded",
-        description="Frames BatchNorm's training statistics are taken over: every frame of the padded batch, "
-        "padding included (no mask), per channel over batch and time.",
+        description="Frames BatchNorm's training statistics are taken over: every frame of the batch as the "
+        "harness pads it, padding included (no mask), per channel over batch and time. Padding a backend adds "
+        "for its own reasons (shape buckets) must be left out.",
     )
     batchnorm_variance: Literal["biased"] = Field(
         "biased",

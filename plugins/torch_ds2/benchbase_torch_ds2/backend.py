@@ -81,8 +81,9 @@ class TorchBackend(Backend):
             state = torch.load(path, map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, KeyError, ValueError, OSError) as error:
-            raise BenchbaseError(f"{path}: not a checkpoint of this model ({str(error).splitlines()[0]})") from None
+        except Exception as error:  # torch.load reports a garbled file as any of a dozen exception types
+            reason = (str(error).splitlines() or [type(error).__name__])[0]
+            raise BenchbaseError(f"{path}: not a checkpoint of this model ({reason})") from None
         torch.set_rng_state(state["rng"].cpu())
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
