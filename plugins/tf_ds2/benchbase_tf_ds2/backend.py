@@ -88,7 +88,11 @@ class TensorFlowBackend(Backend):
         Path(path).write_bytes(buffer.getvalue())
 
     def load_checkpoint(self, path: Path) -> None:
-        with np.load(Path(path)) as saved:
+        try:
+            saved = np.load(Path(path), allow_pickle=False)
+        except (OSError, ValueError, EOFError) as error:
+            raise BenchbaseError(f"{path}: not a checkpoint of this model ({error})") from None
+        with saved:
             for group, variables in self._checkpointed().items():
                 _restore(variables, saved, group, path)
 
@@ -162,12 +166,16 @@ class TensorFlowBackend(Backend):
 
     def _utterance_losses(self, features, output_lengths, labels, label_lengths):
         log_probs = self.model(features, training=True)
+        # TensorFlow's CTC kernel raises on an utterance whose labels cannot fit its frames
+        # (the spec's ctc_impossible_alignments: zero). Such a row gets a one-label stand-in
+        # that always fits, and its loss is replaced by zero below, so it adds no gradient.
+        feasible = _alignable(output_lengths, labels, label_lengths)
+        fitting_lengths = tf.where(feasible, label_lengths, tf.ones_like(label_lengths))
         # Sparse labels: TensorFlow then swaps in cuDNN's CTC kernel on a GPU.
-        losses = tf.nn.ctc_loss(labels=_sparse_labels(labels, label_lengths), logits=log_probs, label_length=None,
+        losses = tf.nn.ctc_loss(labels=_sparse_labels(labels, fitting_lengths), logits=log_probs, label_length=None,
                                 logit_length=output_lengths, logits_time_major=False,
                                 blank_index=self.spec.ctc_blank_index)
-        # As PyTorch's zero_infinity: an utterance without a valid alignment adds nothing.
-        return tf.where(tf.math.is_finite(losses), losses, tf.zeros_like(losses))
+        return tf.where(feasible & tf.math.is_finite(losses), losses, tf.zeros_like(losses))
 
     def _clipped(self, gradients, context):
         clip = self.optimizer_spec.gradient_clip_norm
@@ -180,6 +188,13 @@ class TensorFlowBackend(Backend):
             gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         gradients, _ = tf.clip_by_global_norm(gradients, clip)
         return [gradient / replicas for gradient in gradients] if replicas > 1 else gradients
+
+
+def _alignable(output_lengths: tf.Tensor, labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
+    """Rows with a CTC alignment: a frame per label, plus a blank between each repeated pair."""
+    inside = tf.sequence_mask(label_lengths - 1, tf.shape(labels)[1] - 1)
+    repeats = tf.reduce_sum(tf.cast((labels[:, 1:] == labels[:, :-1]) & inside, tf.int32), axis=1)
+    return output_lengths >= label_lengths + repeats
 
 
 def _sparse_labels(labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.SparseTensor:
