@@ -11,7 +11,7 @@ benchbase = run_benchbase
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--backend", "jax", "--workload", "ds2-mini", "--hw", "cpu"], "unknown backend 'jax'; available: "),
+        (["--backend", "mxnet", "--workload", "ds2-mini", "--hw", "cpu"], "unknown backend 'mxnet'; available: "),
         (["--backend", "torch", "--workload", "ds3", "--hw", "cpu"], "unknown workload 'ds3'; available: ds2, ds2-mini"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "sys9"], "unknown hardware profile 'sys9'"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "cer"], "expected METRIC=VALUE"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchbase.cli import (  # noqa: F401  (they register commands)
+    backend_test_command,
     check_commands,
     data_commands,
     decode_commands,  # noqa: F401  (registers decode-sweep)

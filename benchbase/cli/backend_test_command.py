@@ -1,0 +1,63 @@
+"""`benchbase backend-test NAME`: prove a registered backend against contract v2.
+
+Runs the conformance kit (``benchbase.testing``): every rule, or those named with --rule,
+on the kit's small real-speech batches. Exit codes: 0 every rule passes, 1 some rule fails,
+2 an unknown backend or rule.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from benchbase.cli.app import cli
+from benchbase.errors import BenchbaseError
+
+__all__ = ["backend_test", "results_table"]
+
+
+@cli.command("backend-test")
+@click.argument("name")
+@click.option("--rule", "rules", multiple=True, metavar="RULE",
+              help="Run only this rule (repeatable); default: every rule, in order.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
+def backend_test(name: str, rules: tuple[str, ...], as_json: bool) -> None:
+    """Run the conformance kit on backend NAME (see `benchbase plugins`)."""
+    # The kit imports NumPy-heavy modules; loaded here so that other commands stay fast.
+    from benchbase.testing.conformance import resolve_backend, run_conformance, select_rules
+    from benchbase.testing.kit_data import load_kit_data
+
+    selected = [rule.name for rule in select_rules(rules or None)]  # unknown names fail before any work
+    backend_class = resolve_backend(name)
+    progress = Console(stderr=True)
+    data = load_kit_data(progress=lambda message: progress.print(f"[dim]{message}[/]"))
+    on_result = None if as_json else (lambda r: progress.print(f"[dim]{r.name}: {'pass' if r.passed else 'FAIL'}[/]"))
+    results = run_conformance(backend_class, selected, data=data, on_result=on_result)
+    failed = [result.name for result in results if not result.passed]
+    if as_json:
+        click.echo(json.dumps({"backend": name, "passed": not failed, "rules": [r.to_dict() for r in results]},
+                              indent=2))
+    else:
+        Console().print(results_table(name, results))
+    if failed:
+        # A BenchbaseError (exit 1), as `benchbase check` does: main() drops a click Exit's code.
+        raise BenchbaseError(f"backend {name!r} fails {len(failed)} of {len(results)} conformance rule(s): "
+                             f"{', '.join(failed)}")
+
+
+def results_table(name: str, results) -> Table:
+    passed = sum(result.passed for result in results)
+    verdict = "[green]PASS[/]" if passed == len(results) else "[bold red]FAIL[/]"
+    table = Table(title=f"{verdict} backend {name}: {passed}/{len(results)} conformance rules pass",
+                  title_justify="left")
+    table.add_column("rule")
+    table.add_column("result")
+    table.add_column("seconds", justify="right")
+    table.add_column("message", overflow="fold")
+    for result in results:
+        status = "[green]pass[/]" if result.passed else "[bold red]FAIL[/]"
+        table.add_row(result.name, status, f"{result.seconds:.2f}", result.message or "-")
+    return table

@@ -1,0 +1,168 @@
+"""The conformance kit's data: a few real utterances, their fixed batches and the build context.
+
+The speech is benchbase's own (eSpeak NG through ``benchbase.data.synth``), prepared into a
+feature store with the same code a run uses, so a backend is tested on the features, lengths
+and padding it will train on. The corpus is tiny and made once per machine, under
+``default_cache() / "conformance-kit-<key>"``: built in a temporary folder and renamed into
+place, so concurrent kits never see half of one.
+
+Batches are cut in a fixed order from the training split (no shuffling, no reader threads:
+the thread-budget rule measures the process's CPU time, and nothing but the backend may
+spend it). One more batch, the first one's utterances with one of them truncated so that its
+labels no longer fit its output frames, holds an impossible alignment, which the spec's CTC
+counts as zero loss; only the loss and BatchNorm rules train on it, so that a backend that
+mishandles it fails those rules and no others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
+from benchbase.data.pipeline import pad_batch
+from benchbase.data.store import FeatureStore, Utterance
+from benchbase.data.workload_data import default_cache, store_key
+from benchbase.default_plugins.workloads import builtin_workload
+from benchbase.errors import BenchbaseError
+from benchbase.specs import ModelSpec, OptimizerSpec, WorkloadSpec
+
+__all__ = ["KIT_BATCH_SIZE", "KIT_WORKLOAD", "KitData", "ensure_kit_store", "load_kit_data"]
+
+KIT_WORKLOAD = "ds2-mini"
+KIT_BATCH_SIZE = 6
+"""Small, so that the float64 NumPy reference runs in a fraction of a second."""
+KIT_BATCHES = 3
+SMALL_BATCH_SIZE = 3
+"""Rows of the smaller inputs (a last dev batch is smaller than the others)."""
+KIT_UTTERANCES = 24
+"""Utterances synthesized: train gets all but one per held-out split (about 22)."""
+KIT_CORPUS_SEED = 11
+KIT_DATA_VERSION = 1
+"""Bumped whenever the kit's corpus or its preparation changes."""
+IMPOSSIBLE_ROW = 1
+"""The row of the first batch whose alignment is made impossible."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class KitData:
+    """Everything the rules feed a backend, fixed for a machine."""
+
+    spec_model: ModelSpec
+    """The workload's model as the spec has it (dropout included)."""
+    model: ModelSpec
+    """The model the reference checks use: the spec's with dropout 0 (the reference has none)."""
+    optimizer: OptimizerSpec
+    feature_dimension: int
+    batches: tuple[Batch, ...]
+    """KIT_BATCHES training batches of KIT_BATCH_SIZE, every alignment possible."""
+    impossible_batch: Batch
+    """batches[0] with row IMPOSSIBLE_ROW cut short: its labels cannot be aligned."""
+    small_inputs: Inputs
+    """SMALL_BATCH_SIZE rows that no training batch holds."""
+
+    @property
+    def max_frames(self) -> int:
+        return max(int(item.features.shape[1]) for item in (*self.batches, self.small_inputs))
+
+    @property
+    def max_label_length(self) -> int:
+        return max(int(batch.labels.shape[1]) for batch in self.batches)
+
+    def context(self, seed: int, model: ModelSpec | None = None, threads: int | None = 1) -> BuildContext:
+        """What ``build()`` receives: one CPU, the kit's batch size, a thread budget of one."""
+        plan = DevicePlan(kind="cpu", count=1, batch_per_device=KIT_BATCH_SIZE, threads=threads)
+        return BuildContext(model=model or self.model, optimizer=self.optimizer,
+                            feature_dimension=self.feature_dimension, plan=plan, seed=seed,
+                            max_frames=self.max_frames, max_label_length=self.max_label_length)
+
+
+def load_kit_data(cache: Path | None = None, progress: Progress | None = None) -> KitData:
+    """The kit's batches, preparing the store first if this machine has none."""
+    store = ensure_kit_store(cache or default_cache(), progress)
+    return _kit_data(store)
+
+
+@lru_cache(maxsize=4)
+def _kit_data(store_root: Path) -> KitData:
+    workload = builtin_workload(KIT_WORKLOAD)
+    store = FeatureStore(store_root)
+    utterances = [u for shard in store.shards(workload.data.train) for u in store.read(shard)]
+    needed = KIT_BATCHES * KIT_BATCH_SIZE + SMALL_BATCH_SIZE
+    if len(utterances) < needed:
+        raise BenchbaseError(f"{store_root}: the conformance kit needs {needed} training utterances, "
+                             f"it holds {len(utterances)}; delete the folder to prepare it again")
+    groups = [utterances[i * KIT_BATCH_SIZE : (i + 1) * KIT_BATCH_SIZE] for i in range(KIT_BATCHES)]
+    cut_short = list(groups[0])
+    cut_short[IMPOSSIBLE_ROW] = _impossible(cut_short[IMPOSSIBLE_ROW], workload.model)
+    small = utterances[KIT_BATCHES * KIT_BATCH_SIZE : needed]
+    model = workload.model
+    return KitData(
+        spec_model=model,
+        model=model.model_copy(update={"dropout": 0.0}),
+        optimizer=workload.optimizer,
+        feature_dimension=store.feature_dimension,
+        batches=tuple(pad_batch(group, model) for group in groups),
+        impossible_batch=pad_batch(cut_short, model),
+        small_inputs=pad_batch(small, model).inputs(),
+    )
+
+
+def _impossible(utterance: Utterance, model: ModelSpec) -> Utterance:
+    """The utterance cut to half as many output frames as it has labels (at least one frame)."""
+    output_frames = max(len(utterance.labels) // 2, 1)
+    frames = model.conv_width + (output_frames - 1) * model.conv_stride
+    assert model.output_frames(frames) < len(utterance.labels)
+    return replace(utterance, features=utterance.features[:frames])
+
+
+def ensure_kit_store(cache: Path, progress: Progress | None = None) -> Path:
+    """The kit's prepared feature store under ``cache``, made now if absent (about a minute, once)."""
+    workload = builtin_workload(KIT_WORKLOAD)
+    final = cache / f"conformance-kit-{_kit_key(workload)}"
+    store = final / "store"
+    if FeatureStore.exists(store):
+        return store
+    if progress:
+        progress(f"preparing the conformance kit's speech in {final} (once per machine)")
+    partial = cache / f".{final.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        _prepare(workload, partial)
+        try:
+            partial.rename(final)
+        except OSError:  # another process finished first: use its copy
+            if not FeatureStore.exists(store):
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return store
+
+
+def _prepare(workload: WorkloadSpec, folder: Path) -> None:
+    from benchbase.data.prepare import prepare_store
+    from benchbase.data.synth import synthesize_corpus
+
+    corpus = folder / "corpus"
+    synthesize_corpus(corpus, utterances=KIT_UTTERANCES, seed=KIT_CORPUS_SEED)
+    data = workload.data
+    prepare_store(corpus, {"train": data.train, "dev": data.dev, "test": data.test}, workload.features,
+                  workload.model, data.max_duration, folder / "store")
+    shutil.rmtree(corpus)  # the features are all the kit reads
+
+
+def _kit_key(workload: WorkloadSpec) -> str:
+    """A short hash of everything that shapes the kit's store."""
+    from benchbase.data.synth.corpus import GENERATOR_VERSION
+
+    shaping = {"kit": KIT_DATA_VERSION, "utterances": KIT_UTTERANCES, "seed": KIT_CORPUS_SEED,
+               "generator": GENERATOR_VERSION, "store": store_key(workload)}
+    return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]

@@ -1,0 +1,313 @@
+"""Conformance rules about the model: its size, its weights, its outputs, its loss, its BatchNorm.
+
+Why each rule exists:
+
+- parameter_count: the spec fixes the architecture, so every backend must build exactly the
+  parameters ``ModelSpec.parameter_count`` implies (a framework's extra LSTM bias, a conv
+  bias, a missing BatchNorm would all change what is trained), and export them under
+  benchbase's names and shapes, since every other model rule reads them that way.
+- weight_round_trip: the reference checks set a backend's weights; that only proves
+  something if the weights that come back are exactly those that went in (a transposed
+  gate block or a dropped running variance shows here), and if weights that do not fit are
+  refused instead of silently broadcast or ignored.
+- predict_shapes: the harness decodes predict()'s output without knowing the framework, so
+  the dtype, shape, normalization and lengths must be exactly the contract's, also for a
+  smaller last batch, and predicting must not change anything a later call sees.
+- forward_parity: the same weights must give the same log-probabilities as benchbase's
+  float64 NumPy reference (the pinned convolution, activation, gate order and inference-time
+  BatchNorm); otherwise two backends would not train the same model.
+- ctc_loss: the loss is what is optimized and what is logged: each utterance's CTC
+  negative log-likelihood, averaged over the batch, an impossible alignment counting zero.
+- batchnorm_statistics: BatchNorm's running statistics decide every evaluation; frameworks
+  differ in the momentum's meaning, in the variance they keep (biased or not) and in the
+  frames they average over, and the spec pins each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from benchbase.backend import Inputs
+from benchbase.errors import BenchbaseError
+from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
+from benchbase.testing.reference_model import batchnorm_names, reference_forward
+from benchbase.weight_layout import weight_layout
+
+__all__ = [
+    "FORWARD_ATOL",
+    "LOSS_RTOL",
+    "RUNNING_STAT_RTOL",
+    "check_batchnorm_statistics",
+    "check_ctc_loss",
+    "check_forward_parity",
+    "check_parameter_count",
+    "check_predict_shapes",
+    "check_prediction",
+    "check_weight_round_trip",
+]
+
+FORWARD_ATOL = 2e-4
+"""Log-probabilities may differ from the float64 reference by this much on any valid frame:
+float32 arithmetic through a conv and two LSTM layers stays within about 1e-5."""
+LOGSUMEXP_ATOL = 1e-4
+LOSS_RTOL = 1e-3
+RUNNING_STAT_RTOL = 1e-4
+BATCH_STAT_RTOL = 2e-4
+"""Tolerance on the batch statistic a backend folded into its running statistics, recovered
+as (new - momentum * old) / (1 - momentum); small enough to tell the biased variance from the
+unbiased one (a factor 1 + 1/(N - 1), N the ~1,000 frames of the kit's batch)."""
+FLOAT32_EPSILON = float(np.finfo(np.float32).eps)
+
+
+def check_parameter_count(kit: Kit) -> None:
+    """Trainable parameters and the exported layout of the workload's model as the spec has it."""
+    spec, dimension = kit.data.spec_model, kit.data.feature_dimension
+    with kit.backend(model=spec) as backend:
+        count = backend.parameter_count()
+        weights = backend.export_weights()
+    expected = spec.parameter_count(dimension)
+    if isinstance(count, bool) or not isinstance(count, int | np.integer) or count != expected:
+        raise ConformanceFailure("parameter_count", f"parameter_count() returned {count!r}, the spec implies "
+                                 f"{expected:,} ({spec.lstm_layers} LSTM layers x {spec.lstm_units} units, "
+                                 f"conv {spec.conv_width}x{dimension}->{spec.conv_channels})")
+    check_layout("parameter_count", weights, weight_layout(spec, dimension))
+
+
+def check_weight_round_trip(kit: Kit) -> str | None:
+    """import_weights then export_weights gives the same arrays; weights that do not fit are refused."""
+    weights = kit.parity_weights()
+    with kit.backend() as backend:
+        backend.import_weights(weights)
+        exported = backend.export_weights()
+        check_layout("weight_round_trip", exported, weight_layout(kit.model, kit.data.feature_dimension))
+        _expect_same_weights(weights, exported, "export_weights() after import_weights()")
+        _scribble(exported)
+        _expect_same_weights(weights, backend.export_weights(), "export_weights() after its last result was "
+                             "overwritten (it must return copies)")
+        return _expect_refusals(backend, weights)
+
+
+def check_predict_shapes(kit: Kit) -> None:
+    """predict()'s types, shapes, normalization and lengths; a smaller batch; no state change."""
+    full, small = kit.data.impossible_batch.inputs(), kit.data.small_inputs  # with a short, padded row
+    symbols = kit.model.symbols
+    with kit.backend() as backend:
+        before = backend.export_weights()
+        first = check_prediction("predict_shapes", backend.predict(full), full, symbols)
+        check_prediction("predict_shapes", backend.predict(small), small, symbols)
+        again = check_prediction("predict_shapes", backend.predict(full), full, symbols)
+        changed = differing_weights(before, backend.export_weights())
+    if not np.array_equal(first, again):
+        worst, where = describe_difference(again, first)
+        raise ConformanceFailure("predict_shapes", f"predicting the same inputs twice gave different "
+                                 f"log-probabilities (by up to {worst:.3g}, {where}); predict must not change state")
+    if changed:
+        raise ConformanceFailure("predict_shapes", f"predict() changed the weights {', '.join(changed[:6])}; "
+                                 "inference must use BatchNorm's running statistics and leave them as they are")
+
+
+def check_forward_parity(kit: Kit) -> None:
+    """predict() on random weights matches the NumPy reference (inference mode) on every valid frame."""
+    weights = kit.parity_weights()
+    probes = (kit.data.impossible_batch.inputs(), kit.data.small_inputs)
+    with kit.backend() as backend:
+        backend.import_weights(weights)
+        found = [check_prediction("forward_parity", backend.predict(inputs), inputs, kit.model.symbols)
+                 for inputs in probes]
+    for inputs, log_probs in zip(probes, found):
+        expected, _ = reference_forward(weights, kit.model, inputs.features, inputs.feature_lengths, training=False)
+        frames = expected.shape[1]
+        worst, where = describe_difference(log_probs[:, :frames], expected, valid_frames(inputs, frames))
+        if not worst <= FORWARD_ATOL:
+            raise ConformanceFailure("forward_parity", f"log-probabilities differ from the reference by {worst:.3g} "
+                                     f"(tolerance {FORWARD_ATOL:g}) {where} [row, frame, symbol] of a batch of "
+                                     f"{inputs.size}")
+
+
+def check_ctc_loss(kit: Kit) -> None:
+    """train_step's loss equals the reference's spec-pinned CTC loss, impossible alignment included."""
+    step = kit.first_step()
+    batch = kit.data.impossible_batch
+    loss = step.loss
+    if isinstance(loss, bool) or not isinstance(loss, float):
+        raise ConformanceFailure("ctc_loss", f"train_step returned a {type(loss).__module__}.{type(loss).__name__}, "
+                                 "expected a Python float")
+    if not math.isfinite(loss):
+        raise ConformanceFailure("ctc_loss", f"train_step returned {loss}, expected {step.reference_loss:.6g}: the "
+                                 f"batch holds an impossible alignment ({_impossible_rows(batch)}), which "
+                                 "the spec counts as zero loss")
+    if not math.isclose(loss, step.reference_loss, rel_tol=LOSS_RTOL):
+        raise ConformanceFailure("ctc_loss", f"train_step returned {loss:.6g}, the reference's loss is "
+                                 f"{step.reference_loss:.6g} (rel. tolerance {LOSS_RTOL:g}){_loss_hint(kit, loss)}")
+
+
+def check_batchnorm_statistics(kit: Kit) -> None:
+    """After one training step, every running mean and variance is the reference's."""
+    step = kit.first_step()
+    momentum = kit.model.batchnorm_momentum
+    for prefix in batchnorm_names(kit.model):
+        old = {stat: step.weights_before[f"{prefix}.{stat}"].astype(np.float64) for stat in ("mean", "variance")}
+        new = {stat: np.asarray(step.weights_after[f"{prefix}.{stat}"], np.float64) for stat in ("mean", "variance")}
+        expected = {stat: step.reference_running[f"{prefix}.{stat}"] for stat in ("mean", "variance")}
+        batch = {stat: (expected[stat] - momentum * old[stat]) / (1 - momentum) for stat in expected}
+        for stat in ("mean", "variance"):
+            _check_running(prefix, stat, new[stat], expected[stat])
+            scale = np.abs(batch[stat]) if stat == "variance" else np.sqrt(batch["variance"])
+            _check_batch_statistic(prefix, stat, momentum, old[stat], new[stat], batch[stat], scale)
+
+
+def check_layout(rule: str, weights: object, layout: Mapping[str, tuple[int, ...]]) -> None:
+    """Names, shapes and dtype of exported weights are exactly the framework-neutral layout."""
+    if not isinstance(weights, Mapping):
+        raise ConformanceFailure(rule, f"export_weights() returned a {type(weights).__name__}, expected a mapping "
+                                 "of names to arrays")
+    missing = [name for name in layout if name not in weights]
+    extra = [name for name in weights if name not in layout]
+    if missing or extra:
+        raise ConformanceFailure(rule, f"export_weights() names differ from weight_layout(): missing "
+                                 f"{missing or 'none'}, unexpected {extra or 'none'}")
+    for name, shape in layout.items():
+        array = weights[name]
+        if not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.shape != shape:
+            found = f"{type(array).__name__} {getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}"
+            raise ConformanceFailure(rule, f"export_weights()[{name!r}] is {found}, expected float32 numpy {shape}")
+
+
+def check_prediction(rule: str, result: object, inputs: Inputs, symbols: int) -> np.ndarray:
+    """predict()'s result has the contract's form; returns its log-probabilities."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise ConformanceFailure(rule, f"predict() returned {type(result).__name__}, expected a tuple "
+                                 "(log_probs, output_lengths)")
+    log_probs, lengths = result
+    longest = int(inputs.output_lengths.max())
+    if not isinstance(log_probs, np.ndarray) or log_probs.dtype != np.float32 or log_probs.ndim != 3 \
+            or log_probs.shape[0] != inputs.size or log_probs.shape[1] < longest or log_probs.shape[2] != symbols:
+        found = f"{type(log_probs).__name__} {getattr(log_probs, 'dtype', '?')} {getattr(log_probs, 'shape', '?')}"
+        raise ConformanceFailure(rule, f"log_probs is {found}, expected float32 numpy ({inputs.size}, at least "
+                                 f"{longest} frames, {symbols} symbols)")
+    if not isinstance(lengths, np.ndarray) or lengths.dtype != np.int32 or lengths.shape != (inputs.size,) \
+            or not np.array_equal(lengths, inputs.output_lengths):
+        raise ConformanceFailure(rule, f"output_lengths is {type(lengths).__name__} "
+                                 f"{getattr(lengths, 'dtype', '?')} {np.asarray(lengths).tolist()}, expected int32 "
+                                 f"{inputs.output_lengths.tolist()} (the inputs' output_lengths)")
+    _check_normalized(rule, log_probs, inputs)
+    return log_probs
+
+
+def valid_frames(inputs: Inputs, frames: int) -> np.ndarray:
+    """(batch, frames, 1): True on each utterance's output frames, False on padding."""
+    return (np.arange(frames)[None, :] < inputs.output_lengths[:, None])[:, :, None]
+
+
+def _check_normalized(rule: str, log_probs: np.ndarray, inputs: Inputs) -> None:
+    frames = int(inputs.output_lengths.max())
+    mask = valid_frames(inputs, frames)[:, :, 0]
+    values = log_probs[:, :frames].astype(np.float64)
+    if not np.isfinite(values[mask]).all():
+        raise ConformanceFailure(rule, "log_probs holds NaN or infinite values on valid frames")
+    totals = np.log(np.exp(values).sum(axis=-1))
+    worst, where = describe_difference(totals, np.zeros_like(totals), mask)
+    if worst > LOGSUMEXP_ATOL:
+        raise ConformanceFailure(rule, f"a valid frame's probabilities do not sum to one: logsumexp is off by "
+                                 f"{worst:.3g} {where} [row, frame]; expected a log-softmax over the symbols")
+
+
+def _expect_same_weights(expected: Mapping[str, np.ndarray], found: Mapping[str, np.ndarray], what: str) -> None:
+    changed = differing_weights(expected, found)
+    if changed:
+        worst, where = describe_difference(found[changed[0]], expected[changed[0]])
+        raise ConformanceFailure("weight_round_trip", f"{what} differs from the imported weights in "
+                                 f"{', '.join(changed[:6])}; {changed[0]} by up to {worst:.3g} {where}")
+
+
+def _scribble(weights: Mapping[str, np.ndarray]) -> None:
+    for array in weights.values():
+        if array.flags.writeable:
+            array.fill(7.0)
+
+
+def _expect_refusals(backend, weights: Mapping[str, np.ndarray]) -> str | None:
+    """Every unfitting set of weights raises; returns a note when the exception is not a BenchbaseError."""
+    loose = []
+    for description, broken in _unfitting(weights):
+        try:
+            backend.import_weights(broken)
+        except BenchbaseError:
+            continue
+        except Exception as error:  # noqa: BLE001  (refused, though not with the contract's error type)
+            loose.append(f"{description}: {describe_error(error, method=False)}")
+            continue
+        raise ConformanceFailure("weight_round_trip", f"import_weights() accepted weights {description}; "
+                                 "expected an exception")
+    if loose:
+        return "refused with exceptions other than BenchbaseError (" + "; ".join(loose) + ")"
+    return None
+
+
+def _unfitting(weights: Mapping[str, np.ndarray]):
+    last = list(weights)[-1]
+    yield f"without {last!r}", {name: array for name, array in weights.items() if name != last}
+    yield "with output.kernel transposed", {**weights, "output.kernel": weights["output.kernel"].T.copy()}
+    yield "with an unknown name 'conv.bias'", {**weights, "conv.bias": np.zeros(weights["conv.kernel"].shape[-1],
+                                                                                  np.float32)}
+    narrower = weights["lstm.0.input_kernel"][:, :-1].copy()
+    yield f"with lstm.0.input_kernel of shape {narrower.shape}", {**weights, "lstm.0.input_kernel": narrower}
+
+
+def _impossible_rows(batch) -> str:
+    rows = [row for row in range(batch.size) if batch.output_lengths[row] < batch.label_lengths[row]]
+    return ", ".join(f"row {row}: {batch.label_lengths[row]} labels in {batch.output_lengths[row]} output frames"
+                     for row in rows)
+
+
+def _loss_hint(kit: Kit, loss: float) -> str:
+    """Names the common wrong reduction the loss matches, if it matches one."""
+    batch, losses = kit.data.impossible_batch, kit.first_step().reference_losses
+    possible = np.isfinite(losses)
+    zeroed = np.where(possible, losses, 0.0)
+    candidates = {
+        "the mean over the possible utterances only (an impossible one must count as zero)":
+            zeroed.sum() / possible.sum(),
+        "the mean of each loss divided by its label length (PyTorch's reduction='mean')":
+            (zeroed / batch.label_lengths).mean(),
+        "the sum over the batch (it must be divided by the batch size)": zeroed.sum(),
+    }
+    for description, value in candidates.items():
+        if math.isclose(loss, value, rel_tol=LOSS_RTOL):
+            return f"; it matches {description}"
+    return ""
+
+
+def _check_running(prefix: str, stat: str, found: np.ndarray, expected: np.ndarray) -> None:
+    worst, where = describe_difference(found, expected)
+    allowed = RUNNING_STAT_RTOL * np.abs(expected).max() + 1e-7
+    if not worst <= allowed:
+        raise ConformanceFailure("batchnorm_statistics", f"{prefix}.{stat} after one train_step is off the "
+                                 f"reference's running statistic by {worst:.3g} (tolerance {allowed:.3g}) "
+                                 f"{where} [channel]")
+
+
+def _check_batch_statistic(prefix, stat, momentum, old, new, batch, scale) -> None:
+    """The statistic folded in, recovered from the update: 100x more sensitive than the running value."""
+    implied = (new - momentum * old) / (1 - momentum)
+    rounding = 4 * FLOAT32_EPSILON * np.maximum(np.abs(new), np.abs(old)) / (1 - momentum)
+    excess = np.abs(implied - batch) - (BATCH_STAT_RTOL * scale + rounding)
+    if (excess > 0).any():
+        channel = int(np.argmax(excess))
+        raise ConformanceFailure("batchnorm_statistics", f"the batch {stat} {prefix} folded into its running "
+                                 f"{stat} is {implied[channel]:.6g} in channel {channel}, the reference's is "
+                                 f"{batch[channel]:.6g} ({_statistic_hint(stat, implied, batch)}per channel over "
+                                 "every frame of the padded batch, biased variance, running = momentum x running "
+                                 f"+ (1 - momentum) x batch with momentum {momentum})")
+
+
+def _statistic_hint(stat: str, implied: np.ndarray, batch: np.ndarray) -> str:
+    if stat != "variance":
+        return ""
+    ratio = float(np.median(implied / batch))
+    if ratio > 1 and abs(ratio - 1) < 0.05:
+        return f"about {ratio:.5f} times it: the unbiased variance? expected: "
+    return "expected: "

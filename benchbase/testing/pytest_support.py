@@ -1,0 +1,48 @@
+"""``BackendConformance``: the conformance kit as pytest tests, one per rule.
+
+    class TestMyBackend(BackendConformance):
+        backend = "mine"               # a registered backend name ...
+        # backend_class = MyBackend    # ... or the class itself
+
+A failing rule fails its test with the rule's message. The kit's data and what several rules
+share (the first training step) are made once per test class.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from benchbase.backend import Backend
+from benchbase.testing.conformance import RULES, Kit, resolve_backend, run_conformance
+from benchbase.testing.kit_data import load_kit_data
+
+__all__ = ["BackendConformance"]
+
+
+class BackendConformance:
+    """Base class of a backend's conformance tests; set ``backend`` or ``backend_class``."""
+
+    backend: ClassVar[str | None] = None
+    backend_class: ClassVar[type[Backend] | None] = None
+    conformance_seed: ClassVar[int] = 0
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def conformance_kit(cls) -> Kit:
+        return Kit(_backend_under_test(cls), load_kit_data(), seed=cls.conformance_seed)
+
+    @pytest.mark.parametrize("rule", [rule.name for rule in RULES])
+    def test_conformance(self, conformance_kit: Kit, rule: str) -> None:
+        [result] = run_conformance(conformance_kit.backend_class, [rule], kit=conformance_kit)
+        if not result.passed:
+            pytest.fail(f"{rule}: {result.message}", pytrace=False)
+
+
+def _backend_under_test(cls: type) -> type[Backend]:
+    if cls.backend_class is not None:
+        return cls.backend_class
+    if cls.backend is None:
+        raise TypeError(f"{cls.__name__} must set backend (a registered name) or backend_class")
+    return resolve_backend(cls.backend)

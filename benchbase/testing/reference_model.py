@@ -1,0 +1,159 @@
+"""benchbase's NumPy reference of the DS2 model family: the forward pass the spec pins.
+
+Computed in float64 from weights in the framework-neutral layout (``benchbase.weight_layout``),
+so that a backend's float32 results can be compared with it on the very same weights:
+
+    conv1d (valid, strided, no bias) -> BatchNorm -> clipped ReLU (or ReLU)
+      -> [LSTM (gates i, f, g, o; zero initial state) -> BatchNorm] x layers
+      -> dense -> log-softmax
+
+Dropout is never applied (the conformance kit trains with dropout 0). In training mode,
+BatchNorm normalizes with the statistics of the batch, per channel over the batch and every
+frame of the padded batch (padding included: ``ModelSpec.batchnorm_frames``), with the biased
+variance (``batchnorm_variance``), and the running statistics move toward them with the
+spec's momentum (Keras's convention: the share of the old value kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from benchbase.specs import ModelSpec
+from benchbase.weight_layout import weight_layout
+
+__all__ = ["batchnorm_names", "random_weights", "reference_forward"]
+
+
+def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
+                      feature_lengths: np.ndarray, training: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Log-probabilities (batch, output frames of the padded batch, symbols), float64, and the
+    running BatchNorm statistics after this pass ("conv_norm.mean", ... float64).
+
+    ``training=True`` normalizes with the batch's statistics and returns the updated running
+    statistics; ``training=False`` normalizes with the running statistics and returns them as
+    they were. ``feature_lengths`` only checks the batch: outputs past an utterance's
+    ``model.output_frames`` are computed over its padding, as a backend computes them.
+    """
+    _check_inputs(weights, model, features, feature_lengths)
+    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
+    running: dict[str, np.ndarray] = {}
+    x = _convolve(np.asarray(features, dtype=np.float64), w["conv.kernel"], model.conv_stride)
+    x = _batchnorm(x, w, "conv_norm", model, training, running)
+    x = np.minimum(np.maximum(x, 0.0), 20.0) if model.conv_activation == "clipped_relu" else np.maximum(x, 0.0)
+    for layer in range(model.lstm_layers):
+        prefix = f"lstm.{layer}"
+        x = _lstm(x, w[f"{prefix}.input_kernel"], w[f"{prefix}.recurrent_kernel"], w[f"{prefix}.bias"])
+        x = _batchnorm(x, w, f"lstm_norm.{layer}", model, training, running)
+    logits = x @ w["output.kernel"] + w["output.bias"]
+    return _log_softmax(logits), running
+
+
+def random_weights(model: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
+    """Random float32 weights in the framework-neutral layout, for parity checks.
+
+    Matrices are Xavier-uniform (as the spec initializes them) and every vector is random
+    too, BatchNorm's running statistics included (mean ~ N(0, 0.1), variance ~ U(0.5, 1.5),
+    scale ~ U(0.8, 1.2), offsets and biases ~ N(0, 0.1)): weights a backend only initializes
+    could hide a part it ignores, such as a running variance it never reads or a bias it drops.
+    A few convolution channels are shifted to about 20, around the clipped ReLU's ceiling.
+    """
+    rng = np.random.default_rng(seed)
+    weights = {name: _random_weight(rng, name, shape) for name, shape in weight_layout(model, feature_dimension).items()}
+    # A few channels sit around the clipped ReLU's ceiling of 20, so that a plain ReLU (or
+    # another ceiling) shows; only a few, since inputs that large saturate the LSTM's gates.
+    channels = rng.choice(model.conv_channels, size=max(1, model.conv_channels // 24), replace=False)
+    weights["conv_norm.offset"][channels] = rng.uniform(17.0, 23.0, len(channels))
+    weights["conv_norm.scale"][channels] = rng.uniform(2.0, 4.0, len(channels))
+    return {name: array.astype(np.float32) for name, array in weights.items()}
+
+
+def batchnorm_names(model: ModelSpec) -> list[str]:
+    """The prefixes of every BatchNorm of the model, in layer order ("conv_norm", "lstm_norm.0", ...)."""
+    return ["conv_norm"] + [f"lstm_norm.{layer}" for layer in range(model.lstm_layers)]
+
+
+def _random_weight(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    part = name.rsplit(".", 1)[-1]
+    if part == "mean":
+        return rng.normal(0.0, 0.1, shape)
+    if part == "variance":
+        return rng.uniform(0.5, 1.5, shape)
+    if part == "scale":
+        return rng.uniform(0.8, 1.2, shape)
+    if part in ("offset", "bias"):
+        return rng.normal(0.0, 0.1, shape)
+    fan_in, fan_out = int(np.prod(shape[:-1])), shape[-1]
+    if name == "conv.kernel":  # Keras's fans of a convolution: receptive field x channels
+        fan_in, fan_out = shape[0] * shape[1], shape[0] * shape[2]
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, shape)
+
+
+def _check_inputs(weights, model: ModelSpec, features: np.ndarray, feature_lengths: np.ndarray) -> None:
+    expected = weight_layout(model, features.shape[-1])
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise ValueError(f"weights lack {', '.join(missing)}")
+    wrong = [f"{name} {np.shape(weights[name])} (expected {shape})" for name, shape in expected.items()
+             if tuple(np.shape(weights[name])) != shape]
+    if wrong:
+        raise ValueError(f"weights of the wrong shape: {'; '.join(wrong)}")
+    if features.ndim != 3 or features.shape[1] < model.conv_width:
+        raise ValueError(f"features must be (batch, at least {model.conv_width} frames, dimension), "
+                         f"got {features.shape}")
+    if np.shape(feature_lengths) != (features.shape[0],):
+        raise ValueError(f"feature_lengths must be ({features.shape[0]},), got {np.shape(feature_lengths)}")
+
+
+def _convolve(x: np.ndarray, kernel: np.ndarray, stride: int) -> np.ndarray:
+    """Valid, strided 1-D convolution: (batch, frames, features) -> (batch, frames', channels)."""
+    width, dimension, channels = kernel.shape
+    windows = np.lib.stride_tricks.sliding_window_view(x, width, axis=1)[:, ::stride]  # (b, t', f, width)
+    windows = windows.transpose(0, 1, 3, 2).reshape(x.shape[0], -1, width * dimension)
+    return windows @ kernel.reshape(width * dimension, channels)
+
+
+def _batchnorm(x: np.ndarray, w: dict[str, np.ndarray], prefix: str, model: ModelSpec, training: bool,
+               running: dict[str, np.ndarray]) -> np.ndarray:
+    """Normalize per channel (the last axis); in training, with every frame of the padded batch."""
+    mean, variance = w[f"{prefix}.mean"], w[f"{prefix}.variance"]
+    if training:
+        frames = x.reshape(-1, x.shape[-1])
+        batch_mean = frames.mean(axis=0)
+        batch_variance = ((frames - batch_mean) ** 2).mean(axis=0)  # biased: divided by the frame count
+        momentum = model.batchnorm_momentum
+        running[f"{prefix}.mean"] = momentum * mean + (1.0 - momentum) * batch_mean
+        running[f"{prefix}.variance"] = momentum * variance + (1.0 - momentum) * batch_variance
+        mean, variance = batch_mean, batch_variance
+    else:
+        running[f"{prefix}.mean"], running[f"{prefix}.variance"] = mean.copy(), variance.copy()
+    normalized = (x - mean) / np.sqrt(variance + model.batchnorm_epsilon)
+    return normalized * w[f"{prefix}.scale"] + w[f"{prefix}.offset"]
+
+
+def _lstm(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """A unidirectional LSTM from a zero state: (batch, frames, inputs) -> (batch, frames, units)."""
+    batch, frames, _ = x.shape
+    units = recurrent_kernel.shape[0]
+    projected = x @ input_kernel + bias  # every frame's input part at once; only h @ recurrent is sequential
+    h = np.zeros((batch, units))
+    c = np.zeros((batch, units))
+    outputs = np.empty((batch, frames, units))
+    for frame in range(frames):
+        z = projected[:, frame] + h @ recurrent_kernel
+        i, f, g, o = (z[:, k * units : (k + 1) * units] for k in range(4))
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        outputs[:, frame] = h
+    return outputs
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # the tanh form never overflows
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

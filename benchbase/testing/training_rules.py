@@ -1,0 +1,199 @@
+"""Conformance rules about training: checkpoints, what predict may see, seeding, threads.
+
+Why each rule exists:
+
+- checkpoint_round_trip: a run resumed from a checkpoint must continue exactly as if it had
+  never stopped, so the checkpoint holds the weights, BatchNorm's statistics, the
+  optimizer's state and the dropout random state (the rule trains with the spec's dropout),
+  in exactly the file the harness names (it writes a temporary name and renames it);
+  a file that does not fit is refused.
+- predict_sees_only_features: accuracy is measured on what predict() returns from features
+  alone; a backend that remembered the labels of batches it trained on, or read labels when
+  handed a whole Batch, could score what it has not learned.
+- seed_determinism: seeded runs are the basis of the olympic score's spread; the same seed
+  must give the same initial weights and the same losses, dropout included, and another
+  seed another model.
+- thread_budget: time-to-accuracy on a CPU compares frameworks on the cores the profile
+  grants; a backend that computes on more threads than ``DevicePlan.threads`` buys its
+  speed with cores the others were denied.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchbase.errors import BenchbaseError
+from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
+from benchbase.testing.model_rules import check_prediction, valid_frames
+
+__all__ = [
+    "CHECKPOINT_ATOL",
+    "DETERMINISM_RTOL",
+    "THREAD_RATIO_BOUND",
+    "check_checkpoint_round_trip",
+    "check_predict_sees_only_features",
+    "check_seed_determinism",
+    "check_thread_budget",
+]
+
+CHECKPOINT_ATOL = 1e-5
+CHECKPOINT_RTOL = 1e-5
+LEAK_ATOL = 1e-6
+DETERMINISM_RTOL = 1e-5
+THREAD_RATIO_BOUND = 1.25
+"""CPU seconds per wall second during train_step with a budget of one thread: one busy thread
+is 1.0; the margin covers the interpreter's and the framework's housekeeping threads."""
+TIMED_STEPS = 8
+
+
+def check_checkpoint_round_trip(kit: Kit) -> str | None:
+    """Save after 2 steps, load into a backend built with another seed: same predictions, same next losses."""
+    spec, batches, probe = kit.data.spec_model, kit.data.batches, kit.data.small_inputs
+    following = (batches[2], batches[0])
+    with tempfile.TemporaryDirectory(prefix="benchbase-kit-") as folder:
+        final = Path(folder) / "batch-0000002.ckpt"
+        with kit.backend(model=spec) as original:
+            for batch in batches[:2]:
+                original.train_step(batch)
+            _save_as_the_harness_does(original, final)
+            expected = check_prediction("checkpoint_round_trip", original.predict(probe), probe, spec.symbols)
+            expected_losses = [original.train_step(batch) for batch in following]
+        with kit.backend(seed=kit.seed + 1, model=spec) as restored:
+            restored.load_checkpoint(final)
+            found = check_prediction("checkpoint_round_trip", restored.predict(probe), probe, spec.symbols)
+            losses = [restored.train_step(batch) for batch in following]
+        _compare_restored(found, expected, probe, losses, expected_losses)
+        return _expect_unfitting_file_refused(kit, Path(folder))
+
+
+def check_predict_sees_only_features(kit: Kit) -> None:
+    """After training on a batch, predict() equals a fresh backend's on the exported weights."""
+    batch = kit.data.batches[0]
+    symbols = kit.model.symbols
+    with kit.backend() as trained:
+        trained.train_step(batch)
+        weights = trained.export_weights()
+        from_inputs = check_prediction("predict_sees_only_features", trained.predict(batch.inputs()), batch.inputs(),
+                                       symbols)
+        from_batch = check_prediction("predict_sees_only_features", trained.predict(batch), batch, symbols)
+    with kit.backend() as fresh:
+        fresh.import_weights(weights)
+        from_weights = check_prediction("predict_sees_only_features", fresh.predict(batch.inputs()), batch.inputs(),
+                                        symbols)
+    mask = valid_frames(batch, from_inputs.shape[1])
+    _expect_close(from_inputs, from_weights, mask, "the backend that trained on the batch predicts it differently "
+                  "from a fresh backend holding the same exported weights")
+    _expect_close(from_batch, from_inputs, mask, "predict() of the training Batch differs from predict() of its "
+                  "Inputs (labels must not reach predict)")
+
+
+def check_seed_determinism(kit: Kit) -> None:
+    """The same seed twice: identical weights and first 3 losses; another seed: other weights."""
+    first_weights, first_losses = _weights_and_losses(kit, kit.seed)
+    second_weights, second_losses = _weights_and_losses(kit, kit.seed)
+    changed = differing_weights(first_weights, second_weights)
+    if changed:
+        raise ConformanceFailure("seed_determinism", f"two builds with seed {kit.seed} export different "
+                                 f"{', '.join(changed[:6])}")
+    if not all(math.isclose(a, b, rel_tol=DETERMINISM_RTOL) for a, b in zip(first_losses, second_losses)):
+        raise ConformanceFailure("seed_determinism", f"two builds with seed {kit.seed} (dropout "
+                                 f"{kit.data.spec_model.dropout}) trained to losses {_losses(first_losses)} and "
+                                 f"{_losses(second_losses)}; expected equal within rel. {DETERMINISM_RTOL:g}")
+    with kit.backend(seed=kit.seed + 1, model=kit.data.spec_model) as other:
+        if not differing_weights(first_weights, other.export_weights()):
+            raise ConformanceFailure("seed_determinism", f"seeds {kit.seed} and {kit.seed + 1} build identical "
+                                     "weights; the seed must decide the initialization")
+
+
+def check_thread_budget(kit: Kit) -> str:
+    """With a budget of one thread, train_step keeps the process at about one core (timed over
+    TIMED_STEPS steps after one warm-up step per batch shape)."""
+    batches = kit.data.batches
+    with kit.backend(model=kit.data.spec_model) as backend:
+        for batch in batches:  # every shape once: a compiling backend compiles before the clock
+            backend.train_step(batch)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for step in range(TIMED_STEPS):
+            backend.train_step(batches[step % len(batches)])
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    ratio = cpu / wall
+    if ratio > THREAD_RATIO_BOUND:
+        raise ConformanceFailure("thread_budget", f"{TIMED_STEPS} train steps with DevicePlan.threads=1 used "
+                                 f"{cpu:.2f} CPU seconds in {wall:.2f} s: {ratio:.2f} threads busy on average, "
+                                 f"over the bound of {THREAD_RATIO_BOUND}")
+    return f"{ratio:.2f} CPU s per wall s{_busy_machine_note()}"
+
+
+def _busy_machine_note() -> str:
+    """Other processes competing for the cores lower the ratio: a pass then proves less."""
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load <= cores - 1 + THREAD_RATIO_BOUND:
+        return ""
+    return f" (the machine was busy, load {load:.1f} on {cores} cores: extra threads may not have shown)"
+
+
+def _save_as_the_harness_does(backend, final: Path) -> None:
+    """save_checkpoint to a temporary name beside the final one, then rename (the harness's way)."""
+    temporary = final.with_name(f".{final.name}.tmp")
+    backend.save_checkpoint(temporary)
+    written = sorted(path.name for path in final.parent.iterdir())
+    if written != [temporary.name]:
+        raise ConformanceFailure("checkpoint_round_trip", f"save_checkpoint({temporary.name}) wrote {written}; "
+                                 "expected exactly that path (the harness renames it and keeps nothing else)")
+    temporary.replace(final)
+
+
+def _compare_restored(found, expected, probe, losses, expected_losses) -> None:
+    mask = valid_frames(probe, expected.shape[1])
+    worst, where = describe_difference(found[:, : expected.shape[1]], expected, mask)
+    if not worst <= CHECKPOINT_ATOL:
+        raise ConformanceFailure("checkpoint_round_trip", f"predictions after load_checkpoint differ from the saved "
+                                 f"backend's by {worst:.3g} (tolerance {CHECKPOINT_ATOL:g}) {where}: weights or "
+                                 "BatchNorm statistics not restored")
+    for step, (loss, wanted) in enumerate(zip(losses, expected_losses)):
+        if not math.isclose(loss, wanted, rel_tol=CHECKPOINT_RTOL):
+            cause = ("the weights or the dropout random state" if step == 0
+                     else "the optimizer's state or the dropout random state")
+            raise ConformanceFailure("checkpoint_round_trip", f"training on after load_checkpoint gave losses "
+                                     f"{_losses(losses)}, the saved backend {_losses(expected_losses)}: step "
+                                     f"{step + 1} differs, so {cause} was not restored")
+
+
+def _expect_unfitting_file_refused(kit: Kit, folder: Path) -> str | None:
+    """load_checkpoint of a file that is no checkpoint raises, ideally a BenchbaseError naming it."""
+    garbage = folder / "not-a-checkpoint.ckpt"
+    garbage.write_bytes(b"benchbase conformance kit: this is not a checkpoint\n" * 8)
+    try:
+        with kit.backend(model=kit.data.spec_model) as backend:
+            backend.load_checkpoint(garbage)
+    except BenchbaseError as error:
+        return None if garbage.name in str(error) else f"the BenchbaseError for a bad file does not name it: {error}"
+    except Exception as error:  # noqa: BLE001  (refused, though not as the contract asks)
+        return f"a bad checkpoint file raised {describe_error(error, method=False)}, not a BenchbaseError naming the path"
+    raise ConformanceFailure("checkpoint_round_trip", "load_checkpoint() accepted a file that is no checkpoint; "
+                             "expected a BenchbaseError naming the path")
+
+
+def _expect_close(found: np.ndarray, expected: np.ndarray, mask: np.ndarray, what: str) -> None:
+    if found.shape != expected.shape:
+        raise ConformanceFailure("predict_sees_only_features", f"{what}: shapes {found.shape} and {expected.shape}")
+    worst, where = describe_difference(found, expected, mask)
+    if not worst <= LEAK_ATOL:
+        raise ConformanceFailure("predict_sees_only_features", f"{what}, by up to {worst:.3g} {where}")
+
+
+def _weights_and_losses(kit: Kit, seed: int) -> tuple[dict[str, np.ndarray], list[float]]:
+    with kit.backend(seed=seed, model=kit.data.spec_model) as backend:
+        weights = backend.export_weights()
+        return weights, [backend.train_step(batch) for batch in kit.data.batches]
+
+
+def _losses(losses: list[float]) -> str:
+    return "[" + ", ".join(f"{loss:.7g}" for loss in losses) + "]"
