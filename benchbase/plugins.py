@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from importlib import metadata
 
 import pluggy
@@ -18,6 +19,8 @@ from benchbase import hookspecs
 __all__ = [
     "DEFAULT_PLUGINS",
     "ENTRY_POINT_GROUP",
+    "PluginFailure",
+    "PluginManager",
     "entry_point_distributions",
     "get_plugin_manager",
     "load_entrypoint_plugins",
@@ -30,9 +33,29 @@ DEFAULT_PLUGINS = (
 )
 
 
-def get_plugin_manager(load_entrypoints: bool = True) -> pluggy.PluginManager:
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that was skipped: it failed to import, or raised in a registration hook."""
+
+    plugin: str
+    distribution: str
+    error: str
+
+    def describe(self) -> str:
+        return f"plugin {self.plugin!r} ({self.distribution}) skipped: {self.error}"
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, remembering the plugins that were skipped and why."""
+
+    def __init__(self) -> None:
+        super().__init__("benchbase")
+        self.failures: list[PluginFailure] = []
+
+
+def get_plugin_manager(load_entrypoints: bool = True) -> PluginManager:
     """A new manager with the hook specs, the built-in plugins and (optionally) entry points."""
-    manager = pluggy.PluginManager("benchbase")
+    manager = PluginManager()
     manager.add_hookspecs(hookspecs)
     for module_name in DEFAULT_PLUGINS:
         manager.register(importlib.import_module(module_name), name=module_name)
@@ -41,8 +64,12 @@ def get_plugin_manager(load_entrypoints: bool = True) -> pluggy.PluginManager:
     return manager
 
 
-def load_entrypoint_plugins(manager: pluggy.PluginManager) -> list[str]:
-    """Register the ``benchbase`` entry points that BENCHBASE_LOAD_PLUGINS allows."""
+def load_entrypoint_plugins(manager: PluginManager) -> list[str]:
+    """Register the ``benchbase`` entry points that BENCHBASE_LOAD_PLUGINS allows.
+
+    A plugin that fails to import is skipped and remembered in ``manager.failures``: one
+    broken third-party package must not take down every command.
+    """
     allowed = _allowed_plugins()
     loaded = []
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -51,7 +78,12 @@ def load_entrypoint_plugins(manager: pluggy.PluginManager) -> list[str]:
             continue
         if manager.has_plugin(entry_point.name):
             continue
-        manager.register(entry_point.load(), name=entry_point.name)
+        try:
+            manager.register(entry_point.load(), name=entry_point.name)
+        except Exception as error:  # any import-time failure of third-party code
+            manager.failures.append(PluginFailure(entry_point.name, distribution or "unknown distribution",
+                                                  f"{type(error).__name__}: {error}"))
+            continue
         loaded.append(entry_point.name)
     return loaded
 

@@ -9,6 +9,7 @@ import pluggy
 
 from benchbase.backend import Backend, BackendReference
 from benchbase.errors import InputError
+from benchbase.plugins import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.yaml_specs import load_spec_file
 
@@ -40,22 +41,56 @@ class Registry:
 
 
 def collect_registry(manager: pluggy.PluginManager) -> Registry:
-    """Call the registration hooks of every plugin and gather what they register."""
+    """Call every plugin's registration hooks, one plugin at a time, and gather what they register.
+
+    Built-in plugins register first. A plugin whose hook raises, or that registers a name
+    already taken (a built-in workload redefined, say), is skipped whole and recorded in
+    ``manager.failures``; it never changes what the other plugins registered.
+    """
     registry = Registry()
-    manager.hook.register_backends(register=_registrar(registry.backends, "backend"))
-    manager.hook.register_workloads(register=_registrar(registry.workloads, "workload"))
-    manager.hook.register_hardware_profiles(register=_registrar(registry.profiles, "hardware profile"))
+    tables = {"register_backends": (registry.backends, "backend"),
+              "register_workloads": (registry.workloads, "workload"),
+              "register_hardware_profiles": (registry.profiles, "hardware profile")}
+    for plugin_name, plugin in _plugins_builtin_first(manager):
+        try:
+            contributed = {hook: _contributions(manager, plugin, hook, *tables[hook]) for hook in tables}
+        except Exception as error:
+            _record_failure(manager, plugin_name, error)
+            continue
+        for hook, items in contributed.items():
+            tables[hook][0].update(items)
     return registry
 
 
-def _registrar(table: dict, kind: str):
-    def register(item) -> None:
-        name = item.name
-        if name in table:
-            raise InputError(f"{kind} {name!r} is registered twice")
-        table[name] = item
+def _plugins_builtin_first(manager: pluggy.PluginManager) -> list[tuple[str, object]]:
+    builtin = [(name, plugin) for name, plugin in manager.list_name_plugin() if name in DEFAULT_PLUGINS]
+    others = [(name, plugin) for name, plugin in manager.list_name_plugin() if name not in DEFAULT_PLUGINS]
+    return sorted(builtin, key=lambda item: DEFAULT_PLUGINS.index(item[0])) + others
 
-    return register
+
+def _contributions(manager: pluggy.PluginManager, plugin: object, hook: str, table: dict, kind: str) -> dict:
+    """What one plugin registers through one hook; raises on a name taken already."""
+    items: dict = {}
+
+    def register(item) -> None:
+        if item.name in table or item.name in items:
+            raise InputError(f"{kind} {item.name!r} is registered already")
+        items[item.name] = item
+
+    for implementation in getattr(manager.hook, hook).get_hookimpls():
+        if implementation.plugin is plugin:
+            implementation.function(*[{"register": register}[name] for name in implementation.argnames])
+    return items
+
+
+def _record_failure(manager: pluggy.PluginManager, plugin_name: str, error: Exception) -> None:
+    distributions = entry_point_distributions()
+    failure = PluginFailure(plugin_name, distributions.get(plugin_name, "not installed"),
+                            f"{type(error).__name__}: {error}")
+    if isinstance(manager, PluginManager):
+        manager.failures.append(failure)
+    else:
+        raise error
 
 
 def _lookup(table: dict, name: str, kind: str):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import run_benchbase
 
 import benchbase
 from benchbase import hookspecs, plugins
@@ -94,16 +95,68 @@ def test_an_in_test_backend_runs_through_the_harness(pm, tmp_path, small_store):
     assert written["backend"] == "linear-ctc" and written["batches"] == result.batches > 0
 
 
-def test_registering_a_backend_name_twice_is_an_error(pm):
+def test_a_plugin_registering_a_name_twice_is_skipped_and_reported(pm):
     class Twice:
         @benchbase.hookimpl
         def register_backends(self, register):
             register(LinearCTCBackend)
             register(LinearCTCBackend)
 
-    pm.register(Twice())
-    with pytest.raises(InputError, match="backend 'linear-ctc' is registered twice"):
-        collect_registry(pm)
+    pm.register(Twice(), name="twice")
+    registry = collect_registry(pm)
+    assert "linear-ctc" not in registry.backends and "ds2" in registry.workloads
+    assert [failure.plugin for failure in pm.failures] == ["twice"]
+    assert "backend 'linear-ctc' is registered already" in pm.failures[0].error
+
+
+def test_a_plugin_cannot_redefine_a_builtin_workload(pm, registry):
+    builtin = registry.workload("ds2")
+
+    class Impostor:
+        @benchbase.hookimpl
+        def register_workloads(self, register):
+            register(builtin.model_copy(update={"max_minutes": 1.0}))
+
+    pm.register(Impostor(), name="impostor")
+    assert collect_registry(pm).workload("ds2") == builtin
+    assert "workload 'ds2' is registered already" in pm.failures[0].error
+
+
+def test_a_plugin_raising_in_a_registration_hook_is_skipped_and_the_others_still_register(pm):
+    class Broken:
+        @benchbase.hookimpl
+        def register_hardware_profiles(self, register):
+            raise RuntimeError("no profiles today")
+
+        @benchbase.hookimpl
+        def register_backends(self, register):
+            register(LinearCTCBackend)
+
+    pm.register(Broken(), name="broken")
+    pm.register(ThirdPartyPlugin(), name="third-party")
+    registry = collect_registry(pm)
+    assert registry.backend("linear-ctc") is LinearCTCBackend and "cpu" in registry.profiles
+    assert [failure.describe() for failure in pm.failures] == [
+        "plugin 'broken' (not installed) skipped: RuntimeError: no profiles today"]
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_in_plugins_and_other_commands_work(tmp_path):
+    site = tmp_path / "site"
+    (site / "broken_benchbase_plugin-1.0.dist-info").mkdir(parents=True)
+    (site / "broken_benchbase_plugin-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: broken-benchbase-plugin\nVersion: 1.0\n")
+    (site / "broken_benchbase_plugin-1.0.dist-info" / "entry_points.txt").write_text(
+        "[benchbase]\nbroken = broken_benchbase_plugin\n")
+    (site / "broken_benchbase_plugin.py").write_text("import a_module_that_does_not_exist\n")
+    env = {"PYTHONPATH": str(site), "COLUMNS": "300"}
+    env.pop("BENCHBASE_LOAD_PLUGINS", None)
+    listed = run_benchbase("plugins", env={**env, "BENCHBASE_LOAD_PLUGINS": "broken,torch"})
+    assert listed.returncode == 0, listed.stderr
+    line = next(line for line in listed.stdout.splitlines() if "broken" in line)
+    assert "broken-benchbase-plugin" in line and "ModuleNotFoundError" in line
+    assert "torch" in listed.stdout
+    shown = run_benchbase("workloads", env={**env, "BENCHBASE_LOAD_PLUGINS": "broken"})
+    assert shown.returncode == 0 and "ds2-mini" in shown.stdout
 
 
 def test_unknown_names_list_what_exists(registry):

@@ -28,6 +28,8 @@ def plugins() -> None:
         backends = [name for name, backend in registry.backends.items()
                     if _backend_module(backend).split(".")[0] == _module_root(plugin)]
         table.add_row(name, distributions.get(name, "built-in"), ", ".join(hooks), ", ".join(backends))
+    for failure in manager.failures:
+        table.add_row(failure.plugin, failure.distribution, f"[red]skipped: {failure.error}[/]", "")
     Console().print(table)
 
 

@@ -46,6 +46,8 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     """
     manager = get_plugin_manager()
     registry = collect_registry(manager)
+    for failure in manager.failures:
+        click.echo(f"benchbase: warning: {failure.describe()}", err=True)
     backend_class = registry.backend(backend_name)
     workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets)
     profile = registry.profile(hardware)
