@@ -1,0 +1,1 @@
+"""benchbase's JAX backend (the plugin module is benchbase_jax_ds2.plugin)."""

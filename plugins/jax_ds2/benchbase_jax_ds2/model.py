@@ -1,0 +1,196 @@
+"""The Deep Speech 2-like model of the workload spec as pure JAX functions.
+
+The weights live in flat dicts keyed by benchbase's framework-neutral names
+(``benchbase.weight_layout``), so exporting, importing and checkpointing need no renaming,
+and the layouts are Keras's, which is also the natural one for ``x @ kernel`` in JAX.
+
+Batches arrive padded further than the harness padded them (to reuse compiled shapes), so
+the training forward pass takes a mask of the conv output frames that the harness's own
+batch holds: BatchNorm takes its statistics over exactly those (``batchnorm_frames`` =
+"all_padded" means the harness's padding, not ours). The LSTMs are unidirectional, so the
+extra frames at the end never reach the frames before them.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from benchbase.specs import ModelSpec
+from benchbase.weight_layout import BATCHNORM_PARTS, weight_layout
+
+__all__ = ["STATISTICS", "forward", "initial_weights", "split_weights"]
+
+STATISTICS = ("mean", "variance")
+"""BatchNorm parts that are running statistics, not trainable parameters."""
+
+HIGHEST = lax.Precision.HIGHEST  # ModelSpec.precision "fp32": no TF32 or bf16 passes on GPUs
+
+
+def initial_weights(spec: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
+    """Every weight of ``weight_layout``, initialized as the spec pins it.
+
+    Drawn with NumPy: the same on every platform, and no program to compile on the run clock
+    (XLA takes seconds to compile JAX's counter-based generator for two dozen shapes).
+    """
+    rng = np.random.default_rng(seed)
+    return {name: _initial(name, shape, rng, spec)
+            for name, shape in weight_layout(spec, feature_dimension).items()}
+
+
+def _initial(name: str, shape: tuple[int, ...], rng: np.random.Generator, spec: ModelSpec) -> np.ndarray:
+    part = name.rsplit(".", 1)[-1]
+    if part in ("kernel", "input_kernel", "recurrent_kernel"):
+        return _xavier_uniform(rng, shape)
+    if part in ("scale", "variance"):
+        return np.ones(shape, np.float32)
+    value = np.zeros(shape, np.float32)
+    if part == "bias" and name.startswith("lstm."):
+        value[spec.lstm_units : 2 * spec.lstm_units] = spec.lstm_forget_bias  # gates i, f, g, o
+    return value
+
+
+def _xavier_uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Glorot-uniform over the whole matrix; a conv kernel's fans include its width (as Keras)."""
+    receptive_field = int(np.prod(shape[:-2], dtype=np.int64))
+    fan_in, fan_out = shape[-2] * receptive_field, shape[-1] * receptive_field
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, shape).astype(np.float32)
+
+
+def split_weights(weights: dict) -> tuple[dict, dict]:
+    """(trainable parameters, BatchNorm running statistics)."""
+    parameters = {name: value for name, value in weights.items() if name.rsplit(".", 1)[-1] not in STATISTICS}
+    statistics = {name: value for name, value in weights.items() if name not in parameters}
+    return parameters, statistics
+
+
+def forward(spec: ModelSpec, parameters: dict, statistics: dict, features: jax.Array, *,
+            frame_mask: jax.Array | None = None, dropout_key: jax.Array | None = None) -> tuple[jax.Array, dict]:
+    """(batch, frames, features) -> (log-probs (batch, frames', symbols), updated statistics).
+
+    Training mode when ``frame_mask`` (batch, frames') is given: BatchNorm normalizes with
+    the statistics of the masked frames and updates its running statistics, and dropout is
+    on when ``dropout_key`` is given too. Inference mode otherwise.
+    """
+    layer = _Layer(spec, parameters, statistics, frame_mask, dropout_key)
+    x = lax.conv_general_dilated(features, parameters["conv.kernel"], (spec.conv_stride,), "VALID",
+                                 dimension_numbers=("NWC", "WIO", "NWC"), precision=HIGHEST)
+    x = layer.dropout(_activation(spec, layer.batchnorm("conv_norm", x)))
+    for index in range(spec.lstm_layers):
+        x = _lstm(x, *(parameters[f"lstm.{index}.{part}"] for part in ("input_kernel", "recurrent_kernel", "bias")))
+        x = layer.dropout(layer.batchnorm(f"lstm_norm.{index}", x))
+    logits = jnp.matmul(x, parameters["output.kernel"], precision=HIGHEST) + parameters["output.bias"]
+    return jax.nn.log_softmax(logits, axis=-1), layer.updated
+
+
+class _Layer:
+    """BatchNorm and dropout in the mode one forward pass runs in, collecting updated statistics."""
+
+    def __init__(self, spec: ModelSpec, parameters: dict, statistics: dict, frame_mask: jax.Array | None,
+                 dropout_key: jax.Array | None) -> None:
+        self.spec, self.parameters, self.statistics = spec, parameters, statistics
+        self.mask = frame_mask
+        self.keys = iter(jax.random.split(dropout_key, 1 + spec.lstm_layers)) if dropout_key is not None else None
+        self.updated = dict(statistics)
+
+    def batchnorm(self, prefix: str, x: jax.Array) -> jax.Array:
+        scale, offset, running_mean, running_variance = (self._weight(prefix, part) for part in BATCHNORM_PARTS)
+        if self.mask is None:
+            mean, variance = running_mean, running_variance
+        else:
+            mean, variance = _masked_moments(x, self.mask)
+            keep = self.spec.batchnorm_momentum
+            self.updated[f"{prefix}.mean"] = keep * running_mean + (1 - keep) * lax.stop_gradient(mean)
+            self.updated[f"{prefix}.variance"] = keep * running_variance + (1 - keep) * lax.stop_gradient(variance)
+        return (x - mean) * lax.rsqrt(variance + self.spec.batchnorm_epsilon) * scale + offset
+
+    def dropout(self, x: jax.Array) -> jax.Array:
+        rate = self.spec.dropout
+        if self.keys is None or rate == 0.0:
+            return x
+        keep = jax.random.bernoulli(next(self.keys), 1.0 - rate, x.shape)
+        return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+    def _weight(self, prefix: str, part: str) -> jax.Array:
+        name = f"{prefix}.{part}"
+        return self.statistics[name] if part in STATISTICS else self.parameters[name]
+
+
+def _masked_moments(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per-channel mean and biased variance over the masked (batch, frame) positions."""
+    weights = mask[..., None].astype(x.dtype)
+    count = jnp.sum(weights)
+    mean = jnp.sum(x * weights, axis=(0, 1)) / count
+    variance = jnp.sum(jnp.square(x - mean) * weights, axis=(0, 1)) / count
+    return mean, variance
+
+
+def _activation(spec: ModelSpec, x: jax.Array) -> jax.Array:
+    if spec.conv_activation == "clipped_relu":
+        return jnp.clip(x, 0.0, 20.0)
+    return jax.nn.relu(x)
+
+
+def _lstm(x: jax.Array, input_kernel: jax.Array, recurrent_kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    """Unidirectional LSTM from a zero state over (batch, frames, inputs); gates i, f, g, o."""
+    inputs = jnp.einsum("bti,ig->tbg", x, input_kernel, precision=HIGHEST) + bias  # one matmul for all frames
+    import os
+    if os.environ.get("V_PLAIN"):
+        return jnp.swapaxes(_recurrence_forward(inputs, recurrent_kernel)[0], 0, 1)
+    return jnp.swapaxes(recurrence(inputs, recurrent_kernel), 0, 1)
+
+
+@jax.custom_vjp
+def recurrence(inputs: jax.Array, recurrent_kernel: jax.Array) -> jax.Array:
+    """The LSTM's loop: (frames, batch, 4 units) input projections -> (frames, batch, units) outputs.
+
+    Its gradient is written by hand, as cuDNN's and PyTorch's are: the loop back in time only
+    carries the hidden and cell gradients, and the recurrent kernel's gradient is one matmul
+    over all frames afterwards. Differentiating the scan instead accumulates a small matmul per
+    frame inside the loop and keeps several (frames, batch, 4 units) residuals, which on a CPU
+    costs about as much as the rest of the step.
+    """
+    return _recurrence_forward(inputs, recurrent_kernel)[0]
+
+
+def _recurrence_forward(inputs: jax.Array, recurrent_kernel: jax.Array):
+    def step(carry, z):
+        h, c = carry
+        z = z + jnp.matmul(h, recurrent_kernel, precision=HIGHEST)
+        i, f, g, o = jnp.split(z, 4, axis=-1)
+        i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+        c = f * c + i * g
+        h = o * jnp.tanh(c)
+        return (h, c), (h, c, jnp.concatenate([i, f, g, o], axis=-1))
+
+    zeros = jnp.zeros(inputs.shape[1:2] + recurrent_kernel.shape[:1], inputs.dtype)
+    _, (hidden, cells, gates) = lax.scan(step, (zeros, zeros), inputs)
+    return hidden, (hidden, cells, gates, recurrent_kernel)
+
+
+def _recurrence_backward(residuals, hidden_gradient: jax.Array) -> tuple[jax.Array, jax.Array]:
+    hidden, cells, gates, recurrent_kernel = residuals
+    previous_cells = jnp.concatenate([jnp.zeros_like(cells[:1]), cells[:-1]])
+
+    def step(carry, frame):
+        dh_next, dc_next = carry
+        dh, c, c_previous, gate = frame
+        i, f, g, o = jnp.split(gate, 4, axis=-1)
+        dh = dh + dh_next
+        tanh_c = jnp.tanh(c)
+        dc = dh * o * (1 - tanh_c**2) + dc_next
+        dz = jnp.concatenate([dc * g * i * (1 - i), dc * c_previous * f * (1 - f), dc * i * (1 - g**2),
+                              dh * tanh_c * o * (1 - o)], axis=-1)
+        return (jnp.matmul(dz, recurrent_kernel.T, precision=HIGHEST), dc * f), dz
+
+    zeros = jnp.zeros_like(hidden[0])
+    _, input_gradient = lax.scan(step, (zeros, zeros), (hidden_gradient, cells, previous_cells, gates), reverse=True)
+    previous_hidden = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]])
+    kernel_gradient = jnp.einsum("tbu,tbg->ug", previous_hidden, input_gradient, precision=HIGHEST)
+    return input_gradient, kernel_gradient
+
+
+recurrence.defvjp(_recurrence_forward, _recurrence_backward)

@@ -1,0 +1,298 @@
+"""The JAX backend against the contract, on real batches, and against a NumPy model written here.
+
+Every build compiles its programs (seconds on two cores), so each test builds as few
+backends as it can and reuses one batch shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")
+jax_training = pytest.importorskip("benchbase_jax_ds2.training")
+
+from benchbase.backend import BackendReference, BuildContext, DevicePlan  # noqa: E402
+from benchbase.data.pipeline import BatchPipeline  # noqa: E402
+from benchbase.data.store import FeatureStore  # noqa: E402
+from benchbase.default_plugins.workloads import builtin_workload  # noqa: E402
+from benchbase.errors import BenchbaseError  # noqa: E402
+from benchbase.plugins import get_plugin_manager  # noqa: E402
+from benchbase.registry import collect_registry  # noqa: E402
+from benchbase.specs import OptimizerSpec  # noqa: E402
+from benchbase.weight_layout import weight_layout  # noqa: E402
+
+WORKLOAD = builtin_workload("ds2-mini")
+MODEL = WORKLOAD.model
+FEATURES = 93
+CPU = DevicePlan(kind="cpu", count=1, batch_per_device=8, threads=1)
+
+
+def build(model=MODEL, seed=0, optimizer=None):
+    backend = jax_backend.JaxBackend()
+    backend.build(BuildContext(model=model, optimizer=optimizer or WORKLOAD.optimizer, feature_dimension=FEATURES,
+                               plan=CPU, seed=seed, max_frames=2000, max_label_length=400))
+    return backend
+
+
+@pytest.fixture
+def backend():
+    built = build()
+    yield built
+    built.close()
+
+
+@pytest.fixture(scope="module")
+def batch(small_store):
+    epoch = BatchPipeline(FeatureStore(small_store), ("train",), 8, model=MODEL, seed=0).epoch(0)
+    first = next(iter(epoch))
+    epoch.close()
+    return first
+
+
+def test_the_entry_point_registers_a_lazy_reference():
+    reference = collect_registry(get_plugin_manager()).backends["jax"]
+    assert isinstance(reference, BackendReference)
+    assert reference.load() is jax_backend.JaxBackend
+    capabilities = jax_backend.JaxBackend.capabilities
+    assert capabilities.devices == {"cpu", "cuda"} and capabilities.max_devices == 1
+
+
+def test_weights_follow_the_layout_and_the_pinned_initialization(backend):
+    assert backend.parameter_count() == MODEL.parameter_count(FEATURES)
+    weights = backend.export_weights()
+    layout = weight_layout(MODEL, FEATURES)
+    assert list(weights) == list(layout)
+    assert all(weights[name].shape == shape and weights[name].dtype == np.float32 for name, shape in layout.items())
+    units = MODEL.lstm_units
+    bias = weights["lstm.0.bias"]
+    assert (bias[units : 2 * units] == MODEL.lstm_forget_bias).all() and (np.delete(bias, np.s_[units:2 * units]) == 0).all()
+    assert (weights["conv_norm.variance"] == 1).all() and (weights["lstm_norm.1.mean"] == 0).all()
+    limit = np.sqrt(6 / (MODEL.conv_width * FEATURES + MODEL.conv_width * MODEL.conv_channels))
+    assert np.abs(weights["conv.kernel"]).max() <= limit and np.abs(weights["conv.kernel"]).max() > 0.9 * limit
+    limit = np.sqrt(6 / (units + 4 * units))
+    assert limit * 0.9 < np.abs(weights["lstm.1.recurrent_kernel"]).max() <= limit
+
+
+def test_import_export_round_trip_and_a_bad_layout_is_refused(backend):
+    weights = random_weights(np.random.default_rng(1))
+    backend.import_weights(weights)
+    exported = backend.export_weights()
+    assert all(np.array_equal(exported[name], weights[name]) for name in weights)
+    with pytest.raises(BenchbaseError, match="output.bias"):
+        backend.import_weights(weights | {"output.bias": np.zeros(31, np.float32)})
+    with pytest.raises(BenchbaseError, match="missing"):
+        backend.import_weights({name: value for name, value in weights.items() if name != "conv.kernel"})
+
+
+def test_the_same_seed_gives_the_same_weights():
+    first, second = build(seed=3), build(seed=3)
+    try:
+        a, b = first.export_weights(), second.export_weights()
+        assert all(np.array_equal(a[name], b[name]) for name in a)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_forward_loss_and_batchnorm_agree_with_numpy(batch):
+    """With dropout off, predict() and one step's loss and running statistics match the NumPy model.
+
+    The batch is padded further inside the backend (frames to a multiple of 64), and two of its
+    utterances cannot be aligned, so this also proves the masking of both.
+    """
+    model = MODEL.model_copy(update={"dropout": 0.0})
+    batch = with_impossible_alignments(batch)
+    weights = random_weights(np.random.default_rng(2))
+    backend = build(model)
+    try:
+        backend.import_weights(weights)
+        log_probs, lengths = backend.predict(batch.inputs())
+        expected, _ = numpy_forward(model, weights, batch.features, training=False)
+        assert log_probs.shape == expected.shape and log_probs.dtype == np.float32
+        np.testing.assert_allclose(log_probs, expected, atol=1e-4)
+        assert lengths.dtype == np.int32 and np.array_equal(lengths, batch.output_lengths)
+
+        loss = backend.train_step(batch)
+        training_log_probs, moments = numpy_forward(model, weights, batch.features, training=True)
+        losses = [numpy_ctc(training_log_probs[row, : batch.output_lengths[row]],
+                            batch.labels[row, : batch.label_lengths[row]]) for row in range(batch.size)]
+        assert losses[0] == losses[1] == 0.0
+        assert loss == pytest.approx(np.mean(losses), rel=1e-4)
+        after = backend.export_weights()
+        assert all(np.isfinite(value).all() for value in after.values())
+        keep = model.batchnorm_momentum
+        for prefix, (mean, variance) in moments.items():
+            np.testing.assert_allclose(after[f"{prefix}.mean"], keep * weights[f"{prefix}.mean"] + (1 - keep) * mean,
+                                       atol=1e-5)
+            np.testing.assert_allclose(after[f"{prefix}.variance"],
+                                       keep * weights[f"{prefix}.variance"] + (1 - keep) * variance, rtol=1e-4)
+    finally:
+        backend.close()
+
+
+def test_training_lowers_the_loss_and_a_checkpoint_continues_exactly(batch, tmp_path):
+    backend = build()
+    restored = build(seed=99)
+    try:
+        losses = [backend.train_step(batch) for _ in range(15)]
+        assert all(np.isfinite(losses)) and losses[-1] < 0.8 * losses[0]
+        backend.save_checkpoint(tmp_path / "ckpt")
+        restored.load_checkpoint(tmp_path / "ckpt")
+        np.testing.assert_array_equal(restored.predict(batch.inputs())[0], backend.predict(batch.inputs())[0])
+        assert restored.train_step(batch) == pytest.approx(backend.train_step(batch), rel=1e-6)
+    finally:
+        backend.close()
+        restored.close()
+
+
+def test_predict_returns_the_documented_arrays_and_changes_nothing(backend, batch):
+    small = dataclasses.replace(batch.inputs(), features=batch.features[:3], feature_lengths=batch.feature_lengths[:3],
+                                output_lengths=batch.output_lengths[:3])
+    log_probs, lengths = backend.predict(small)
+    assert log_probs.dtype == np.float32 and lengths.dtype == np.int32
+    assert log_probs.shape == (3, MODEL.output_frames(batch.features.shape[1]), MODEL.symbols)
+    assert log_probs.shape[1] >= lengths.max() and np.array_equal(lengths, batch.output_lengths[:3])
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1, atol=1e-4)
+    full, _ = backend.predict(batch.inputs())
+    np.testing.assert_array_equal(full[:3], log_probs)
+
+
+def test_a_checkpoint_that_does_not_fit_is_refused_with_its_path(backend, tmp_path):
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(BenchbaseError, match="garbage.ckpt"):
+        backend.load_checkpoint(garbage)
+    backend.save_checkpoint(tmp_path / "good.ckpt")
+    with np.load(tmp_path / "good.ckpt") as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    name = next(name for name in arrays if "conv.kernel" in name)
+    arrays[name] = arrays[name][:, :10]
+    with open(tmp_path / "other-model.ckpt", "wb") as handle:
+        np.savez(handle, **arrays)
+    with pytest.raises(BenchbaseError, match="other-model.ckpt.*conv.kernel"):
+        backend.load_checkpoint(tmp_path / "other-model.ckpt")
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_adadelta_is_pytorchs(clip):
+    spec = OptimizerSpec(learning_rate=0.7, rho=0.9, epsilon=1e-6, gradient_clip_norm=clip)
+    optimizer = jax_training.make_optimizer(spec)
+    rng = np.random.default_rng(0)
+    parameters = {"w": rng.normal(size=5).astype(np.float32)}
+    state = optimizer.init(parameters)
+    expected, square, accumulated = parameters["w"].astype(np.float64), np.zeros(5), np.zeros(5)
+    for _ in range(4):
+        gradient = rng.normal(size=5).astype(np.float32)
+        updates, state = optimizer.update({"w": gradient}, state, parameters)
+        parameters = {"w": np.asarray(parameters["w"] + updates["w"])}
+        if clip is not None:
+            gradient = gradient * min(1.0, clip / np.linalg.norm(gradient))
+        square = spec.rho * square + (1 - spec.rho) * gradient**2
+        delta = np.sqrt(accumulated + spec.epsilon) / np.sqrt(square + spec.epsilon) * gradient
+        accumulated = spec.rho * accumulated + (1 - spec.rho) * delta**2
+        expected = expected - spec.learning_rate * delta
+    np.testing.assert_allclose(parameters["w"], expected, rtol=1e-5)
+
+
+def test_a_gpu_profile_without_a_gpu_says_so():
+    import jax
+
+    if any(device.platform == "gpu" for device in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(BenchbaseError, match="sees no GPU"):
+        jax_backend.JaxBackend().build(BuildContext(
+            model=MODEL, optimizer=WORKLOAD.optimizer, feature_dimension=FEATURES,
+            plan=DevicePlan(kind="cuda", count=1, batch_per_device=8), seed=0, max_frames=2000, max_label_length=400))
+
+
+# --- the NumPy model (float64) -------------------------------------------------------------------
+
+
+def random_weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Weights in the neutral layout, with BatchNorm statistics and offsets away from their initial values."""
+    weights = {}
+    for name, shape in weight_layout(MODEL, FEATURES).items():
+        part = name.rsplit(".", 1)[-1]
+        if part in ("scale", "variance"):
+            value = rng.uniform(0.5, 1.5, shape)
+        else:
+            value = rng.normal(0, 0.15, shape)
+        weights[name] = value.astype(np.float32)
+    return weights
+
+
+def with_impossible_alignments(batch):
+    """Row 0 gets more labels than frames; row 1 fewer, but too many repeats to fit."""
+    frames = batch.output_lengths
+    first = np.arange(frames[0] + 1) % 2 + 1
+    second = np.full(frames[1] // 2 + 2, 5)
+    width = max(batch.labels.shape[1], len(first), len(second))
+    labels = np.full((batch.size, width), MODEL.ctc_blank_index, np.int32)
+    labels[:, : batch.labels.shape[1]] = batch.labels
+    labels[0, : len(first)], labels[1, : len(second)] = first, second
+    labels[1, len(second):] = MODEL.ctc_blank_index
+    lengths = batch.label_lengths.copy()
+    lengths[0], lengths[1] = len(first), len(second)
+    return dataclasses.replace(batch, labels=labels, label_lengths=lengths)
+
+
+def numpy_forward(model, weights, features, training):
+    """Log-probs of the spec's model; in training, BatchNorm's batch moments too (dropout must be off)."""
+    w = {name: value.astype(np.float64) for name, value in weights.items()}
+    frames = model.output_frames(features.shape[1])
+    windows = np.stack([features[:, k : k + model.conv_stride * (frames - 1) + 1 : model.conv_stride]
+                        for k in range(model.conv_width)], axis=2)
+    x = np.einsum("btkf,kfc->btc", windows.astype(np.float64), w["conv.kernel"])
+    moments = {}
+    x = np.clip(batchnorm(x, w, "conv_norm", training, moments), 0, 20)
+    for layer in range(model.lstm_layers):
+        x = lstm(x, *(w[f"lstm.{layer}.{part}"] for part in ("input_kernel", "recurrent_kernel", "bias")))
+        x = batchnorm(x, w, f"lstm_norm.{layer}", training, moments)
+    logits = x @ w["output.kernel"] + w["output.bias"]
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)), moments
+
+
+def batchnorm(x, w, prefix, training, moments):
+    mean, variance = w[f"{prefix}.mean"], w[f"{prefix}.variance"]
+    if training:
+        mean, variance = x.mean((0, 1)), x.var((0, 1))
+        moments[prefix] = (mean, variance)
+    return (x - mean) / np.sqrt(variance + MODEL.batchnorm_epsilon) * w[f"{prefix}.scale"] + w[f"{prefix}.offset"]
+
+
+def lstm(x, input_kernel, recurrent_kernel, bias):
+    units = recurrent_kernel.shape[0]
+    h, c = np.zeros((x.shape[0], units)), np.zeros((x.shape[0], units))
+    outputs = []
+    for t in range(x.shape[1]):
+        z = x[:, t] @ input_kernel + h @ recurrent_kernel + bias
+        i, f, g, o = (z[:, k * units : (k + 1) * units] for k in range(4))
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        outputs.append(h)
+    return np.stack(outputs, axis=1)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def numpy_ctc(log_probs, labels, blank=0):
+    """CTC negative log-likelihood by the forward recursion; 0 where no alignment exists (the spec)."""
+    extended = np.full(2 * len(labels) + 1, blank)
+    extended[1::2] = labels
+    alpha = np.full(len(extended), -np.inf)
+    alpha[:2] = log_probs[0, extended[:2]]
+    for t in range(1, len(log_probs)):
+        previous = alpha.copy()
+        alpha[1:] = np.logaddexp(alpha[1:], previous[:-1])
+        skip = np.r_[False, False, (extended[2:] != blank) & (extended[2:] != extended[:-2])]
+        alpha[skip] = np.logaddexp(alpha[skip], previous[np.flatnonzero(skip) - 2])
+        alpha = alpha + log_probs[t, extended]
+    likelihood = np.logaddexp(alpha[-1], alpha[-2])
+    return 0.0 if likelihood == -np.inf else float(-likelihood)
