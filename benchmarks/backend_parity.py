@@ -1,11 +1,13 @@
-"""Time the ds2-mini training step of the PyTorch and TensorFlow backends side by side.
+"""Time the ds2-mini training step of every backend side by side (torch, tf, jax).
 
-Both backends are built in this one process with the cpu profile's device plan and trained on
-the very same batches from the harness's pipeline, step by step in alternating order, so that
-a noisy, shared machine slows both alike. Prints the median step time of each and the ratio.
+The backends are built in this one process with the cpu profile's device plan and trained on
+the very same batches from the harness's pipeline, step by step in rotating order, so that a
+noisy, shared machine slows all alike. A first, untimed pass over every batch lets tracing and
+compilation happen (JAX compiles once per shape bucket); its seconds are printed beside the
+steady-state median step time of each backend and its ratio to PyTorch's.
 
     python benchmarks/backend_parity.py                      # the cached synthetic store
-    python benchmarks/backend_parity.py --store DIR --batches 40 --keras-lstm
+    python benchmarks/backend_parity.py --store DIR --batches 40 --keras-lstm --backends torch,tf
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchbase.backend import Backend, Batch, DevicePlan
+from benchbase.backend import Backend, Batch, BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
@@ -33,21 +35,30 @@ def main() -> None:
     registry = collect_registry(get_plugin_manager())
     workload, profile = registry.workload(WORKLOAD), registry.profile(PROFILE)
     store = arguments.store or ensure_workload_data(workload, None, default_cache())
-    batches = _batches(store, profile.pipeline.global_batch, arguments.warmup + arguments.batches, arguments.seed)
+    batches = _batches(store, profile.pipeline.global_batch, arguments.batches, arguments.seed)
     plan = DevicePlan(kind="cpu", count=1, batch_per_device=profile.pipeline.batch_per_device,
                       threads=arguments.threads or profile.pipeline.threads)
-    backends = _backends(registry, arguments.keras_lstm)
-    for backend in backends.values():
-        backend.build(workload.model, workload.optimizer, workload.features.dimension, plan, arguments.seed)
-    times = _time_steps(backends, batches, arguments.warmup)
-    _print_table(times, store, plan, len(batches) - arguments.warmup, batches)
+    longest_frames, longest_labels = FeatureStore(store).longest(workload.data.train + workload.data.dev)
+    context = BuildContext(model=workload.model, optimizer=workload.optimizer,
+                           feature_dimension=workload.features.dimension, plan=plan, seed=arguments.seed,
+                           max_frames=longest_frames, max_label_length=longest_labels)
+    backends = _backends(registry, arguments.backends.split(","), arguments.keras_lstm)
+    first_pass = {}
+    for name, backend in backends.items():
+        started = time.perf_counter()
+        backend.build(context)
+        for batch in batches:
+            backend.train_step(batch)
+        first_pass[name] = time.perf_counter() - started
+    times = _time_steps(backends, batches)
+    _print_table(times, first_pass, store, plan, batches)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, help="prepared feature store (default: the cached synthetic one)")
     parser.add_argument("--batches", type=int, default=30, help="timed training steps per backend")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed first steps (tracing, allocation)")
+    parser.add_argument("--backends", default="torch,tf,jax", help="comma-separated registered backends")
     parser.add_argument("--threads", type=int, help="compute threads (default: the cpu profile's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keras-lstm", action="store_true",
@@ -65,37 +76,38 @@ def _batches(store: Path, batch_size: int, count: int, seed: int) -> list[Batch]
     return batches
 
 
-def _backends(registry, keras_lstm: bool) -> dict[str, Backend]:
-    backends = {"torch": registry.backend("torch")(), "tf": registry.backend("tf")()}
+def _backends(registry, names: list[str], keras_lstm: bool) -> dict[str, Backend]:
+    backends = {name: registry.backend(name)() for name in names}
     if keras_lstm:
         backends["tf (Keras LSTM loop)"] = registry.backend("tf")(fused_lstm=False)
     return backends
 
 
-def _time_steps(backends: dict[str, Backend], batches: list[Batch], warmup: int) -> dict[str, list[float]]:
+def _time_steps(backends: dict[str, Backend], batches: list[Batch]) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in backends}
     names = list(backends)
     for index, batch in enumerate(batches):
-        # Alternate who goes first, so neither always runs right after the other's cache misses.
-        for name in names if index % 2 == 0 else reversed(names):
+        # Rotate who goes first, so none always runs right after another's cache misses.
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
             started = time.perf_counter()
             backends[name].train_step(batch)
-            if index >= warmup:
-                times[name].append(time.perf_counter() - started)
+            times[name].append(time.perf_counter() - started)
     return times
 
 
-def _print_table(times: dict[str, list[float]], store: Path, plan: DevicePlan, steps: int,
+def _print_table(times: dict[str, list[float]], first_pass: dict[str, float], store: Path, plan: DevicePlan,
                  batches: list[Batch]) -> None:
     frames = statistics.median(batch.features.shape[1] for batch in batches)
-    print(f"{WORKLOAD} training step, {steps} batches of {batches[0].size} (median {frames:.0f} frames), "
+    print(f"{WORKLOAD} training step, {len(batches)} batches of {batches[0].size} (median {frames:.0f} frames), "
           f"{plan.threads} thread(s), store {store}")
-    reference = statistics.median(times["torch"])
-    print(f"{'backend':<24}{'median ms':>12}{'p25 ms':>10}{'p75 ms':>10}{'/ torch':>10}")
+    reference = statistics.median(times[next(iter(times))])
+    print(f"{'backend':<24}{'median ms':>12}{'p25 ms':>10}{'p75 ms':>10}{'/ first':>10}{'first pass s':>14}")
     for name, seconds in times.items():
         p25, _, p75 = statistics.quantiles(seconds, n=4)
         median = statistics.median(seconds)
-        print(f"{name:<24}{median * 1e3:>12.1f}{p25 * 1e3:>10.1f}{p75 * 1e3:>10.1f}{median / reference:>10.2f}")
+        print(f"{name:<24}{median * 1e3:>12.1f}{p25 * 1e3:>10.1f}{p75 * 1e3:>10.1f}{median / reference:>10.2f}"
+              f"{first_pass[name]:>14.1f}")
 
 
 if __name__ == "__main__":
