@@ -28,6 +28,8 @@ class LinearCTCBackend(Backend):
     description = "in-test third-party backend"
 
     def build(self, context):
+        if context.plan.threads:  # the contract's thread budget: `check` fails a run over it
+            torch.set_num_threads(context.plan.threads)
         torch.manual_seed(context.seed)
         self.layer = torch.nn.Linear(context.feature_dimension, context.model.symbols)
         self.optimizer = torch.optim.SGD(self.layer.parameters(), lr=0.01)
