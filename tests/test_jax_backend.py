@@ -11,9 +11,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-pytest.importorskip("jax")
+jax = pytest.importorskip("jax")
 jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")
+jax_model = pytest.importorskip("benchbase_jax_ds2.model")
 jax_training = pytest.importorskip("benchbase_jax_ds2.training")
+jnp = jax.numpy
 
 from benchbase.backend import BackendReference, BuildContext, DevicePlan  # noqa: E402
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
@@ -198,9 +200,37 @@ def test_adadelta_is_pytorchs(clip):
     np.testing.assert_allclose(parameters["w"], expected, rtol=1e-5)
 
 
-def test_a_gpu_profile_without_a_gpu_says_so():
-    import jax
+def test_the_lstms_hand_written_gradient_equals_autodiffs():
+    def differentiated_scan(inputs, kernel):
+        def step(carry, z):
+            h, c = carry
+            i, f, g, o = jnp.split(z + h @ kernel, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
 
+        zeros = jnp.zeros((inputs.shape[1], kernel.shape[0]))
+        return jax.lax.scan(step, (zeros, zeros), inputs)[1]
+
+    rng = np.random.default_rng(0)
+    inputs, kernel = rng.normal(size=(9, 3, 20)).astype(np.float32), rng.normal(0, 0.5, (5, 20)).astype(np.float32)
+    weights = rng.normal(size=(9, 3, 5)).astype(np.float32)
+    with jax.default_matmul_precision("highest"):
+        found, expected = (jax.grad(lambda x, w, fn=fn: jnp.sum(fn(x, w) * weights), argnums=(0, 1))(inputs, kernel)
+                           for fn in (jax_model.recurrence, differentiated_scan))
+    for a, b in zip(found, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_keeps_each_element_with_the_spec_probability():
+    keys = jax.random.key_data(jax.random.split(jax.random.key(0, impl="rbg"), 2))
+    threshold = np.uint32(round(0.95 * 2**32))
+    first, second = (np.asarray(jax_model._counter_hash((1000, 1000), key)) < threshold for key in keys)
+    assert abs(first.mean() - 0.95) < 0.002 and abs(second.mean() - 0.95) < 0.002
+    assert abs((first & second).mean() - 0.95**2) < 0.002  # independent across keys
+
+
+def test_a_gpu_profile_without_a_gpu_says_so():
     if any(device.platform == "gpu" for device in jax.devices()):
         pytest.skip("this machine has a GPU")
     with pytest.raises(BenchbaseError, match="sees no GPU"):

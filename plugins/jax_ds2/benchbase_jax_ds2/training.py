@@ -30,8 +30,9 @@ __all__ = [
 
 
 DROPOUT_RNG = "rbg"
-"""XLA's RngBitGenerator for the dropout masks: threefry's unrolled rounds would add seconds to every
-compilation (one per batch shape, on the run clock) and run slower on CPUs."""
+"""The key that the state carries and each step splits; the masks themselves come from
+``model._counter_hash``. rbg keys split without threefry's unrolled rounds, which would add to
+every compilation (one per batch shape, on the run clock)."""
 
 
 class TrainState(NamedTuple):
