@@ -130,7 +130,11 @@ class BuildContext:
     """Everything ``build()`` receives.
 
     ``max_frames`` and ``max_label_length`` bound every batch of the run (training and
-    evaluation), so that a compiling framework can prepare its shapes at build time.
+    evaluation), so that a compiling framework can prepare its shapes at build time. They are
+    the data's true maxima over the run's training and dev splits (``max_frames`` is the
+    workload's ``data.pad_to_frames`` where it pins one), not loose bounds: padding to them
+    costs no more than the longest batch does. Compiling inside ``train_step`` is on the clock
+    and within the thread budget like any other work.
     """
 
     model: ModelSpec
