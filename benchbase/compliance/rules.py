@@ -94,7 +94,7 @@ class RunStopRule(_RuleBase):
 
 class ThreadBudgetRule(_RuleBase):
     check: Literal["thread_budget"] = Field(description="Training stayed within the plan's CPU threads.")
-    allowance: float = Field(0.25, ge=0.0, le=64.0,
+    allowance: float = Field(ge=0.0, le=64.0,
                              description="Cores allowed above the budget (the harness's own reader threads).")
 
 

@@ -38,7 +38,7 @@ class TimedRun:
 
     @property
     def status(self) -> str:
-        return constants.SUCCESS if self.reason is StopReason.TARGETS_REACHED else constants.ABORTED
+        return constants.SUCCESS if self.reason is not None and self.reason.succeeded else constants.ABORTED
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
