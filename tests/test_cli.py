@@ -54,7 +54,7 @@ def test_plugins_lists_the_torch_backend_from_its_distribution():
 def test_data_synth_rejects_unknown_characters_in_a_text_file(tmp_path):
     text = tmp_path / "lines.txt"
     text.write_text("a fine line\nroom 101 is here\n")
-    finished = benchbase("data", "synth", "--out", str(tmp_path / "c"), "--utterances", "4", "--text", str(text))
+    finished = benchbase("data", "synth", "--out", str(tmp_path / "c"), "--utterances", "5", "--text", str(text))
     assert finished.returncode == 2
     assert f"{text}:2" in finished.stderr and "'1'" in finished.stderr
     assert not (tmp_path / "c").exists()

@@ -64,13 +64,13 @@ def test_pipeline_covers_every_utterance_once_per_epoch(small_store):
 
 def _plant_faults(corpus) -> dict[str, object]:
     """Plant one of each fault the issue names into a copy of a real synthetic subset."""
-    flacs = sorted(corpus.glob("dev/*/*/*.flac"))
+    flacs = sorted(corpus.glob("dev-clean/*/*/*.flac"))
     truncated, missing, resampled = flacs[0], flacs[1], flacs[2]
     truncated.write_bytes(truncated.read_bytes()[:300])
     missing.unlink()
     audio, rate = soundfile.read(resampled)
     soundfile.write(resampled, librosa.resample(audio, orig_sr=rate, target_sr=22050), 22050)
-    transcript = sorted(corpus.glob("dev/*/*/*.trans.txt"))[-1]
+    transcript = sorted(corpus.glob("dev-clean/*/*/*.trans.txt"))[-1]
     lines = transcript.read_text().splitlines()
     lines[-1] += " 42"  # a character outside the alphabet
     lines[-2] = lines[-2].split(" ")[0]  # an id with an empty transcript
@@ -81,16 +81,16 @@ def _plant_faults(corpus) -> dict[str, object]:
 
 def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, mini_workload):
     corpus = tmp_path / "corpus"
-    shutil.copytree(small_corpus / "dev", corpus / "dev")
+    shutil.copytree(small_corpus / "dev-clean", corpus / "dev-clean")
     planted = _plant_faults(corpus)
     out = tmp_path / "store"
-    description = prepare_store(corpus, {"train": ("dev",)}, mini_workload.features, mini_workload.model,
+    description = prepare_store(corpus, {"train": ("dev-clean",)}, mini_workload.features, mini_workload.model,
                                 max_duration=2.2, out=out)
-    dev = description["splits"]["dev"]
+    dev = description["splits"]["dev-clean"]
     assert dev["dropped"]["unreadable_audio"] == 1 and dev["dropped"]["bad_transcript"] == 1
     assert dev["dropped"]["missing_audio"] == 2  # the deleted file and the malformed line's
     assert dev["dropped"].get("too_long", 0) > 0 and dev["resampled"] == 1
-    report = json.loads((out / "report.json").read_text())["dev"]
+    report = json.loads((out / "report.json").read_text())["dev-clean"]
     reasons = {(Path(p["file"]).name, p["reason"].split(":")[0]) for p in report["problems"]}
     assert (planted["truncated"].name, "unreadable audio") in reasons
     assert (planted["missing"].name, "audio file named in the transcript does not exist") in reasons
@@ -102,7 +102,7 @@ def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, m
 def test_manifest_lists_every_kept_utterance_with_its_place(small_store):
     store = FeatureStore(small_store)
     rows = [json.loads(line) for line in (small_store / "manifest.jsonl").read_text().splitlines()]
-    assert len(rows) == sum(store.utterance_count([name]) for name in ("train", "dev", "test"))
+    assert len(rows) == sum(store.utterance_count([name]) for name in ("train", "dev-clean", "dev-other", "test-clean", "test-other"))
     row = rows[5]
     (utterance,) = store.read_utterances([(small_store / row["shard"], row["offset"])])
     assert utterance.utterance_id == row["id"] and utterance.transcript == row["transcript"]
@@ -135,8 +135,8 @@ def test_a_killed_preparation_resumes_and_finishes_the_rest(tmp_path, small_corp
 def test_a_missing_subset_is_a_clear_error(tmp_path, small_corpus, mini_workload):
     from benchbase.errors import InputError
 
-    with pytest.raises(InputError, match="dev-other: subset folder not found"):
-        prepare_store(small_corpus, {"train": ("dev-other",)}, mini_workload.features, mini_workload.model, 16.7,
+    with pytest.raises(InputError, match="train-other-500: subset folder not found"):
+        prepare_store(small_corpus, {"train": ("train-other-500",)}, mini_workload.features, mini_workload.model, 16.7,
                       tmp_path / "x")
 
 
@@ -162,7 +162,7 @@ def test_bucketed_plan_keeps_every_index_once():
 
 def test_fixed_padding_pads_every_batch_to_the_same_frames(small_store):
     store = FeatureStore(small_store)
-    batches = list(BatchPipeline(store, ("dev",), 8, model=MINI_MODEL, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
+    batches = list(BatchPipeline(store, ("dev-clean",), 8, model=MINI_MODEL, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
     assert {b.features.shape[1] for b in batches} == {1670}
 
 

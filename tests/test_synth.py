@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -10,11 +11,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from cli_helpers import run_benchbase
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchbase.data.alphabet import normalize_transcript
 from benchbase.data.synth import CorpusError, CorpusSummary, synthesize_corpus
+from benchbase.data.synth.acoustics import add_noise, apply_acoustics, impulse_response, pink_noise, snr_db
+from benchbase.data.synth.conditions import (
+    ACCENTS,
+    CLEAN_ACCENTS,
+    CONDITIONS,
+    NOISE,
+    NORMAL_RATE_RANGE,
+    OTHER,
+    OTHER_ACCENTS,
+    OTHER_RATE_RANGE,
+    REVERB,
+    SPLITS,
+)
+from benchbase.data.synth.corpus import PAD_SECONDS, PEAK_LEVEL, render_audio
 from benchbase.data.synth.espeak import EspeakError, EspeakSynthesizer, espeak_data_path
 from benchbase.data.synth.sentences import (
     MAX_WORDS,
@@ -23,10 +39,13 @@ from benchbase.data.synth.sentences import (
     generate_sentences,
     sentences_from_file,
 )
-from benchbase.data.synth.voices import ACCENTS, SPLITS, VARIANTS, cast_voices, split_sizes
+from benchbase.data.synth.voices import VARIANTS, cast_voices, split_sizes, voice_counts
 
 UTTERANCES = 40
-FLAC_PATH = re.compile(r"(train|dev|test)/(\d+)/(\d+)/\2-\3-\d{4}\.flac")
+FLAC_PATH = re.compile(r"(train|dev-clean|dev-other|test-clean|test-other)/(\d+)/(\d+)/\2-\3-\d{4}\.flac")
+OTHER_SPLITS = [split for split in SPLITS if CONDITIONS[split].kind == "other"]
+CLEAN_SPLITS = [split for split in SPLITS if CONDITIONS[split].kind == "clean"]
+PAD = round(PAD_SECONDS * 16000)
 TRANS_LINE = re.compile(r"(\d+)-(\d+)-\d{4} [A-Z' ]+")
 
 
@@ -92,22 +111,78 @@ def test_summary_matches_files_and_corpus_json(corpus):
 
 def test_splits_use_disjoint_voices(corpus):
     speakers = {split: {path.name for path in (corpus.root / split).iterdir()} for split in SPLITS}
-    assert not speakers["train"] & speakers["dev"]
-    assert not speakers["train"] & speakers["test"]
-    assert not speakers["dev"] & speakers["test"]
+    for first, second in itertools.combinations(SPLITS, 2):
+        assert not speakers[first] & speakers[second], (first, second)
     voices = json.loads((corpus.root / "voices.json").read_text())
     for split, ids in speakers.items():
         assert all(voices[speaker]["split"] == split for speaker in ids)
 
 
+def test_other_voices_have_unheard_accents_and_faster_rates(corpus):
+    voices = json.loads((corpus.root / "voices.json").read_text()).values()
+    clean = [voice for voice in voices if voice["split"] in CLEAN_SPLITS]
+    other = [voice for voice in voices if voice["split"] in OTHER_SPLITS]
+    assert {voice["split"] for voice in other} == set(OTHER_SPLITS)
+    assert not {voice["accent"] for voice in clean} & {voice["accent"] for voice in other}
+    assert all(voice["accent"] in OTHER_ACCENTS and voice["condition"] == "other" for voice in other)
+    assert all(voice["accent"] in CLEAN_ACCENTS and voice["condition"] == "clean" for voice in clean)
+    assert min(voice["rate"] for voice in other) > NORMAL_RATE_RANGE[1]
+    assert all(NORMAL_RATE_RANGE[0] <= voice["rate"] <= NORMAL_RATE_RANGE[1] for voice in clean)
+    assert all(voice["noise_snr_db"] == NOISE.snr_db and voice["reverb_rt60_s"] == REVERB.rt60_s for voice in other)
+    assert all(voice["noise_snr_db"] is None and voice["reverb_rt60_s"] is None for voice in clean)
+
+
+def test_corpus_json_states_every_split_s_conditions(corpus):
+    conditions = json.loads((corpus.root / "corpus.json").read_text())["conditions"]
+    assert list(conditions) == sorted(SPLITS)  # sort_keys
+    for split in CLEAN_SPLITS:
+        assert conditions[split]["kind"] == "clean"
+        assert conditions[split]["noise"] is None and conditions[split]["reverb"] is None
+    for split in OTHER_SPLITS:
+        assert conditions[split]["kind"] == "other" and conditions[split]["accents"] == list(OTHER_ACCENTS)
+        assert conditions[split]["noise"] == {"kind": "pink", "snr_db": NOISE.snr_db, "band_hz": list(NOISE.band_hz)}
+        assert conditions[split]["reverb"] == {"rt60_s": REVERB.rt60_s, "drr_db": REVERB.drr_db}
+        assert conditions[split]["rate_range"] == list(OTHER_RATE_RANGE)
+
+
+def test_condition_constants_keep_other_apart():
+    assert SPLITS == ("train", "dev-clean", "dev-other", "test-clean", "test-other")
+    assert set(CLEAN_ACCENTS).isdisjoint(OTHER_ACCENTS) and len(OTHER_ACCENTS) == 2
+    assert OTHER_RATE_RANGE[0] > NORMAL_RATE_RANGE[1]
+    assert CONDITIONS["train"].accents == CONDITIONS["dev-clean"].accents == CONDITIONS["test-clean"].accents
+    assert CONDITIONS["dev-other"] == CONDITIONS["test-other"] == OTHER
+
+
 def test_voice_casting_for_a_full_size_corpus():
-    assert split_sizes(3000, 0.06) == {"train": 2640, "dev": 180, "test": 180}
+    assert split_sizes(3000, 0.06) == {"train": 2280, "dev-clean": 180, "dev-other": 180,
+                                       "test-clean": 180, "test-other": 180}
     cast = cast_voices(3000, seed=0)
-    assert {split: len(voices) for split, voices in cast.items()} == {"train": 40, "dev": 5, "test": 5}
+    assert {split: len(voices) for split, voices in cast.items()} == {
+        "train": 38, "dev-clean": 5, "dev-other": 5, "test-clean": 5, "test-other": 5}
     every = [voice for voices in cast.values() for voice in voices]
     assert len({(voice.accent, voice.variant) for voice in every}) == len(every)
-    assert len({voice.speaker_id for voice in every}) == len(every)
-    assert all(130 <= voice.rate <= 190 and 30 <= voice.pitch <= 70 for voice in every)
+    assert [voice.speaker_id for voice in every] == list(range(1000, 1000 + len(every)))
+    assert all(30 <= voice.pitch <= 70 for voice in every)
+    for split, voices in cast.items():
+        low, high = CONDITIONS[split].rate_range
+        assert all(low <= voice.rate <= high for voice in voices)
+        # Accents are dealt in rounds, so even five voices mix them.
+        accents = {voice.accent for voice in voices}
+        assert accents <= set(CONDITIONS[split].accents)
+        assert len(accents) == min(len(voices), len(CONDITIONS[split].accents))
+
+
+@pytest.mark.parametrize("utterances", [5, 6, 40, 240, 3000, 10_000, 1_000_000])
+def test_every_split_gets_voices_and_utterances(utterances):
+    sizes = split_sizes(utterances, 0.06)
+    counts = voice_counts(utterances)
+    assert sum(sizes.values()) == utterances
+    assert all(1 <= counts[split] <= sizes[split] for split in SPLITS)
+    held_out = [sizes[split] for split in SPLITS if split != "train"]
+    assert len(set(held_out)) == 1 and sizes["train"] >= held_out[0]
+    assert counts["train"] + counts["dev-clean"] + counts["test-clean"] <= len(CLEAN_ACCENTS) * len(VARIANTS)
+    assert counts["dev-other"] + counts["test-other"] <= len(OTHER_ACCENTS) * len(VARIANTS)
+    assert counts["train"] >= counts["dev-clean"]
 
 
 def test_configured_accents_and_variants_ship_with_espeak():
@@ -129,14 +204,91 @@ def test_audio_is_16k_mono_pcm16_and_speech_length(corpus):
         audio, _ = soundfile.read(path, dtype="float32")
         assert np.sqrt(np.mean(audio**2)) > 0.02, path
         words = len(transcripts[path.stem].split())
-        # 130-190 words/min is 2.2-3.2 words/s; leave generous room either side.
+        # 130-240 words/min is 2.2-4 words/s; leave generous room either side.
         assert words / 6 < info.duration < words / 1.2 + 1.0, (path, words, info.duration)
+
+
+def _estimated_snr(path: Path) -> float:
+    """SNR as a listener's meter would see it: the leading padding holds only noise (the
+    room is causal), the speech span holds speech plus (uncorrelated) noise."""
+    audio, _ = soundfile.read(path, dtype="float64")
+    noise = np.mean(np.square(audio[:PAD]))
+    both = np.mean(np.square(audio[PAD:-PAD]))
+    return float(10 * np.log10((both - noise) / noise))
+
+
+def test_clean_audio_is_silent_around_speech_and_other_audio_is_noisy_at_the_stated_snr(corpus):
+    for split in CLEAN_SPLITS:
+        for path in (corpus.root / split).rglob("*.flac"):
+            audio, _ = soundfile.read(path, dtype="int16")
+            assert not audio[:PAD].any() and not audio[-PAD:].any(), path
+    measured = [_estimated_snr(path) for split in OTHER_SPLITS for path in (corpus.root / split).rglob("*.flac")]
+    assert len(measured) >= 2
+    assert all(abs(snr - NOISE.snr_db) < 2.0 for snr in measured), measured
+    assert abs(np.mean(measured) - NOISE.snr_db) < 1.0, measured
+
+
+def test_no_utterance_clips(corpus):
+    ceiling = round(PEAK_LEVEL * 32767)
+    for path in corpus.root.rglob("*.flac"):
+        audio, _ = soundfile.read(path, dtype="int16")
+        assert np.max(np.abs(audio.astype(np.int32))) == ceiling, path
 
 
 def test_seconds_in_summary_add_up(corpus):
     for split in SPLITS:
         total = sum(soundfile.info(path).duration for path in (corpus.root / split).rglob("*.flac"))
         assert total == pytest.approx(corpus.seconds[split], abs=1e-3)
+
+
+# ---------------------------------------------------------------- noise and reverberation
+
+
+def test_added_noise_has_exactly_the_stated_snr_over_the_speech():
+    rng = np.random.default_rng(0)
+    t = np.arange(32000) / 16000
+    speech = slice(1600, 30400)
+    signal = np.zeros_like(t)
+    signal[speech] = 0.3 * np.sin(2 * np.pi * 440 * t[speech])
+    noisy = add_noise(signal, NOISE, rng, 16000, speech)
+    added = noisy - signal
+    assert snr_db(signal[speech], added[speech]) == pytest.approx(NOISE.snr_db, abs=1e-9)
+    assert np.any(added[:1600])  # the noise also fills the padding
+
+
+def test_pink_noise_has_equal_power_per_octave_inside_its_band():
+    noise = pink_noise(16000 * 20, np.random.default_rng(1), 16000, (50.0, 8000.0))
+    power = np.abs(np.fft.rfft(noise)) ** 2
+    freqs = np.fft.rfftfreq(len(noise), 1 / 16000)
+    octaves = [float(np.sum(power[(freqs >= low) & (freqs < 2 * low)])) for low in (100, 400, 1600, 3200)]
+    assert max(octaves) / min(octaves) < 10 ** (1 / 10)  # within 1 dB
+    assert np.sum(power[freqs < 50]) == pytest.approx(0, abs=1e-9)
+
+
+def test_impulse_response_has_the_stated_drr_and_decay():
+    response = impulse_response(REVERB, np.random.default_rng(2), 16000)
+    assert response[0] == 1.0 and len(response) == round(REVERB.rt60_s * 16000)
+    tail = np.square(response[1:])
+    assert 10 * np.log10(1.0 / np.sum(tail)) == pytest.approx(REVERB.drr_db)
+    # 60 dB per RT60 is 20 dB per 0.1 s; Gaussian energy over 1600 samples is within a dB.
+    first, second = np.sum(tail[:1600]), np.sum(tail[1600:3200])
+    assert 10 * np.log10(first / second) == pytest.approx(60 * 0.1 / REVERB.rt60_s, abs=1.5)
+
+
+def test_acoustics_follow_the_seed():
+    speech = np.sin(np.arange(16000) / 5.0)
+    first = apply_acoustics(speech, OTHER.acoustics, 5, 16000)
+    np.testing.assert_array_equal(first, apply_acoustics(speech, OTHER.acoustics, 5, 16000))
+    assert not np.array_equal(first, apply_acoustics(speech, OTHER.acoustics, 6, 16000))
+    np.testing.assert_array_equal(apply_acoustics(speech, CONDITIONS["train"].acoustics, 5, 16000), speech)
+
+
+def test_render_audio_normalizes_the_noisy_mix_without_clipping():
+    loud = np.clip(3.0 * np.sin(np.arange(22050) / 3.0), -1.0, 1.0).astype(np.float32)  # full scale
+    samples = render_audio(loud, 22050, OTHER.acoustics, acoustic_seed=3)
+    assert samples.dtype == np.int16 and len(samples) == 16000 + 2 * PAD
+    assert np.max(np.abs(samples.astype(np.int32))) == round(PEAK_LEVEL * 32767)
+    assert np.any(samples[:PAD])
 
 
 def test_espeak_is_reproducible_within_a_process():
@@ -228,8 +380,20 @@ def test_progress_reports_every_utterance(tmp_path):
 
 
 def test_too_few_utterances_is_a_corpus_error(tmp_path):
-    with pytest.raises(CorpusError, match="at least 3"):
-        synthesize_corpus(tmp_path / "out", utterances=2)
+    with pytest.raises(CorpusError, match="at least 5"):
+        synthesize_corpus(tmp_path / "out", utterances=4)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_prints_one_line_per_split_and_checks_the_minimum(tmp_path):
+    finished = run_benchbase("data", "synth", "--out", str(tmp_path / "c"), "--utterances", "5")
+    assert finished.returncode == 0, finished.stderr
+    lines = [line for line in finished.stdout.splitlines() if " utterances, " in line]
+    assert [line.split(":")[0] for line in lines] == list(SPLITS)
+    assert all(line.startswith(f"{split}: 1 utterances, 1 voices") for line, split in zip(lines, SPLITS, strict=True))
+    refused = run_benchbase("data", "synth", "--out", str(tmp_path / "d"), "--utterances", "4")
+    assert refused.returncode == 2 and "5<=x" in refused.stderr
+    assert not (tmp_path / "d").exists()
 
 
 # ---------------------------------------------------------------- text-file mode

@@ -22,11 +22,17 @@ def data() -> None:
 
 @data.command()
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Corpus folder (LibriSpeech layout).")
-@click.option("--utterances", type=click.IntRange(3, 10_000_000), default=3000, show_default=True)
+# At least one utterance for each of the corpus's five subsets (synth's conditions.SPLITS;
+# not imported here, where it would load numpy for every command).
+@click.option("--utterances", type=click.IntRange(5, 10_000_000), default=3000, show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--text", "text_file", type=click.Path(path_type=Path), help="Sentences to speak, one per line.")
 def synth(out: Path, utterances: int, seed: int, text_file: Path | None) -> None:
-    """Synthesize a speech corpus with eSpeak NG (train/dev/test on disjoint voices)."""
+    """Synthesize a speech corpus with eSpeak NG in LibriSpeech's subsets, on disjoint voices.
+
+    train, dev-clean, dev-other, test-clean, test-other; "other" has accents never heard
+    in train or clean, faster speech, background noise and room reverberation.
+    """
     from benchbase.data.synth import CorpusError, synthesize_corpus
 
     console = Console()

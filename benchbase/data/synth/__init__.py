@@ -1,8 +1,10 @@
 """Synthetic LibriSpeech-style speech corpus generated with eSpeak NG.
 
+It has LibriSpeech's subsets: train, dev-clean, dev-other, test-clean and test-other.
 `synthesize_corpus` is the entry point; the submodules hold the sentence grammar
-(`sentences`), the ctypes eSpeak binding (`espeak`), the speaker set (`voices`) and the
-reproducible, atomic writer (`corpus`).
+(`sentences`), the ctypes eSpeak binding (`espeak`), what sets clean and other apart
+(`conditions`), the noise and reverberation that "other" gets (`acoustics`), the speaker
+set (`voices`) and the reproducible, atomic writer (`corpus`).
 """
 
 from __future__ import annotations

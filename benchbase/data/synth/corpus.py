@@ -1,9 +1,12 @@
 """Write a synthetic speech corpus in LibriSpeech's layout, reproducibly and atomically.
 
-Everything random (transcripts, voices, which voice says what) is decided up front in the
-parent process from the seed; workers only render audio for a fixed plan, so the output
-does not depend on the number of workers or on scheduling.  The corpus is built in a
-sibling temporary directory and renamed into place, so `out` is either absent or complete.
+The corpus has LibriSpeech's subsets: train, dev-clean, dev-other, test-clean, test-other
+(`conditions` says what sets clean and other apart).  Everything random (transcripts,
+voices, which voice says what, the seeds of each utterance's breath noise, background noise
+and room) is decided up front in the parent process from the seed; workers only render
+audio for a fixed plan, so the output does not depend on the number of workers or on
+scheduling.  The corpus is built in a sibling temporary directory and renamed into place,
+so `out` is either absent or complete.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchbase.data.synth.acoustics import apply_acoustics
+from benchbase.data.synth.conditions import CLEAN, CONDITIONS, SPLITS, Acoustics
 from benchbase.data.synth.espeak import EspeakError, EspeakSynthesizer
 from benchbase.data.synth.sentences import (
     CorpusError,
@@ -29,7 +34,7 @@ from benchbase.data.synth.sentences import (
     generate_sentences,
     sentences_from_file,
 )
-from benchbase.data.synth.voices import HELD_OUT_UTTERANCE_FRACTION, SPLITS, Voice, cast_voices, split_sizes
+from benchbase.data.synth.voices import HELD_OUT_UTTERANCE_FRACTION, Voice, cast_voices, split_sizes
 
 __all__ = [
     "CHAPTER_SIZE",
@@ -42,10 +47,12 @@ __all__ = [
     "synthesize_corpus",
 ]
 
-GENERATOR_VERSION = 1
+# 2: five LibriSpeech subsets (dev/test split into clean and other) instead of train/dev/test.
+GENERATOR_VERSION = 2
 SAMPLE_RATE = 16_000
 CHAPTER_SIZE = 25
-PEAK_LEVEL = 0.7          # about -3 dBFS: evens out voices without touching dynamics
+PEAK_LEVEL = 0.7          # about -3 dBFS: evens out voices without touching dynamics;
+                          # applied after noise and reverberation, so the mix never clips
 PAD_SECONDS = 0.1         # eSpeak starts and stops speaking at the very first/last sample
 CORPUS_FILE = "corpus.json"
 VOICES_FILE = "voices.json"
@@ -69,7 +76,9 @@ class UtteranceJob:
     chapter: int
     number: int
     text: str
-    noise_seed: int = 0
+    noise_seed: int = 0                     # eSpeak's breath/aspiration noise
+    acoustics: Acoustics = CLEAN.acoustics  # what happens after eSpeak (clean: nothing)
+    acoustic_seed: int = 0                  # the room and background noise, if acoustics has them
 
     @property
     def utterance_id(self) -> str:
@@ -106,16 +115,23 @@ def _plan_split(split: str, voices: Sequence[Voice], texts: Sequence[str]) -> li
 
 
 def plan_corpus(transcripts: Sequence[str], seed: int) -> list[UtteranceJob]:
-    """One job per transcript, in train/dev/test order, each voice in exactly one split."""
+    """One job per transcript, in SPLITS order, each voice in exactly one split."""
     cast = cast_voices(len(transcripts), seed)
     sizes = split_sizes(len(transcripts), HELD_OUT_UTTERANCE_FRACTION)
     jobs: list[UtteranceJob] = []
     for split in SPLITS:
         start = sum(sizes[earlier] for earlier in SPLITS[: SPLITS.index(split)])
         jobs += _plan_split(split, cast[split], transcripts[start: start + sizes[split]])
-    # Each utterance gets its own breath noise, fixed by the corpus seed and its position.
+    # Each utterance gets its own breath noise and (for "other") its own room and background
+    # noise, fixed by the corpus seed and its position.  Clean jobs draw an acoustic seed too,
+    # unused, so that one split's conditions never shift another split's seeds.
     noise = random.Random(f"noise:{seed}")
-    return [replace(job, noise_seed=noise.randrange(2**31)) for job in jobs]
+    acoustic = random.Random(f"acoustics:{seed}")
+    return [
+        replace(job, noise_seed=noise.randrange(2**31), acoustics=CONDITIONS[job.split].acoustics,
+                acoustic_seed=acoustic.randrange(2**31))
+        for job in jobs
+    ]
 
 
 def _transcripts(utterances: int, seed: int, text_file: Path | None) -> tuple[list[str], dict]:
@@ -136,14 +152,17 @@ def _start_worker() -> None:
     _synthesizer = EspeakSynthesizer()
 
 
-def render_audio(native: np.ndarray, native_rate: int) -> np.ndarray:
-    """eSpeak output -> padded, peak-normalized 16 kHz int16."""
+def render_audio(native: np.ndarray, native_rate: int, acoustics: Acoustics = CLEAN.acoustics,
+                 acoustic_seed: int = 0) -> np.ndarray:
+    """eSpeak output -> padded 16 kHz speech, with `acoustics` applied, peak-normalized int16."""
     import librosa  # heavy import, only needed in workers
 
     audio = librosa.resample(native, orig_sr=native_rate, target_sr=SAMPLE_RATE, res_type="soxr_hq")
+    pad = round(PAD_SECONDS * SAMPLE_RATE)
+    audio = np.pad(audio.astype(np.float64), pad)
+    # Noise and reverberation reach into the padding; the SNR is measured over the speech.
+    audio = apply_acoustics(audio, acoustics, acoustic_seed, SAMPLE_RATE, speech=slice(pad, len(audio) - pad))
     audio = audio * (PEAK_LEVEL / max(float(np.max(np.abs(audio))), 1e-6))
-    pad = np.zeros(round(PAD_SECONDS * SAMPLE_RATE), dtype=np.float32)
-    audio = np.concatenate([pad, audio.astype(np.float32), pad])
     return np.round(np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
@@ -156,7 +175,7 @@ def _render_job(job: UtteranceJob, root: Path) -> int:
                                      noise_seed=job.noise_seed)
     if native.size == 0:
         raise EspeakError(f"eSpeak produced no audio for {job.utterance_id} {job.text!r}")
-    samples = render_audio(native, _synthesizer.sample_rate)
+    samples = render_audio(native, _synthesizer.sample_rate, job.acoustics, job.acoustic_seed)
     path = root / job.chapter_dir / f"{job.utterance_id}.flac"
     soundfile.write(path, samples, SAMPLE_RATE, subtype="PCM_16", format="FLAC")
     return len(samples)
@@ -202,13 +221,17 @@ def _write_transcripts(jobs: Sequence[UtteranceJob], root: Path) -> None:
 
 
 def _voices_record(jobs: Sequence[UtteranceJob]) -> dict[str, dict]:
-    return {
-        str(job.voice.speaker_id): {
+    record = {}
+    for job in jobs:
+        noise, reverb = job.acoustics.noise, job.acoustics.reverb
+        record[str(job.voice.speaker_id)] = {
             "accent": job.voice.accent, "variant": job.voice.variant,
             "rate": job.voice.rate, "pitch": job.voice.pitch, "split": job.split,
+            "condition": CONDITIONS[job.split].kind,
+            "noise_snr_db": None if noise is None else noise.snr_db,
+            "reverb_rt60_s": None if reverb is None else reverb.rt60_s,
         }
-        for job in jobs
-    }
+    return record
 
 
 def _summarize(jobs: Sequence[UtteranceJob], lengths: Sequence[int]) -> dict[str, dict]:
@@ -271,6 +294,7 @@ def _build(partial_root: Path, jobs: Sequence[UtteranceJob], parameters: dict, s
     record = {
         "generator": "benchbase.data.synth", "parameters": parameters, "text_source": source_name,
         "sample_rate": SAMPLE_RATE, "summary": _summarize(jobs, lengths),
+        "conditions": {split: CONDITIONS[split].record() for split in SPLITS},
     }
     # Written last: its presence is what marks a corpus directory as complete.
     _write_json(partial_root / CORPUS_FILE, record)
