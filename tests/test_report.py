@@ -16,7 +16,7 @@ from benchbase.report.paper import TTA_OWN_BATCH, paper_tables
 from benchbase.report.tables import pick_baseline, report_tables, scored_groups
 from benchbase.specs import TTARule
 
-CER, WER = "CER 40", "WER 80"
+CER, WER = "CER/ref 40", "WER 80"  # a "cer" target: jiwer's CER over reference characters
 RULE = {"targets": [{"metric": "cer", "value": 40}, {"metric": "wer", "value": 80}], "window": 3,
         "aggregation": "median"}
 STEP = 5.0  # seconds between evaluations
@@ -40,7 +40,7 @@ def write_run(folder: Path, cer_at: float | None, wer_at: float | None) -> None:
     evals = list(zip(times, _series(cer_at, last), _series(wer_at, last), strict=True))
     tracker = TargetTracker(TTARule.model_validate(RULE))
     for epoch, (t, cer, wer) in enumerate(evals, start=1):
-        tracker.update(epoch, t, wer, cer)
+        tracker.update(epoch, t, {"wer": wer, "cer": cer})
     batches = [{"kind": "batch", "epoch": 1, "batch": i, "t": i * 1.0, "loss": 100.0 / i, "throughput": 50.0 + i % 7,
                 "utterances": 32} for i in range(1, int(last) + 1)]
     metrics = batches + [{"kind": "eval", "epoch": e, "t": t, "wer": w, "cer": c} for e, (t, c, w) in
@@ -168,7 +168,8 @@ def test_report_writes_markdown_csv_and_figures(groups_root, tmp_path):
     assert "paper sys10" in markdown and "![accuracy-over-time](figures/accuracy-over-time.png)" in markdown
     assert (out / "tta-minutes.csv").read_text().splitlines()[3] == "bad,3,NA,5.5"
     assert (out / "tta-percent-of-baseline.csv").read_text().splitlines()[2] == "fast,50.0,50.0"
-    for name in ("accuracy-over-time", "utilization", "throughput-over-time"):
+    assert "![throughput-same-batch](figures/throughput-same-batch.png)" in markdown
+    for name in ("accuracy-over-time", "utilization", "throughput-over-time", "throughput-same-batch"):
         png = out / "figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
         image = imread(png)

@@ -49,7 +49,7 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
               help="Amortize the hardware price over this many years of continuous use.")
 @click.option("--price-per-hour", type=click.FloatRange(min=0), help="Use this hourly price instead (e.g. a cloud's).")
 @click.option("--window", nargs=2, type=float, metavar="START SECONDS",
-              help="Utilization figure window on the run clock (default: 60 s after warm-up).")
+              help="Utilization figure window on the run clock (default: 25 s after warm-up).")
 @click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
 def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: bool, lifetime_years: float,
            price_per_hour: float | None, window: tuple[float, float] | None, no_figures: bool) -> None:
