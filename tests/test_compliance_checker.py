@@ -35,11 +35,12 @@ def workloads():
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory, small_store) -> Path:
     """A real ds2-mini run through the harness with a cheap linear CTC backend: five epochs,
-    one target reached (at epoch 3, the first with three evaluations) and one not."""
+    one target reached on dev-clean (at epoch 3, the first with three evaluations) and one not."""
     manager = get_plugin_manager(load_entrypoints=False)
     manager.register(ThirdPartyPlugin())
     registry = collect_registry(manager)
-    rule = TTARule(targets=(Target(metric="cer", value=90), Target(metric="cer", value=10)), window=3)
+    rule = TTARule(subset="dev-clean", targets=(Target(metric="paper_cer", value=90),
+                                                Target(metric="paper_cer", value=10)), window=3)
     workload = registry.workload("ds2-mini").model_copy(update={"max_epochs": 5, "tta": rule})
     out = tmp_path_factory.mktemp("compliance") / "run"
     config = RunConfig(workload=workload, backend="linear-ctc", hardware=registry.profile("cpu"), seed=1, out=out,
@@ -61,6 +62,19 @@ def test_the_real_run_reached_one_target_and_passes(real_run, workloads):
     report = check_log(real_run / "mllog.log", workloads=workloads)
     assert report.passed, report.failures
     assert {finding.status for finding in report.findings} == {"pass"}
+
+
+def test_the_real_run_logged_every_subset_and_a_final_evaluation(real_run):
+    result = json.loads((real_run / "result.json").read_text())
+    assert list(result["final_evaluation"]["subsets"]) == ["dev-clean", "dev-other", "test-clean", "test-other"]
+    assert result["last_evaluation"]["subset"] == "dev-clean"
+    assert {"wer", "cer", "paper_cer", "loss"} <= set(result["last_evaluation"]["subsets"]["dev-other"])
+
+
+def test_only_the_scored_subset_decides_tta(run_copy, workloads):
+    # dev-other's rates are reported beside dev-clean's, but no target is judged on them.
+    _edit_events(_set_subset_rate("dev-other", "paper_cer", 1.0))(run_copy)
+    assert check_log(run_copy / "mllog.log", workloads=workloads).passed
 
 
 # --- planted faults --------------------------------------------------------------------------
@@ -165,6 +179,27 @@ def _claim_unreached(result):
     result["tta"][NEVER] = {"seconds": 4.0, "minutes": 0.0667, "epoch": 4}
 
 
+def _set_subset_rate(subset: str, metric: str, value: float):
+    def edit(events):
+        for event in events:
+            if event["key"] == "eval_accuracy" and event["metadata"].get("subset") == subset:
+                event["value"][metric] = value
+        return events
+    return edit
+
+
+def _pool_dev(events):
+    return [e for e in events if not (e["key"] == "eval_accuracy" and e["metadata"].get("subset") == "dev-other")]
+
+
+def _final_wer(result):
+    result["final_evaluation"]["subsets"]["test-clean"]["wer"] = 12.5
+
+
+def _tta_subset(config):
+    config["workload"]["tta"]["subset"] = "dev-other"
+
+
 def _beam_width(config):
     config["workload"]["evaluation"]["beam_width"] = 256
 
@@ -201,6 +236,15 @@ FAULTS = {
                                "training kept 1.9 CPU cores busy, over its budget of 1 threads"),
     "thread use not recorded": (_edit_events(_drop("benchbase_cpu_cores_in_steps")), "thread_budget",
                                 "no benchbase_cpu_cores_in_steps event"),
+    "scored subset's rates edited": (_edit_events(_set_subset_rate("dev-clean", "paper_cer", 5.0)), "result_tta",
+                                     f"says {NEVER} was never reached, but the log reaches it"),
+    "pooled dev subsets": (_edit_events(_pool_dev), "eval_subsets", "scored dev-clean, but the registered workload"),
+    "final evaluation edited": (_edit_json("result.json", _final_wer), "final_evaluation",
+                                "final wer on test-clean is 12.5"),
+    "scored on another subset": (_edit_json("config.json", _tta_subset), "fixed_hyperparameters",
+                                 "workload.tta.subset = 'dev-other'"),
+    "language model weight edited": (_edit_events(_set_value("eval_lm_alpha", 2.0)), "fixed_hyperparameters",
+                                     "eval_lm_alpha is 2.0 in the log"),
     "precision edited": (_edit_events(_set_value("precision", "bf16")), "fixed_hyperparameters",
                          "precision is 'bf16' in the log"),
 }
@@ -247,7 +291,8 @@ def test_a_bare_log_skips_the_result_rules(real_run, tmp_path, workloads):
     shutil.copy(real_run / "mllog.log", bare)
     report = check_log(bare, workloads=workloads)
     assert report.passed
-    assert {f.rule for f in report.findings if f.status == "skip"} == {"result_consistency", "result_tta"}
+    assert {f.rule for f in report.findings if f.status == "skip"} == {"result_consistency", "result_tta",
+                                                                      "final_evaluation"}
 
 
 def test_rule_sets_are_validated_data():

@@ -43,16 +43,24 @@ def test_error_rates_match_hand_counts():
 
 def test_tta_uses_the_median_of_the_last_e_evaluations():
     tracker = TargetTracker(TTARule(targets=[{"metric": "cer", "value": 30}, {"metric": "wer", "value": 50}], window=3))
-    assert tracker.update(1, 10.0, wer=90, cer=20) == []  # fewer than e evaluations: no median yet
-    assert tracker.update(2, 20.0, wer=80, cer=40) == []
-    assert [t.label for t in tracker.update(3, 30.0, wer=40, cer=25)] == ["CER 30"]  # median(20, 40, 25) = 25
-    assert [t.label for t in tracker.update(4, 40.0, wer=45, cer=90)] == ["WER 50"]  # median(80, 40, 45) = 45
-    assert tracker.reached == {"CER 30": 30.0, "WER 50": 40.0}
+    assert tracker.update(1, 10.0, {"wer": 90, "cer": 20}) == []  # fewer than e evaluations: no median yet
+    assert tracker.update(2, 20.0, {"wer": 80, "cer": 40}) == []
+    assert [t.label for t in tracker.update(3, 30.0, {"wer": 40, "cer": 25})] == ["CER/ref 30"]  # median(20, 40, 25)
+    assert [t.label for t in tracker.update(4, 40.0, {"wer": 45, "cer": 90})] == ["WER 50"]  # median(80, 40, 45) = 45
+    assert tracker.reached == {"CER/ref 30": 30.0, "WER 50": 40.0}
     assert tracker.aggregate("cer") == 40  # a later bad evaluation does not un-reach a target
+
+
+def test_a_paper_cer_target_is_judged_on_the_papers_cer_not_jiwers():
+    # The two CERs differ most when hypotheses are longer than references (insertions).
+    tracker = TargetTracker(TTARule(targets=[{"metric": "paper_cer", "value": 10}], window=1))
+    assert tracker.update(1, 5.0, {"wer": 50, "cer": 8, "paper_cer": 12}) == []
+    assert [t.label for t in tracker.update(2, 9.0, {"wer": 50, "cer": 14, "paper_cer": 9})] == ["CER 10"]
+    assert tracker.reached == {"CER 10": 9.0}
 
 
 def test_tta_reaches_a_target_once_and_keeps_its_first_time():
     tracker = TargetTracker(TTARule(targets=[{"metric": "wer", "value": 50}], window=1))
-    tracker.update(1, 5.0, wer=49, cer=0)
-    tracker.update(2, 9.0, wer=10, cer=0)
+    tracker.update(1, 5.0, {"wer": 49, "cer": 0})
+    tracker.update(2, 9.0, {"wer": 10, "cer": 0})
     assert tracker.reached == {"WER 50": 5.0} and tracker.all_reached

@@ -234,7 +234,7 @@ def test_a_run_evaluates_with_the_decoder_its_workload_names(pm, tmp_path, small
                        hardware=registry.profile("cpu"), seed=2, out=tmp_path / "run", data=small_store)
     run_benchmark(config, pm, registry.backend("linear-ctc"))
     assert (small_store / "lm.npz").is_file()
-    decoded = [json.loads(line) for line in (tmp_path / "run" / "decoded" / "dev-epoch-001.jsonl").read_text().splitlines()]
+    decoded = [json.loads(line) for line in (tmp_path / "run" / "decoded" / "dev-clean-epoch-001.jsonl").read_text().splitlines()]
     vocabulary = {word for shard in FeatureStore(small_store).shards(["train"])
                   for utterance in FeatureStore(small_store).read(shard) for word in utterance.transcript.split()}
     assert all(set(line["hypothesis"].split()) <= vocabulary for line in decoded)

@@ -20,6 +20,8 @@ CER, WER = "CER/ref 40", "WER 80"  # a "cer" target: jiwer's CER over reference 
 RULE = {"targets": [{"metric": "cer", "value": 40}, {"metric": "wer", "value": 80}], "window": 3,
         "aggregation": "median"}
 STEP = 5.0  # seconds between evaluations
+DEVIATION = {"field": "model", "reference": "600 channels", "benchbase": "96 channels", "why": "a CPU"}
+FINAL_WER = {"test-other": 44.0, "dev-clean": 21.0, "dev-other": 40.0, "test-clean": 22.0}
 WATTS = 360.0  # constant GPU power: energy to T seconds is T / 10,000 kWh
 HARDWARE = {"name": "sys-test", "price": {"total_usd": 3 * 8760.0}}  # $1 per hour over 3 years
 
@@ -49,14 +51,19 @@ def write_run(folder: Path, cer_at: float | None, wer_at: float | None) -> None:
     telemetry = [{"t": float(t), "cpu": 80.0, "gpus": [{"util": 90, "power_w": WATTS / 2}] * 2}
                  for t in range(int(last) + 1)]
     (folder / "telemetry.jsonl").write_text("".join(json.dumps(s) + "\n" for s in telemetry))
-    (folder / "config.json").write_text(json.dumps({"workload": {"name": "ds2-mini", "tta": RULE},
+    (folder / "config.json").write_text(json.dumps({"workload": {"name": "ds2-mini", "tta": RULE,
+                                                                 "reference": "ds2", "deviations": [DEVIATION]},
                                                     "hardware": HARDWARE}))
     tta = {label: {"seconds": tracker.reached[label], "minutes": tracker.reached[label] / 60,
                    "epoch": tracker.reached_epoch[label]} if label in tracker.reached else None
            for label in (CER, WER)}
     (folder / "result.json").write_text(json.dumps({
         "status": "success" if None not in tta.values() else "aborted", "tta": tta, "seed": 0,
-        "final_evaluation": {"epoch": len(evals), "wer": evals[-1][2], "cer": evals[-1][1], "paper_cer": 31.0},
+        "last_evaluation": {"epoch": len(evals), "subset": "dev-clean", "wer": evals[-1][2], "cer": evals[-1][1],
+                            "paper_cer": 31.0, "loss": 12.0},
+        "final_evaluation": {"decoder": "greedy", "beam_width": 1, "epoch": len(evals), "seconds": 2.0,
+                             "subsets": {subset: {"wer": wer, "cer": 1.0, "paper_cer": 1.0, "loss": 1.0,
+                                                  "utterances": 10} for subset, wer in FINAL_WER.items()}},
         "throughput": {"median": 52.0}, "data_wait": {"share_of_step_time": 0.01},
         "telemetry": {"cpu_percent_mean": 80.0, "gpu_percent_mean": 90.0, "sampler_cpu_seconds": 1.5}}))
 
@@ -97,13 +104,19 @@ def test_the_olympic_score_drops_fastest_and_slowest(times, seconds, kept, note)
 
 def test_the_tta_tables_are_exact(groups_root):
     scored = scored_groups(load_groups(_paths(groups_root)))
-    minutes, percent, accuracy, throughput, cost = report_tables(scored, pick_baseline(scored, None), CostModel())
+    minutes, percent, accuracy, final, throughput, cost = report_tables(scored, pick_baseline(scored, None),
+                                                                        CostModel())
     assert minutes.headers == ["group", "runs", CER, WER]
     assert minutes.rows == [["base", 5, 110 / 60, 210 / 60], ["fast", 1, 55 / 60, 105 / 60], ["bad", 3, None, 330 / 60]]
     assert percent.title == "TTA (% of base)"
     assert percent.rows == [["base", 100.0, 100.0], ["fast", 50.0, 50.0], ["bad", None, pytest.approx(330 / 210 * 100)]]
     assert percent.formatted_rows()[2] == ["bad", "NA", "157.1"]
-    assert accuracy.rows[1] == ["fast", 30.0, 30.0, 31.0, 25]  # evals every 5 s to 105 + 20
+    assert accuracy.rows[1] == ["fast", "dev-clean", 30.0, 31.0, 30.0, 12.0, 25]  # evals every 5 s to 105 + 20
+    # Table 5: the paper's column order (clean before other, dev before test), whatever the run's order.
+    assert final.headers == ["group", "decoder, beam", "dev-clean", "test-clean", "dev-other", "test-other"]
+    assert final.rows[0] == ["base", "greedy 1", 21.0, 22.0, 40.0, 44.0]
+    assert len(final.rows) == 3  # the paper's rows only beside ds2 runs
+    assert any("96 channels (reference: 600 channels). a CPU" in note for note in minutes.notes)
     assert throughput.rows[0] == ["base", 52.0, 1.0, 80.0, 90.0, 1.5]
 
 
@@ -117,14 +130,14 @@ def test_percentages_follow_the_named_baseline(groups_root):
 
 def test_cost_and_energy_to_accuracy(groups_root):
     scored = scored_groups(load_groups(_paths(groups_root)))
-    cost = report_tables(scored, scored[0], CostModel(lifetime_years=3))[4]
+    cost = report_tables(scored, scored[0], CostModel(lifetime_years=3))[5]
     assert cost.headers == ["group", "$/hour", f"{CER} $", f"{WER} $", f"{CER} kWh", f"{WER} kWh"]
     base = cost.rows[0]
     assert base[1:4] == [pytest.approx(1.0), pytest.approx(110 / 3600), pytest.approx(210 / 3600)]
     # Energy averages the runs that reached the target (CER: all five; WER: four of them).
     assert base[4] == pytest.approx(110 / 10_000) and base[5] == pytest.approx((200 + 180 + 220 + 210) / 4 / 10_000)
     assert cost.rows[2][2] is None and cost.rows[2][4] == pytest.approx(60 / 10_000)
-    hourly = report_tables(scored, scored[0], CostModel(price_per_hour=3.0))[4]
+    hourly = report_tables(scored, scored[0], CostModel(price_per_hour=3.0))[5]
     assert hourly.rows[1][1:4] == [3.0, pytest.approx(3 * 55 / 3600), pytest.approx(3 * 105 / 3600)]
 
 
@@ -181,3 +194,13 @@ def test_report_needs_runs_or_the_paper(tmp_path):
     assert finished.returncode == 2 and "name at least one RUN_DIR" in finished.stderr
     paper_only = _benchbase("report", "--paper", "--out", str(tmp_path / "paper"))
     assert paper_only.returncode == 0 and (tmp_path / "paper" / "report.md").is_file()
+
+
+def test_table_5_sets_ds2_runs_beside_the_papers_numbers(groups_root):
+    config = groups_root / "fast" / "config.json"
+    config.write_text(config.read_text().replace('"name": "ds2-mini"', '"name": "ds2"'))
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    final = report_tables(scored, scored[0], CostModel())[3]
+    assert final.rows[3:] == [["paper sys1", "word_beam 512", 17.90, 17.32, 41.85, 45.04],
+                              ["paper sys2", "word_beam 512", 18.50, 18.68, 44.31, 48.15],
+                              ["paper sys10", "word_beam 512", 19.86, 19.45, 45.86, 49.43]]

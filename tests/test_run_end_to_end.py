@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, small_store):
     out = tmp_path_factory.mktemp("runs") / "torch"
-    return out, run_ds2_mini("torch", small_store, out, seed=3, target="cer=85", max_epochs=25)
+    return out, run_ds2_mini("torch", small_store, out, seed=3, target="paper_cer=85", max_epochs=25)
 
 
 def test_the_run_reaches_its_target_and_says_so(finished_run):
@@ -23,7 +23,7 @@ def test_the_run_reaches_its_target_and_says_so(finished_run):
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "success" and result["stop_reason"] == "targets_reached"
     assert result["tta"]["CER 85"]["seconds"] <= result["run_seconds"]
-    assert result["final_evaluation"]["cer"] <= 85
+    assert result["last_evaluation"]["paper_cer"] <= 85
     assert "time to accuracy" in finished.stdout and "CER 85" in finished.stdout
 
 
@@ -36,7 +36,7 @@ def test_the_run_folder_holds_every_output(finished_run):
     batches = [line for line in lines if line["kind"] == "batch"]
     assert evals and all(b["throughput"] > 0 for b in batches)
     assert (out / "telemetry.jsonl").read_text().count("\n") > 10
-    assert list((out / "decoded").glob("dev-epoch-*.jsonl"))
+    assert list((out / "decoded").glob("dev-clean-epoch-*.jsonl"))
     result = json.loads((out / "result.json").read_text())
     assert result["telemetry"]["cpu_percent_mean"] > 0 and result["telemetry"]["gpu_status"]
 
@@ -76,7 +76,7 @@ def test_runs_n_writes_seeded_runs_into_one_folder_and_exits_3_when_aborted(tmp_
     out = tmp_path / "series"
     finished = run_benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--data",
                              str(small_store), "--out", str(out), "--seed", "5", "--runs", "2", "--max-epochs", "1",
-                             "--target", "cer=1", timeout=600)
+                             "--target", "paper_cer=1", timeout=600)
     assert finished.returncode == 3, finished.stderr[-2000:]  # a target no run reaches in one epoch
     seeds = [json.loads((out / f"run-{i}" / "config.json").read_text())["seed"] for i in range(2)]
     assert seeds == [5, 6]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def finished_run(tmp_path_factory, small_store):
     out = tmp_path_factory.mktemp("runs") / "jax"
     # A short run: two epochs of the small test store; the target stands for "the loop ran".
-    return out, run_ds2_mini("jax", small_store, out, seed=1, target="cer=5", max_epochs=2)
+    return out, run_ds2_mini("jax", small_store, out, seed=1, target="paper_cer=5", max_epochs=2)
 
 
 def test_the_jax_run_trains_evaluates_and_stops_at_its_epoch_limit(finished_run):
@@ -27,7 +27,7 @@ def test_the_jax_run_trains_evaluates_and_stops_at_its_epoch_limit(finished_run)
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "aborted" and result["stop_reason"] == "max_epochs" and result["epochs"] == 2
     assert result["backend"] == "jax" and result["parameter_count"] == 249_918
-    assert result["final_evaluation"]["cer"] <= 100
+    assert result["last_evaluation"]["paper_cer"] <= 100
     assert result["cpu"]["within_budget"], result["cpu"]
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
               if '"kind": "batch"' in line]

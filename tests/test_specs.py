@@ -28,6 +28,39 @@ def test_ds2_parameter_count_is_what_the_papers_layer_sizes_imply(registry):
 def test_ds2_targets_are_the_papers(registry):
     labels = [target.label for target in registry.workload("ds2").tta.targets]
     assert labels == ["CER 10", "CER 8", "CER 7", "WER 22", "WER 20.2", "WER 19.2"]
+
+
+def test_ds2_is_scored_as_the_paper_scores_it(registry):
+    ds2 = registry.workload("ds2")
+    # The paper's curves and targets are on dev-clean alone, its CER is Eq. 3, every utterance is 1670 frames.
+    assert ds2.scored_subset == ds2.tta.subset == "dev-clean"
+    assert ds2.data.dev == ("dev-clean", "dev-other") and ds2.data.test == ("test-clean", "test-other")
+    assert {target.metric for target in ds2.tta.targets} == {"paper_cer", "wer"}
+    assert ds2.data.pad_to_frames == 1670
+    assert (ds2.evaluation.final_decoder, ds2.evaluation.final_beam_width) == ("word_beam", 512)
+
+
+def test_every_builtin_workload_declares_its_deviations(registry):
+    for name in ("ds2", "ds2-mini"):
+        workload = registry.workload(name)
+        assert workload.reference and workload.deviations
+        assert all(deviation.why for deviation in workload.deviations)
+    fields = {deviation.field for deviation in registry.workload("ds2").deviations}
+    assert {"optimizer.learning_rate", "model.init"} <= fields
+    # Fixed rather than declared: the paper gives every system a PCIe3 x16 link.
+    assert registry.profile("sys10").devices.interconnect == "PCIe3 x16"
+
+
+def test_the_tta_subset_must_be_named_and_be_a_dev_subset(registry):
+    data = registry.workload("ds2").model_dump()
+    data["tta"]["subset"] = None
+    with pytest.raises(ValidationError, match="tta.subset must name the dev subset"):
+        WorkloadSpec.model_validate(data)
+    data["tta"]["subset"] = "test-clean"
+    with pytest.raises(ValidationError, match="is not a dev subset"):
+        WorkloadSpec.model_validate(data)
+    data["tta"]["subset"], data["data"]["dev"] = None, ["dev-clean"]
+    assert WorkloadSpec.model_validate(data).scored_subset == "dev-clean"  # the only one
     assert registry.workload("ds2").tta.window == 3
 
 

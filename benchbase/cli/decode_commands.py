@@ -40,15 +40,17 @@ class DevOutputs:
 @click.option("--decoder", type=click.Choice(BEAM_DECODERS),
               help="Decoder to sweep (default: the workload's, or word_beam where it evaluates greedily).")
 @click.option("--data", type=click.Path(path_type=Path), help="Feature store (default: the one in config.json).")
-def decode_sweep(run_dir: Path, beams: str, decoder: str | None, data: Path | None) -> None:
-    """Decode RUN_DIR's dev set from its newest checkpoint at each beam width: seconds, WER, CER."""
+@click.option("--subset", help="Dev or test subset to decode (default: the one TTA is scored on).")
+def decode_sweep(run_dir: Path, beams: str, decoder: str | None, data: Path | None, subset: str | None) -> None:
+    """Decode a subset from RUN_DIR's newest checkpoint at each beam width: seconds, WER, CER."""
     widths = _widths(beams)
     config = load_run_config(run_dir)
-    outputs = dev_outputs(config, newest_checkpoint(run_dir), data or config.data)
+    subset = _subset(config, subset)
+    outputs = dev_outputs(config, newest_checkpoint(run_dir), data or config.data, subset)
     evaluation = config.workload.evaluation
     name = decoder or (evaluation.decoder if evaluation.decoder != "greedy" else "word_beam")
-    table = Table(title=f"{run_dir}: {name} on {len(outputs.references)} dev utterances")
-    for column in ("beam width", "seconds", "WER %", "CER %"):
+    table = Table(title=f"{run_dir}: {name} on {len(outputs.references)} {subset} utterances")
+    for column in ("beam width", "seconds", "WER %", "CER %", "CER/ref %"):
         table.add_column(column, justify="right")
     for width in widths:
         table.add_row(*sweep_row(config, data or config.data, name, width, outputs))
@@ -62,7 +64,7 @@ def sweep_row(config: RunConfig, store: Path, name: str, width: int, outputs: De
     hypotheses = [text for log_probs, lengths in outputs.batches for text in decoder.decode(log_probs, lengths)]
     seconds = time.perf_counter() - started
     rates = error_rates(outputs.references, hypotheses)
-    return str(width), f"{seconds:.2f}", f"{rates.wer:.2f}", f"{rates.cer:.2f}"
+    return str(width), f"{seconds:.2f}", f"{rates.wer:.2f}", f"{rates.paper_cer:.2f}", f"{rates.cer:.2f}"
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
@@ -82,15 +84,17 @@ def newest_checkpoint(run_dir: Path) -> Path:
     return checkpoints[-1]
 
 
-def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path) -> DevOutputs:
-    """Build the run's backend, load the checkpoint and predict the dev split once, in order."""
+def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path, subset: str | None = None) -> DevOutputs:
+    """Build the run's backend, load the checkpoint and predict one subset (default: the scored dev subset)
+    once, in order."""
     store = FeatureStore(store_root)
     backend = collect_registry(get_plugin_manager()).backend(config.backend)()
     workload = config.workload
     try:
         backend.build(build_context(config, store, device_plan(config.hardware, config.device)))
         backend.load_checkpoint(checkpoint)
-        utterances = [utterance for shard in store.shards(workload.data.dev) for utterance in store.read(shard)]
+        subsets = (subset or workload.scored_subset,)
+        utterances = [utterance for shard in store.shards(subsets) for utterance in store.read(shard)]
         size = config.hardware.pipeline.global_batch
         batches, references = [], []
         for start in range(0, len(utterances), size):
@@ -100,6 +104,13 @@ def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path) -> DevOut
     finally:
         backend.close()
     return DevOutputs(batches, references)
+
+
+def _subset(config: RunConfig, subset: str | None) -> str:
+    known = config.workload.data.dev + config.workload.data.test
+    if subset is not None and subset not in known:
+        raise InputError(f"--subset {subset!r}: the run's workload has {', '.join(known)}")
+    return subset or config.workload.scored_subset
 
 
 def _widths(text: str) -> list[int]:

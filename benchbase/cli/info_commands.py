@@ -48,7 +48,10 @@ def workloads(show: str | None) -> None:
     """List registered workloads, or show one in full."""
     registry = collect_registry(get_plugin_manager())
     if show is not None:
-        Console().print(_workload_table(registry.workload(show)))
+        spec = registry.workload(show)
+        console = Console()
+        console.print(_workload_table(spec))
+        console.print(_deviations_table(spec))
         return
     table = Table(title="workloads")
     for column in ("name", "parameters", "dataset", "targets", "description"):
@@ -66,7 +69,18 @@ def _workload_table(spec: WorkloadSpec) -> Table:
     for column in ("field", "value", "meaning"):
         table.add_column(column, overflow="fold")
     for path, value, meaning in spec_rows(spec):
-        table.add_row(path, value, meaning)
+        if not path.startswith("deviations."):  # shown in their own table below
+            table.add_row(path, value, meaning)
+    return table
+
+
+def _deviations_table(spec: WorkloadSpec) -> Table:
+    table = Table(title=f"deviations of {spec.name} from {spec.reference or 'its reference'}: "
+                        f"{len(spec.deviations) or 'none declared'}")
+    for column in ("field", "reference", "benchbase", "why"):
+        table.add_column(column, overflow="fold")
+    for deviation in spec.deviations:
+        table.add_row(deviation.field, deviation.reference, deviation.benchbase, deviation.why)
     return table
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from benchbase import hookimpl
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
 
-__all__ = ["RunReporter", "result_table"]
+__all__ = ["RunReporter", "final_evaluation_table", "result_table"]
 
 REFRESH_SECONDS = 0.25
 
@@ -57,12 +57,15 @@ class RunReporter:
 
     @hookimpl
     def eval_completed(self, evaluation: Evaluation):
-        self.status["last eval"] = f"CER {evaluation.cer:.2f}%  WER {evaluation.wer:.2f}%  (epoch {evaluation.epoch})"
+        self.status["last eval"] = (f"{evaluation.subset}: CER {evaluation.paper_cer:.2f}%  WER {evaluation.wer:.2f}%  "
+                                    f"(epoch {evaluation.epoch})")
         self.status["targets"] = f"{len(evaluation.reached)}/{len(self.targets)}: " + (
             ", ".join(evaluation.reached) or "none yet")
-        self.console.log(f"epoch {evaluation.epoch}: CER {evaluation.cer:.2f}% WER {evaluation.wer:.2f}% "
-                         f"(paper CER {evaluation.paper_cer:.2f}%), eval {evaluation.eval_seconds:.1f} s, "
-                         f"clock {evaluation.seconds / 60:.2f} min")
+        others = "".join(f"; {subset} CER {rates['paper_cer']:.2f}% WER {rates['wer']:.2f}%"
+                         for subset, rates in evaluation.subsets.items() if subset != evaluation.subset)
+        self.console.log(f"epoch {evaluation.epoch}: {evaluation.subset} CER {evaluation.paper_cer:.2f}% "
+                         f"WER {evaluation.wer:.2f}% loss {evaluation.loss:.2f}{others}; "
+                         f"eval {evaluation.eval_seconds:.1f} s, clock {evaluation.seconds / 60:.2f} min")
         self._refresh()
 
     @hookimpl
@@ -70,6 +73,8 @@ class RunReporter:
         self.close()
         self.console.print()
         self.console.print(result_table(result))
+        if result.final_evaluation:
+            self.console.print(final_evaluation_table(result.final_evaluation))
 
     def close(self) -> None:
         """Stop the live view (also when a run ends with an error or Ctrl-C)."""
@@ -101,4 +106,16 @@ def result_table(result: RunResult) -> Table:
             table.add_row(label, "not reached", "-", "-")
         else:
             table.add_row(label, f"{reached['minutes']:.2f}", f"{reached['seconds']:.1f}", str(reached["epoch"]))
+    return table
+
+
+def final_evaluation_table(final: dict) -> Table:
+    """The untimed evaluation after run_stop, one row per subset (the paper's Table 5 for one run)."""
+    table = Table(title=f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
+                        f"{final['seconds']:.0f} s")
+    for header in ("subset", "WER (%)", "CER (%)", "CER/ref (%)", "loss", "utterances"):
+        table.add_column(header, justify="left" if header == "subset" else "right")
+    for subset, rates in final["subsets"].items():
+        table.add_row(subset, f"{rates['wer']:.2f}", f"{rates['paper_cer']:.2f}", f"{rates['cer']:.2f}",
+                      f"{rates['loss']:.2f}", str(rates["utterances"]))
     return table

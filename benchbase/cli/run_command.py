@@ -32,13 +32,17 @@ __all__ = ["run", "with_overrides"]
 @click.option("--max-minutes", type=click.FloatRange(min=0.01), help="Override the workload's time limit.")
 @click.option("--max-epochs", type=click.IntRange(min=1), help="Override the workload's epoch limit.")
 @click.option("--target", "targets", multiple=True, metavar="METRIC=VALUE",
-              help="Replace the workload's targets, e.g. --target cer=40 (repeatable).")
+              help="Replace the workload's targets, e.g. --target paper_cer=40 (repeatable; metrics: wer, paper_cer "
+                   "= the paper's CER, cer = jiwer's reference-length CER).")
 @click.option("--data", type=click.Path(path_type=Path), help="A prepared feature store (required for LibriSpeech).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--cache", type=click.Path(path_type=Path), help="Where the synthetic corpus is cached.")
+@click.option("--no-final-eval", is_flag=True,
+              help="Skip the untimed evaluation of every dev and test subset after run_stop (quick runs).")
 @click.option("--runs", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Seeded runs (seed, seed+1, ...) into OUT/run-0, OUT/run-1, ... for `benchbase score`.")
-def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, cache, runs):
+def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, cache,
+        no_final_eval, runs):
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
 
     Exit status: 0 when every run reached every target, 3 when a run stopped at a limit
@@ -62,7 +66,7 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     for index in range(runs):
         folder = out if runs == 1 else out / f"run-{index}"
         config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index, out=folder,
-                           data=store, device=device)
+                           data=store, device=device, final_evaluation=not no_final_eval)
         try:
             statuses.append(run_benchmark(config, manager, backend_class).status)
         finally:
@@ -95,7 +99,7 @@ def _parse_target(text: str) -> dict:
             raise ValueError
         return {"metric": metric.strip().lower(), "value": float(value)}
     except ValueError:
-        raise InputError(f"--target {text!r}: expected METRIC=VALUE, e.g. cer=40") from None
+        raise InputError(f"--target {text!r}: expected METRIC=VALUE, e.g. paper_cer=40") from None
 
 
 def _prepare_data(console: Console, workload: WorkloadSpec, data: Path | None, cache: Path) -> Path:

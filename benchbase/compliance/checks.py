@@ -146,7 +146,8 @@ def eval_cadence(rule: r.EvalCadenceRule, evidence: Evidence) -> list[str]:
     if not isinstance(every, int) or every < 1:
         raise Skip(f"{source} has no evaluation.every_epochs")
     ended = [event.epoch() for event in evidence.log.keyed("epoch_stop") if event.epoch() is not None]
-    evaluated = Counter(event.epoch() for event in evidence.log.keyed("eval_accuracy") if event.epoch() is not None)
+    # eval_stop, not eval_accuracy: an evaluation logs one eval_accuracy per dev subset.
+    evaluated = Counter(event.epoch() for event in evidence.log.keyed("eval_stop") if event.epoch() is not None)
     expected = [epoch for epoch in ended if epoch % every == 0]
     if expected and ended and expected[-1] == ended[-1] and _aborted(evidence):
         expected = expected[:-1]  # a run stopped by its time limit ends mid-epoch, before that evaluation
@@ -201,6 +202,53 @@ def result_tta(rule: r.ResultTTARule, evidence: Evidence) -> list[str]:
     return messages
 
 
+def eval_subsets(rule: r.EvalSubsetsRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    dev = field_at(workload, "data.dev")
+    if not isinstance(dev, list | tuple) or not dev:
+        raise Skip(f"{source} names no dev subsets")
+    scored = field_at(workload, "tta.subset")
+    scored = dev[0] if scored in (None, MISSING) else scored
+    messages = []
+    logged = evidence.value_of(keys.TTA_SUBSET)
+    if logged != scored:
+        messages.append(f"{keys.TTA_SUBSET} is {_short(logged)} in the log, but {source} scores TTA on {scored!r}")
+    by_epoch: dict[int | None, Counter] = {}
+    for event in evidence.log.keyed("eval_accuracy"):
+        by_epoch.setdefault(event.epoch(), Counter())[event.metadata.get(keys.SUBSET)] += 1
+    for epoch, subsets in by_epoch.items():
+        if subsets != Counter(dev):
+            messages.append(f"the evaluation of epoch {epoch} scored {_counted(subsets)}, but {source} evaluates "
+                            f"each of {', '.join(dev)} once (pooled or missing subsets)")
+    return messages
+
+
+def final_evaluation(rule: r.FinalEvaluationRule, evidence: Evidence) -> list[str]:
+    if evidence.result is None:
+        raise Skip("no result.json beside the log")
+    workload, source = evidence.reference_workload()
+    logged = {event.metadata.get(keys.SUBSET): event for event in evidence.log.keyed(keys.FINAL_ACCURACY)}
+    claimed = evidence.result.get("final_evaluation")
+    if claimed is None:
+        return [f"result.json has no final evaluation, but the log has {len(logged)}"] if logged else []
+    subsets = claimed.get("subsets") if isinstance(claimed, dict) else None
+    if not isinstance(subsets, dict):
+        return ["result.json's final_evaluation has no subsets mapping"]
+    expected = [*(field_at(workload, "data.dev") or []), *(field_at(workload, "data.test") or [])]
+    messages = [f"the final evaluation left out {subset} ({source} names it)" for subset in expected
+                if subset not in logged]
+    for subset, rates in subsets.items():
+        event = logged.get(subset)
+        if event is None or not isinstance(event.value, dict) or not isinstance(rates, dict):
+            messages.append(f"result.json's final evaluation of {subset!r} is not in the log")
+            continue
+        for metric in ("wer", "cer", "paper_cer", "loss"):
+            if not same_value(rates.get(metric), event.value.get(metric)):
+                messages.append(f"result.json's final {metric} on {subset} is {rates.get(metric)!r}, the log's "
+                                f"(line {event.line}) is {event.value.get(metric)!r}")
+    return messages
+
+
 def thread_budget(rule: r.ThreadBudgetRule, evidence: Evidence) -> list[str]:
     measured = evidence.log.first(keys.CPU_CORES_IN_STEPS)
     if measured is None:
@@ -230,6 +278,8 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "result_consistency": result_consistency,
     "result_tta": result_tta,
     "thread_budget": thread_budget,
+    "eval_subsets": eval_subsets,
+    "final_evaluation": final_evaluation,
 }
 
 
@@ -247,6 +297,10 @@ def _ended_by_error(evidence: Evidence) -> bool:
 def _aborted(evidence: Evidence) -> bool:
     stops = evidence.log.keyed("run_stop")
     return bool(stops) and stops[-1].metadata.get("status") == "aborted"
+
+
+def _counted(subsets: Counter) -> str:
+    return ", ".join(f"{subset} x{count}" if count > 1 else str(subset) for subset, count in subsets.items())
 
 
 def _lines(events: list[LogEvent]) -> str:

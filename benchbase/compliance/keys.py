@@ -18,11 +18,15 @@ __all__ = [
     "EVAL_LM_ALPHA",
     "EVAL_LM_BETA",
     "EVAL_LM_MODE",
+    "EVAL_SUBSETS",
+    "FINAL_ACCURACY",
     "OPT_ADADELTA_EPSILON",
     "OPT_ADADELTA_RHO",
     "PRECISION",
     "STOP_REASON",
+    "SUBSET",
     "THREAD_BUDGET",
+    "TTA_SUBSET",
     "WORLD_SIZE",
     "constants",
 ]
@@ -36,6 +40,17 @@ EVAL_LM_MODE = "eval_lm_mode"
 EVAL_LM_ALPHA = "eval_lm_alpha"
 EVAL_LM_BETA = "eval_lm_beta"
 PRECISION = "precision"
+
+# Evaluation on named subsets.
+SUBSET = "subset"
+"""eval_accuracy and FINAL_ACCURACY metadata: the subset the rates are of."""
+TTA_SUBSET = "benchbase_tta_subset"
+"""Value: the dev subset the TTA rule is scored on."""
+EVAL_SUBSETS = "benchbase_eval_subsets"
+"""Value: {dev subset: utterances evaluated}."""
+FINAL_ACCURACY = "benchbase_final_accuracy"
+"""After run_stop, one per dev and test subset: the final model's rates (metadata SUBSET,
+EVAL_DECODER, EVAL_BEAM_WIDTH, utterances); not timed."""
 
 # What the run was made of and how it behaved.
 BACKEND_CONTRACT = "benchbase_backend_contract"

@@ -40,7 +40,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.1"
+DEFAULT_RULESET = "1.2"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -110,7 +110,8 @@ class EventMetadataRule(_RuleBase):
 
 class AccuracyValueRule(_RuleBase):
     check: Literal["accuracy_value"] = Field(description="eval_accuracy's value holds each metric as a number.")
-    metrics: tuple[Literal["wer", "cer", "paper_cer"], ...] = Field(min_length=1, description="Required metrics.")
+    metrics: tuple[Literal["wer", "cer", "paper_cer", "loss"], ...] = Field(min_length=1,
+                                                                            description="Required metrics.")
 
 
 class EvalCadenceRule(_RuleBase):
@@ -139,6 +140,18 @@ class ResultTTARule(_RuleBase):
     tolerance_fraction: float = Field(0.01, ge=0, le=1, description="Relative tolerance (of the recomputed TTA).")
 
 
+class EvalSubsetsRule(_RuleBase):
+    check: Literal["eval_subsets"] = Field(
+        description="Every evaluation scores each of the workload's dev subsets on its own, and the log names "
+        "the subset TTA is scored on as the workload does.")
+
+
+class FinalEvaluationRule(_RuleBase):
+    check: Literal["final_evaluation"] = Field(
+        description="The untimed final evaluation after run_stop covers every dev and test subset, and "
+        "result.json reports exactly what the log holds.")
+
+
 class ResultConsistencyRule(_RuleBase):
     check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
 
@@ -146,7 +159,7 @@ class ResultConsistencyRule(_RuleBase):
 Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
-    | ResultConsistencyRule | ThreadBudgetRule,
+    | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule,
     Field(discriminator="check"),
 ]
 

@@ -1,6 +1,9 @@
 """Recomputing time-to-accuracy from a compliance log, to catch a result.json that claims
 anything else.
 
+Only the evaluations of the subset the TTA rule names count (eval_accuracy's ``subset``
+metadata); a log written before subsets existed has none, and all its evaluations count.
+
 An evaluation's time is its eval_stop (the harness reads its clock right after logging
 eval_stop) minus run_start, from the log's time_ms; eval_accuracy's own time stands in when
 eval_stop is missing. The harness measures TTA with perf_counter while time_ms is wall-clock
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from benchbase.compliance.keys import SUBSET
 from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
 from benchbase.metrics import TargetTracker
 from benchbase.specs import TTARule
@@ -23,15 +27,15 @@ if TYPE_CHECKING:
 __all__ = ["recompute_tta", "recompute_tta_messages"]
 
 
-def recompute_tta(log: ParsedLog, rule: TTARule) -> dict[str, tuple[float, int] | None]:
-    """Target label -> (run-clock seconds, epoch) when the log's evaluations reach it, else None."""
+def recompute_tta(log: ParsedLog, rule: TTARule, subset: str | None = None) -> dict[str, tuple[float, int] | None]:
+    """Target label -> (run-clock seconds, epoch) when the log's evaluations of ``subset`` reach it, else None."""
     run_start = log.first("run_start")
     tracker = TargetTracker(rule)
     if run_start is None:
         return {target.label: None for target in rule.targets}
-    for event, finished_ms in _evaluations(log):
-        value = event.value
-        tracker.update(event.epoch() or 0, (finished_ms - run_start.time_ms) / 1000, value["wer"], value["cer"])
+    for event, finished_ms in _evaluations(log, subset):
+        rates = {metric: rate for metric, rate in event.value.items() if is_number(rate)}
+        tracker.update(event.epoch() or 0, (finished_ms - run_start.time_ms) / 1000, rates)
     return {target.label: (tracker.reached[target.label], tracker.reached_epoch[target.label])
             if target.label in tracker.reached else None for target in rule.targets}
 
@@ -42,13 +46,14 @@ def recompute_tta_messages(evidence: Evidence, tolerance_seconds: float,
     claimed = evidence.result.get("tta") if evidence.result else None
     if not isinstance(claimed, dict):
         return ["result.json has no tta mapping"]
-    rule = _tta_rule(evidence)
-    if rule is None:
+    found = _tta_rule(evidence)
+    if found is None:
         return None
+    rule, subset = found
     labels = [target.label for target in rule.targets]
     if sorted(claimed) != sorted(labels):
         return [f"result.json reports targets {sorted(claimed)}, but the run's TTA rule has {sorted(labels)}"]
-    recomputed = recompute_tta(evidence.log, rule)
+    recomputed = recompute_tta(evidence.log, rule, subset)
     messages = []
     for label in labels:
         message = _compare(label, claimed[label], recomputed[label], tolerance_seconds, tolerance_fraction)
@@ -78,12 +83,15 @@ def _compare(label: str, claim: Any, actual: tuple[float, int] | None, tolerance
     return None
 
 
-def _evaluations(log: ParsedLog) -> list[tuple[LogEvent, float]]:
-    """Each well-formed eval_accuracy with the time its evaluation finished."""
+def _evaluations(log: ParsedLog, subset: str | None) -> list[tuple[LogEvent, float]]:
+    """Each well-formed eval_accuracy of ``subset`` with the time its evaluation finished."""
+    subsets_logged = any(SUBSET in event.metadata for event in log.keyed("eval_accuracy"))
     found = []
     for index, event in enumerate(log.events):
         value = event.value
         if event.key != "eval_accuracy" or not isinstance(value, dict):
+            continue
+        if subsets_logged and event.metadata.get(SUBSET) != subset:
             continue
         if not (is_number(value.get("wer")) and is_number(value.get("cer"))):
             continue
@@ -93,16 +101,25 @@ def _evaluations(log: ParsedLog) -> list[tuple[LogEvent, float]]:
     return found
 
 
-def _tta_rule(evidence: Evidence) -> TTARule | None:
+def _tta_rule(evidence: Evidence) -> tuple[TTARule, str | None] | None:
+    """The run's TTA rule and the dev subset it is scored on."""
     # The run's own targets (config.json) count: --target may replace the workload's. The
-    # window is pinned, and fixed_hyperparameters checks config.json's against the workload's.
-    for source in (field_at_tta((evidence.config or {}).get("workload")), field_at_tta(evidence.workload)):
+    # window and subset are pinned, and fixed_hyperparameters checks config.json's against the workload's.
+    for workload in ((evidence.config or {}).get("workload"), evidence.workload):
+        source = field_at_tta(workload)
         if source is not None:
             try:
-                return TTARule.model_validate(source)
+                rule = TTARule.model_validate(source)
             except ValidationError:
                 continue
+            return rule, rule.subset or _first_dev_subset(workload)
     return None
+
+
+def _first_dev_subset(workload: dict) -> str | None:
+    data = workload.get("data")
+    dev = data.get("dev") if isinstance(data, dict) else None
+    return dev[0] if isinstance(dev, list | tuple) and dev and isinstance(dev[0], str) else None
 
 
 def field_at_tta(workload: Any) -> Any:

@@ -28,14 +28,20 @@ class Evaluation:
     epoch: int
     seconds: float
     """Run clock at the end of the evaluation."""
+    subset: str
+    """The dev subset TTA is scored on; wer to loss are its rates."""
     wer: float
     cer: float
     paper_cer: float
+    loss: float
+    """Validation CTC loss (mean per utterance)."""
     utterances: int
     eval_seconds: float
     reached: dict[str, float]
     """Every target reached so far: label -> run-clock seconds."""
     targets: tuple[str, ...]
+    subsets: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Every dev subset's rates (wer, cer, paper_cer, loss), the scored one included."""
 
 
 @dataclass
@@ -58,7 +64,11 @@ class RunResult:
     parameter_count: int
     throughput: dict[str, float]
     data_wait: dict[str, float]
-    final_evaluation: dict[str, float] | None
+    last_evaluation: dict | None
+    """The last evaluation during training: epoch, the scored subset and its rates, and every subset's."""
+    final_evaluation: dict | None
+    """After run_stop, untimed: decoder, beam_width, epoch, seconds and subsets (every dev and
+    test subset's wer, cer, paper_cer, loss, utterances); None when skipped."""
     telemetry: dict = field(default_factory=dict)
     device: str = ""
     devices: list[str] = field(default_factory=list)

@@ -1,16 +1,16 @@
 """The timed phase of a run, from run_start to run_stop, closed in one place.
 
 Whatever raises inside it (the backend, a lifecycle hook of any plugin, the harness itself,
-Ctrl-C), leaving it writes run_stop with a status and a reason from the closed set, stops
-the telemetry sampler process and closes the backend, each step attempted even when an
-earlier one failed, so the log stays well-formed and no process is left running.
+Ctrl-C), leaving it writes run_stop with a status and a reason from the closed set and stops
+the telemetry sampler process, each step attempted even when the other failed, so the log
+stays well-formed and no process is left running. The backend outlives it: the untimed final
+evaluation after run_stop still needs the model, and the harness closes the backend after.
 """
 
 from __future__ import annotations
 
 from types import TracebackType
 
-from benchbase.backend import Backend
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance.keys import ERROR, STOP_REASON, constants
 from benchbase.harness.stop import StopReason
@@ -20,10 +20,9 @@ __all__ = ["TimedRun"]
 
 
 class TimedRun:
-    def __init__(self, log: ComplianceLog, sampler: TelemetrySampler, backend: Backend) -> None:
+    def __init__(self, log: ComplianceLog, sampler: TelemetrySampler) -> None:
         self.log = log
         self.sampler = sampler
-        self.backend = backend
         self.reason: StopReason | None = None
         self.error: str | None = None
         self.telemetry: dict = {}
@@ -48,7 +47,7 @@ class TimedRun:
             self.error = f"{type(error).__name__}: {error}"
         elif self.reason is None:
             self.reason, self.error = StopReason.ERROR, "the run ended without a stop reason"
-        failures = _attempt_each(self._log_run_stop, self._stop_sampler, self.backend.close)
+        failures = _attempt_each(self._log_run_stop, self._stop_sampler)
         if failures and error is None:
             raise failures[0]
 

@@ -38,15 +38,19 @@ class RunRecorder:
             "throughput": round(progress.throughput, 3), "utterances": utterances,
         })
 
-    def evaluation(self, epoch: int, seconds: float, accuracy: dict, eval_seconds: float, utterances: int) -> None:
-        write_json_line(self._metrics, {"kind": "eval", "epoch": epoch, "t": round(seconds, 4), **accuracy,
-                                        "eval_s": round(eval_seconds, 4), "utterances": utterances})
+    def evaluation(self, epoch: int, seconds: float, scored_subset: str, subsets: dict[str, dict],
+                   eval_seconds: float) -> None:
+        """One line per evaluation: the scored subset's rates at the top level, every subset's under "subsets"."""
+        write_json_line(self._metrics, {"kind": "eval", "epoch": epoch, "t": round(seconds, 4),
+                                        "subset": scored_subset, **subsets[scored_subset],
+                                        "eval_s": round(eval_seconds, 4), "subsets": subsets})
 
     def training_sentence(self, record: dict) -> None:
         write_json_line(self._sentences, record)
 
-    def dev_outputs(self, epoch: int, references: list[str], hypotheses: list[str]) -> Path:
-        path = self.folder.root / "decoded" / f"dev-epoch-{epoch:03d}.jsonl"
+    def decoded(self, name: str, references: list[str], hypotheses: list[str]) -> Path:
+        """decoded/NAME.jsonl: each utterance's reference and hypothesis, in the subset's order."""
+        path = self.folder.root / "decoded" / f"{name}.jsonl"
         atomic_write_text(path, "".join(json.dumps({"reference": reference, "hypothesis": hypothesis}) + "\n"
                                         for reference, hypothesis in zip(references, hypotheses)))
         return path

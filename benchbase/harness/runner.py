@@ -2,8 +2,10 @@
 
     init (not timed) -> run_start (the clock starts at model creation)
       -> train batches; every 50: greedy-decode the batch's sentences; every 250: checkpoint
-      -> every epoch: evaluate on dev, WER/CER, update TTA
+      -> every epoch: evaluate each dev subset on its own (WER, CER, paper CER, loss);
+         update TTA from the workload's scored subset
       -> run_stop: success when every target is reached, aborted at max epochs / minutes
+    final evaluation (not timed): every dev and test subset at the final decoder's width
 
 ``Harness`` controls the phases; ``TimedRun`` closes the timed one whatever happens,
 ``RunRecorder`` writes the run folder and ``TrainingStatistics`` keeps the per-batch numbers.
@@ -21,11 +23,13 @@ from benchbase.backend import CONTRACT_VERSION, Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
+from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
 from benchbase.data.store import FeatureStore
-from benchbase.decode import BackgroundDecoding, evaluation_decoder, greedy_decode
+from benchbase.decode import evaluation_decoder, greedy_decode
 from benchbase.errors import BenchbaseError
 from benchbase.harness.clock import RunClock
+from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
 from benchbase.harness.lifecycle import TimedRun
 from benchbase.harness.plan import build_context, check_capabilities, device_plan
@@ -33,7 +37,7 @@ from benchbase.harness.recorder import RunRecorder
 from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
 from benchbase.harness.stop import StopReason
-from benchbase.metrics import TargetTracker, error_rates
+from benchbase.metrics import TargetTracker
 from benchbase.specs import RunConfig
 from benchbase.telemetry import TelemetrySampler
 
@@ -59,6 +63,7 @@ class Harness:
         self.batch_index = 0
         self.train_samples = 0
         self.last_evaluation: Evaluation | None = None
+        self.final_evaluation: dict | None = None
 
     # --- the run ------------------------------------------------------------------------
 
@@ -74,47 +79,58 @@ class Harness:
     def _run(self) -> RunResult:
         init_started = time.perf_counter()
         self._initialize()
-        init_seconds = time.perf_counter() - init_started
-        self.log.end(constants.INIT_STOP)
-        self.clock.start()
-        self.log.start(constants.RUN_START)
-        sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
-        with TimedRun(self.log, sampler, self.backend) as timed:
-            self.hook.run_started(config=self.config, run_dir=self.folder.root)
-            self.backend.build(self.context)
-            reason, epochs = self._train()
-            self._log_training_footprint()
-            timed.finish(reason)
-        result = self._result(timed, epochs, init_seconds)
+        try:
+            init_seconds = time.perf_counter() - init_started
+            self.log.end(constants.INIT_STOP)
+            self.clock.start()
+            self.log.start(constants.RUN_START)
+            sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
+            with TimedRun(self.log, sampler) as timed:
+                self.hook.run_started(config=self.config, run_dir=self.folder.root)
+                self.backend.build(self.context)
+                reason, epochs = self._train()
+                self._log_training_footprint()
+                timed.finish(reason)
+            run_seconds = self.clock.seconds()
+            if self.config.final_evaluation:
+                self._final_evaluation()
+        except BaseException:
+            _close_quietly(self.backend)
+            raise
+        self.backend.close()
+        result = self._result(timed, epochs, init_seconds, run_seconds)
         self.recorder.result(result)
         self.hook.run_finished(result=result)
         return result
 
     def _initialize(self) -> None:
-        self.log.event(constants.CACHE_CLEAR, value=True)
+        self.store = FeatureStore(self.config.data)
+        # MLPerf's cache_clear: the store's files leave the OS page cache, so the first epoch
+        # reads from disk as a fresh machine's would. False where the OS refused.
+        self.log.event(constants.CACHE_CLEAR, value=drop_from_page_cache(self.config.data))
         self.log.start(constants.INIT_START)
         self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
-        self.store = FeatureStore(self.config.data)
         self.plan = device_plan(self.config.hardware, self.config.device)
         check_capabilities(self.backend_class, self.config.backend, self.workload, self.config.hardware, self.plan)
         self.context = build_context(self.config, self.store, self.plan)
-        self.train_data, self.dev_data = self._pipelines()
+        self.train_data = self._pipeline(self.workload.data.train, training=True)
+        self.dev_data = {subset: self._pipeline((subset,), training=False) for subset in self.workload.data.dev}
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         self.decoder = evaluation_decoder(self.workload.evaluation, self.config.data, self.workload.data.train,
                                           blank=self.workload.model.ctc_blank_index)
         self._log_submission()
         self.backend = self.backend_class()
 
-    def _pipelines(self) -> tuple[BatchPipeline, BatchPipeline]:
+    def _pipeline(self, subsets: tuple[str, ...], training: bool) -> BatchPipeline:
         pipeline, data, model = self.config.hardware.pipeline, self.workload.data, self.workload.model
-        train = BatchPipeline(self.store, data.train, pipeline.global_batch, model=model, readers=pipeline.readers,
-                              prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
-                              drop_last=True, seed=self.config.seed, length_buckets=data.length_buckets,
-                              pad_to_frames=data.pad_to_frames)
-        dev = BatchPipeline(self.store, data.dev, pipeline.global_batch, model=model, readers=pipeline.readers,
-                            prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=self.config.seed,
-                            pad_to_frames=data.pad_to_frames)
-        return train, dev
+        if training:
+            return BatchPipeline(self.store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
+                                 prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
+                                 drop_last=True, seed=self.config.seed, length_buckets=data.length_buckets,
+                                 pad_to_frames=data.pad_to_frames)
+        return BatchPipeline(self.store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
+                             prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=self.config.seed,
+                             pad_to_frames=data.pad_to_frames)
 
     def _log_submission(self) -> None:
         hardware, optimizer, evaluation = self.config.hardware, self.workload.optimizer, self.workload.evaluation
@@ -131,7 +147,9 @@ class Harness:
             (constants.GLOBAL_BATCH_SIZE, hardware.pipeline.global_batch),
             (constants.GRADIENT_ACCUMULATION_STEPS, 1),
             (constants.TRAIN_SAMPLES, self.train_data.utterances),
-            (constants.EVAL_SAMPLES, self.dev_data.utterances),
+            (constants.EVAL_SAMPLES, self.dev_data[self.workload.scored_subset].utterances),
+            (own_keys.EVAL_SUBSETS, {subset: data.utterances for subset, data in self.dev_data.items()}),
+            (own_keys.TTA_SUBSET, self.workload.scored_subset),
             (constants.OPT_NAME, optimizer.name),
             (constants.OPT_BASE_LR, optimizer.learning_rate),
             (own_keys.OPT_ADADELTA_RHO, optimizer.rho),
@@ -140,6 +158,9 @@ class Harness:
             (own_keys.PRECISION, self.workload.model.precision),
             (own_keys.EVAL_DECODER, evaluation.decoder),
             (own_keys.EVAL_BEAM_WIDTH, evaluation.beam_width),
+            (own_keys.EVAL_LM_MODE, evaluation.lm_mode),
+            (own_keys.EVAL_LM_ALPHA, evaluation.lm_alpha),
+            (own_keys.EVAL_LM_BETA, evaluation.lm_beta),
             (own_keys.WORLD_SIZE, 1),
         ):
             self.log.event(key, value=value)
@@ -235,43 +256,65 @@ class Harness:
     def _evaluate(self, epoch: int) -> Evaluation:
         started = self.clock.seconds()
         self.log.start(constants.EVAL_START, metadata={constants.EPOCH_NUM: epoch})
-        self.hook.eval_started(epoch=epoch, batches=len(self.dev_data))
-        references = []
-        decoding = BackgroundDecoding(self.decoder)  # decodes batch n while the backend predicts n + 1
-        for batch in self.dev_data.epoch(0):
-            # The backend sees features and lengths only: the references stay here.
-            decoding.submit(*self.backend.predict(batch.inputs()))
-            references += batch.transcripts
-        hypotheses = decoding.results()
-        rates = error_rates(references, hypotheses)
-        accuracy = {"wer": round(rates.wer, 4), "cer": round(rates.cer, 4), "paper_cer": round(rates.paper_cer, 4)}
-        self.log.event(constants.EVAL_ACCURACY, value=accuracy, metadata={constants.EPOCH_NUM: epoch})
+        self.hook.eval_started(epoch=epoch, batches=sum(len(data) for data in self.dev_data.values()))
+        results = evaluate_subsets(self.backend, self.dev_data, self.decoder, self.workload.model)
+        for subset, result in results.items():
+            self.log.event(constants.EVAL_ACCURACY, value=result.rates(),
+                           metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: subset})
         self.log.end(constants.EVAL_STOP, metadata={constants.EPOCH_NUM: epoch})
         finished = self.clock.seconds()
-        self.tracker.update(epoch, finished, rates.wer, rates.cer)
-        evaluation = Evaluation(epoch, finished, rates.wer, rates.cer, rates.paper_cer, rates.utterances,
-                                finished - started, dict(self.tracker.reached),
-                                tuple(target.label for target in self.workload.tta.targets))
-        self.recorder.evaluation(epoch, finished, accuracy, finished - started, rates.utterances)
-        self.recorder.dev_outputs(epoch, references, hypotheses)
+        scored = results[self.workload.scored_subset]
+        self.tracker.update(epoch, finished, scored.rates())
+        evaluation = Evaluation(epoch, finished, scored.subset, scored.wer, scored.cer, scored.paper_cer, scored.loss,
+                                scored.utterances, finished - started, dict(self.tracker.reached),
+                                tuple(target.label for target in self.workload.tta.targets),
+                                {subset: result.rates() for subset, result in results.items()})
+        self.recorder.evaluation(epoch, finished, scored.subset, _subset_records(results), finished - started)
+        for subset, result in results.items():
+            self.recorder.decoded(f"{subset}-epoch-{epoch:03d}", result.references, result.hypotheses)
         self.last_evaluation = evaluation
         self.hook.eval_completed(evaluation=evaluation)
         return evaluation
 
+    def _final_evaluation(self) -> None:
+        """After run_stop, off the clock (as MLPerf and the paper do): the trained model on every
+        dev and test subset at the final decoder's width, the paper's Table 5."""
+        if self.last_evaluation is None:
+            return  # nothing was trained far enough to be evaluated
+        workload, evaluation = self.workload, self.workload.evaluation
+        decoder_name = evaluation.final_decoder or evaluation.decoder
+        beam_width = evaluation.final_beam_width or evaluation.beam_width
+        decoder = evaluation_decoder(evaluation.model_copy(update={"decoder": decoder_name}), self.config.data,
+                                     workload.data.train, blank=workload.model.ctc_blank_index, beam_width=beam_width)
+        subsets = workload.data.dev + workload.data.test
+        pipelines = {subset: self._pipeline((subset,), training=False) for subset in subsets}
+        started = time.perf_counter()
+        results = evaluate_subsets(self.backend, pipelines, decoder, workload.model)
+        for subset, result in results.items():
+            self.log.event(own_keys.FINAL_ACCURACY, value=result.rates(),
+                           metadata={own_keys.SUBSET: subset, own_keys.EVAL_DECODER: decoder_name,
+                                     own_keys.EVAL_BEAM_WIDTH: beam_width, "utterances": result.utterances})
+            self.recorder.decoded(f"final-{subset}", result.references, result.hypotheses)
+        self.final_evaluation = {"decoder": decoder_name, "beam_width": beam_width,
+                                 "epoch": self.last_evaluation.epoch,
+                                 "seconds": round(time.perf_counter() - started, 3),
+                                 "subsets": _subset_records(results)}
+
     # --- the result ---------------------------------------------------------------------
 
-    def _result(self, timed: TimedRun, epochs: int, init_seconds: float) -> RunResult:
-        final = self.last_evaluation
+    def _result(self, timed: TimedRun, epochs: int, init_seconds: float, run_seconds: float) -> RunResult:
+        last = self.last_evaluation
         cores = self.statistics.cpu_cores_in_steps()
         return RunResult(
             status=timed.status, stop_reason=str(timed.reason), workload=self.workload.name,
             backend=self.config.backend, hardware=self.config.hardware.name, seed=self.config.seed, tta=self._tta(),
             epochs=epochs, batches=self.batch_index, train_samples=self.train_samples,
-            run_seconds=round(self.clock.seconds(), 3), init_seconds=round(init_seconds, 3),
+            run_seconds=round(run_seconds, 3), init_seconds=round(init_seconds, 3),
             parameter_count=self.parameter_count,
             throughput=self.statistics.throughput(), data_wait=self.statistics.data_wait(),
-            final_evaluation=None if final is None else {"epoch": final.epoch, "wer": final.wer, "cer": final.cer,
-                                                          "paper_cer": final.paper_cer},
+            last_evaluation=None if last is None else {"epoch": last.epoch, "subset": last.subset, **last.subsets[last.subset],
+                                                        "subsets": last.subsets},
+            final_evaluation=self.final_evaluation,
             telemetry=timed.telemetry, device=self.device_description,
             devices=self.devices, cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
                                               "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE},
@@ -286,3 +329,17 @@ class Harness:
                 "epoch": self.tracker.reached_epoch[target.label],
             }
         return tta
+
+
+def _subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
+    return {subset: {**result.rates(), "utterances": result.utterances} for subset, result in results.items()}
+
+
+def _close_quietly(backend: Backend | None) -> None:
+    """Close the backend while another error is on its way out: that error is the one to report."""
+    if backend is None:
+        return
+    try:
+        backend.close()
+    except Exception:  # noqa: S110 - the error already propagating says what went wrong
+        pass

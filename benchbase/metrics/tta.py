@@ -4,26 +4,33 @@ which the median of the last e evaluations of the target's metric is at or below
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 
 from benchbase.specs import Target, TTARule
+from benchbase.specs.tta import METRICS
 
 __all__ = ["TargetTracker"]
 
 
 class TargetTracker:
-    """Feeds evaluations in order and remembers when each target was first reached."""
+    """Feeds evaluations of the scored subset in order and remembers when each target was first reached."""
 
     def __init__(self, rule: TTARule) -> None:
         self.rule = rule
-        self.history: dict[str, list[float]] = {"wer": [], "cer": []}
+        self.history: dict[str, list[float]] = {metric: [] for metric in METRICS}
         self.reached: dict[str, float] = {}
         """Target label -> run-clock seconds at which it was reached."""
         self.reached_epoch: dict[str, int] = {}
 
-    def update(self, epoch: int, seconds: float, wer: float, cer: float) -> list[Target]:
-        """Record one evaluation; returns the targets it newly reached."""
-        self.history["wer"].append(wer)
-        self.history["cer"].append(cer)
+    def update(self, epoch: int, seconds: float, rates: Mapping[str, float]) -> list[Target]:
+        """Record one evaluation's rates (wer, cer, paper_cer); returns the targets it newly reached.
+
+        A metric the evaluation lacks (an old log without paper_cer) stays unrecorded, so no
+        target stated in it is reached.
+        """
+        for metric, values in self.history.items():
+            if metric in rates:
+                values.append(float(rates[metric]))
         newly = [target for target in self.rule.targets if target.label not in self.reached and self._met(target)]
         for target in newly:
             self.reached[target.label] = seconds

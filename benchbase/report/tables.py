@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from benchbase.errors import InputError
 from benchbase.report.cost import CostModel, energy_kwh
+from benchbase.report.paper import FINAL_WER, PLATFORMS
 from benchbase.report.runs import RunGroup
 from benchbase.report.scoring import OlympicScore, score_group
 from benchbase.report.table import ReportTable
@@ -43,13 +44,35 @@ def pick_baseline(scored: list[Scored], name: str | None) -> Scored:
 def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> list[ReportTable]:
     labels = _labels(scored)
     return [tta_minutes_table(scored, labels), tta_percent_table(scored, labels, baseline), accuracy_table(scored),
-            throughput_table(scored), cost_table(scored, labels, cost)]
+            final_evaluation_table(scored), throughput_table(scored), cost_table(scored, labels, cost)]
 
 
 def tta_minutes_table(scored: list[Scored], labels: list[str]) -> ReportTable:
     rows = [[item.group.name, len(item.group.runs), *(item.minutes(label) for label in labels)] for item in scored]
+    subsets = sorted({str(_workload(run).get("tta", {}).get("subset") or "the first dev subset")
+                      for item in scored for run in item.group.runs})
+    notes = ["NA: not reached (or more than one run never reached it).",
+             f"Scored on {', '.join(subsets)}; CER is the paper's (edits / the longer of hypothesis and reference), "
+             "CER/ref jiwer's (edits / reference)."]
     return ReportTable("TTA (minutes, olympic score over runs)", ["group", "runs", *labels], rows, name="tta-minutes",
-                       notes=["NA: not reached (or more than one run never reached it)."])
+                       notes=notes + deviation_notes(scored))
+
+
+def deviation_notes(scored: list[Scored]) -> list[str]:
+    """Every deviation the runs' workloads declare from their reference, once per workload."""
+    notes: list[str] = []
+    workloads: dict[str, dict] = {}
+    for item in scored:
+        for run in item.group.runs:
+            workload = _workload(run)
+            workloads.setdefault(str(workload.get("name", "?")), workload)
+    for name, workload in workloads.items():
+        deviations = [item for item in workload.get("deviations") or () if isinstance(item, dict)]
+        if deviations:
+            notes.append(f"Workload {name} deviates from {workload.get('reference') or 'its reference'}:")
+            notes += [f"- {item.get('field')}: {item.get('benchbase')} (reference: {item.get('reference')}). "
+                      f"{item.get('why')}" for item in deviations]
+    return notes
 
 
 def tta_percent_table(scored: list[Scored], labels: list[str], baseline: Scored) -> ReportTable:
@@ -60,13 +83,54 @@ def tta_percent_table(scored: list[Scored], labels: list[str], baseline: Scored)
 
 
 def accuracy_table(scored: list[Scored]) -> ReportTable:
+    """The last evaluation during training, on the subset TTA is scored on."""
+    rows = []
+    for item in scored:
+        lasts = [_last_evaluation(run.result) for run in item.group.runs]
+        rows.append([item.group.name, ", ".join(sorted({str(last.get("subset", "dev")) for last in lasts})),
+                     *(_mean(last.get(metric) for last in lasts)
+                       for metric in ("wer", "paper_cer", "cer", "loss", "epoch"))])
+    return ReportTable("accuracy at the last evaluation (%, mean over runs)",
+                       ["group", "subset", "WER", "CER", "CER/ref", "loss", "epoch"], rows, name="last-evaluation")
+
+
+def final_evaluation_table(scored: list[Scored]) -> ReportTable:
+    """The paper's Table 5: the final model's WER on every dev and test subset, after run_stop."""
+    subsets = _final_subsets(scored)
     rows = []
     for item in scored:
         finals = [run.result.get("final_evaluation") or {} for run in item.group.runs]
-        rows.append([item.group.name, *(_mean(final.get(metric) for final in finals)
-                                        for metric in ("wer", "cer", "paper_cer", "epoch"))])
-    return ReportTable("final accuracy on dev (%, mean over runs)", ["group", "WER", "CER", "paper CER", "epoch"],
-                       rows, name="final-accuracy")
+        decoders = sorted({f"{final['decoder']} {final['beam_width']}" for final in finals if "decoder" in final})
+        rows.append([item.group.name, ", ".join(decoders) or None,
+                     *(_mean(((final.get("subsets") or {}).get(subset) or {}).get("wer") for final in finals)
+                       for subset in subsets)])
+    notes = ["WER (%), mean over runs; NA: the run skipped its final evaluation (--no-final-eval) or has no such "
+             "subset."]
+    if any(_workload(run).get("name") == "ds2" for item in scored for run in item.group.runs):
+        # The paper's val-* are LibriSpeech's dev-* subsets.
+        paper_columns = [subset.replace("dev-", "val-") for subset in subsets]
+        rows += [[f"paper {name}", "word_beam 512", *(FINAL_WER[name].get(column) for column in paper_columns)]
+                 for name in PLATFORMS]
+    return ReportTable("final WER on every subset (the paper's Table 5; not timed)",
+                       ["group", "decoder, beam", *subsets], rows, name="final-evaluation", notes=notes)
+
+
+def _final_subsets(scored: list[Scored]) -> list[str]:
+    found = [subset for item in scored for run in item.group.runs
+             for subset in ((run.result.get("final_evaluation") or {}).get("subsets") or {})]
+    # The paper's column order: clean before other, dev before test within each.
+    return sorted(dict.fromkeys(found), key=lambda name: ("other" in name, not name.startswith("dev"), name))
+
+
+def _last_evaluation(result: dict) -> dict:
+    # Runs written before subsets existed called it final_evaluation and had no subset.
+    last = result.get("last_evaluation") or result.get("final_evaluation") or {}
+    return last if "subsets" not in last or "wer" in last else {}
+
+
+def _workload(run) -> dict:
+    workload = run.config.get("workload")
+    return workload if isinstance(workload, dict) else {}
 
 
 def throughput_table(scored: list[Scored]) -> ReportTable:

@@ -21,4 +21,5 @@ class RunConfig(Spec):
     out: Path = Field(description="Run folder.")
     data: Path = Field(description="Prepared feature store the run reads.")
     device: str = Field("auto", max_length=32, description="Device the backend trains on: auto, cpu, cuda.")
+    final_evaluation: bool = Field(True, description="Evaluate every dev and test subset after run_stop (untimed).")
     submitter: str = Field("benchbase", min_length=1, max_length=120, description="submission_org in the log.")

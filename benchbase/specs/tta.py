@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 
 from benchbase.specs._base import Spec
 
-__all__ = ["Target", "TTARule"]
+__all__ = ["METRICS", "METRIC_LABELS", "Target", "TTARule"]
 
-Metric = Literal["cer", "wer"]
+Metric = Literal["cer", "paper_cer", "wer"]
+"""wer: word error rate; cer: jiwer's character error rate (edits / reference characters, can
+exceed 100); paper_cer: the reference paper's Eq. 3 (each utterance's edits / max(len(hypothesis),
+len(reference)), averaged over utterances)."""
+METRICS: tuple[str, ...] = get_args(Metric)
+
+# The paper's CER is the one its targets are stated in, so it takes the plain name in labels.
+METRIC_LABELS = {"wer": "WER", "paper_cer": "CER", "cer": "CER/ref"}
 
 
 class Target(Spec):
-    metric: Metric = Field(description="Error rate the target is stated in.")
+    metric: Metric = Field(description="Error rate the target is stated in: wer, paper_cer (the paper's CER, "
+                           "labelled CER) or cer (jiwer's reference-length CER, labelled CER/ref).")
     value: float = Field(gt=0.0, le=100.0, description="Reached when the aggregate is at or below this (percent).")
 
     @property
     def label(self) -> str:
-        return f"{self.metric.upper()} {self.value:g}"
+        return f"{METRIC_LABELS[self.metric]} {self.value:g}"
 
 
 class TTARule(Spec):
+    subset: str | None = Field(
+        None, max_length=64, description="The dev subset every target is scored on (e.g. dev-clean). May be left "
+        "out only when the workload has a single dev subset.")
     targets: tuple[Target, ...] = Field(min_length=1, max_length=32, description="Every target to report a TTA for.")
     window: int = Field(3, ge=1, le=100, description="e: the aggregate covers the last e evaluations.")
     aggregation: Literal["median"] = Field("median", description="How the last e evaluations are combined.")

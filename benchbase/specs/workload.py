@@ -19,6 +19,7 @@ __all__ = [
     "DECODER_NAMES",
     "DataSpec",
     "DecoderName",
+    "Deviation",
     "EvalSpec",
     "FeatureSpec",
     "ModelSpec",
@@ -153,8 +154,10 @@ class OptimizerSpec(Spec):
 class DataSpec(Spec):
     dataset: Literal["synthetic", "librispeech"] = Field(description="Where the audio comes from.")
     train: tuple[str, ...] = Field(min_length=1, description="Subsets (LibriSpeech folder names) used for training.")
-    dev: tuple[str, ...] = Field(min_length=1, description="Subsets evaluated every epoch.")
-    test: tuple[str, ...] = Field((), description="Subsets held out for final testing.")
+    dev: tuple[str, ...] = Field(min_length=1, description="Subsets evaluated every epoch, each on its own "
+                                 "(never pooled); the TTA rule names the one it is scored on.")
+    test: tuple[str, ...] = Field((), description="Subsets evaluated only once, after run_stop (untimed), "
+                                  "beside every dev subset.")
     max_duration: float = Field(16.7, gt=0.0, le=120.0, description="Utterances longer than this (seconds) are dropped.")
     synthetic_utterances: int = Field(
         3000, ge=10, le=1_000_000, description="Corpus size when the dataset is synthesized."
@@ -185,8 +188,23 @@ class EvalSpec(Spec):
     lm_alpha: float = Field(0.5, ge=0.0, le=10.0, description="Weight of the language model's log-probability "
                             "in word beam search (shallow fusion).")
     lm_beta: float = Field(0.0, ge=-20.0, le=20.0, description="Score added per word in word beam search.")
+    final_decoder: DecoderName | None = Field(
+        None, description="Decoder of the final evaluation after run_stop (the paper's Table 5: word_beam); "
+        "none: the evaluation decoder.")
+    final_beam_width: int | None = Field(
+        None, ge=1, le=8192, description="Beam width of the final evaluation (the paper's Table 5: 512); none: "
+        "the evaluation beam width.")
     log_sentences_every: int = Field(50, ge=1, le=100_000, description="Greedy-decode training sentences every N batches.")
     checkpoint_every: int = Field(250, ge=1, le=1_000_000, description="Write a checkpoint every N batches.")
+
+
+class Deviation(Spec):
+    """One way a workload departs from its reference (or a choice the reference leaves open)."""
+
+    field: str = Field(min_length=1, max_length=120, description="Dotted spec field, or a topic where no field is.")
+    reference: str = Field(max_length=300, description="What the reference does (or 'not stated').")
+    benchbase: str = Field(min_length=1, max_length=300, description="What this workload does instead.")
+    why: str = Field(min_length=1, max_length=1000, description="Why, and what evidence supports the choice.")
 
 
 class WorkloadSpec(Spec):
@@ -200,6 +218,25 @@ class WorkloadSpec(Spec):
     tta: TTARule = Field(description="Time-to-accuracy targets and window.")
     max_epochs: int = Field(ge=1, le=10_000, description="Stop (status aborted) after this many epochs.")
     max_minutes: float = Field(ge=0.01, le=100_000.0, description="Stop (status aborted) after this many minutes on the run clock.")
+    reference: str = Field("", max_length=300, description="What the workload reproduces (a paper, a benchmark).")
+    deviations: tuple[Deviation, ...] = Field(
+        (), max_length=64, description="Every way the workload departs from its reference, declared.")
+
+    @property
+    def scored_subset(self) -> str:
+        """The dev subset TTA is scored on."""
+        return self.tta.subset or self.data.dev[0]
+
+    @model_validator(mode="after")
+    def _tta_subset_is_a_dev_subset(self) -> WorkloadSpec:
+        subset, dev = self.tta.subset, self.data.dev
+        if subset is None and len(dev) > 1:
+            raise ValueError(f"tta.subset must name the dev subset the targets are scored on, one of {list(dev)}")
+        if subset is not None and subset not in dev:
+            raise ValueError(f"tta.subset {subset!r} is not a dev subset ({', '.join(dev)})")
+        if len(set(dev + self.data.test)) != len(dev) + len(self.data.test):
+            raise ValueError(f"dev and test subsets repeat: {list(dev + self.data.test)}")
+        return self
 
     @model_validator(mode="after")
     def _padding_holds_the_longest_utterance(self) -> WorkloadSpec:

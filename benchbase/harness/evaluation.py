@@ -1,0 +1,72 @@
+"""Evaluating a model on named subsets: the backend predicts, the harness does the rest.
+
+Each subset is decoded and scored on its own, never pooled: the paper's dev-clean and
+dev-other differ by a factor of two in WER, so a pooled rate would describe neither. Beside
+the error rates, the harness computes the validation loss itself from the log-probabilities
+the backend returned (one NumPy CTC for every backend; a backend never reports a metric).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchbase.backend import Backend
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.decode import BackgroundDecoding
+from benchbase.decode.factory import Decoder
+from benchbase.metrics import error_rates
+from benchbase.metrics.ctc import ctc_loss
+from benchbase.specs import ModelSpec
+
+__all__ = ["SubsetEvaluation", "evaluate_subsets"]
+
+DIGITS = 4
+
+
+@dataclass(frozen=True)
+class SubsetEvaluation:
+    subset: str
+    wer: float
+    cer: float
+    paper_cer: float
+    loss: float
+    """Mean CTC loss per utterance (the training loss's reduction), impossible alignments as the spec says."""
+    utterances: int
+    references: list[str] = field(repr=False)
+    hypotheses: list[str] = field(repr=False)
+
+    def rates(self) -> dict[str, float]:
+        """What the log and metrics.jsonl record for the subset."""
+        return {"wer": round(self.wer, DIGITS), "cer": round(self.cer, DIGITS),
+                "paper_cer": round(self.paper_cer, DIGITS), "loss": round(self.loss, DIGITS)}
+
+
+def evaluate_subsets(backend: Backend, pipelines: dict[str, BatchPipeline], decoder: Decoder,
+                     model: ModelSpec) -> dict[str, SubsetEvaluation]:
+    """Every subset in ``pipelines`` order, each predicted, decoded and scored on its own."""
+    return {subset: _evaluate(subset, backend, pipeline, decoder, model) for subset, pipeline in pipelines.items()}
+
+
+def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: Decoder,
+              model: ModelSpec) -> SubsetEvaluation:
+    references: list[str] = []
+    losses: list[np.ndarray] = []
+    decoding = BackgroundDecoding(decoder)  # decodes batch n while the backend predicts n + 1
+    for batch in pipeline.epoch(0):
+        # The backend sees features and lengths only: the labels stay here.
+        log_probs, lengths = backend.predict(batch.inputs())
+        decoding.submit(log_probs, lengths)
+        losses.append(ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, model.ctc_blank_index))
+        references += batch.transcripts
+    hypotheses = decoding.results()
+    rates = error_rates(references, hypotheses)
+    return SubsetEvaluation(subset, rates.wer, rates.cer, rates.paper_cer, _mean_loss(np.concatenate(losses), model),
+                            rates.utterances, references, hypotheses)
+
+
+def _mean_loss(losses: np.ndarray, model: ModelSpec) -> float:
+    if model.ctc_impossible_alignments == "zero":
+        losses = np.where(np.isinf(losses), 0.0, losses)
+    return float(losses.mean()) if losses.size else 0.0

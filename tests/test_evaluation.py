@@ -1,0 +1,75 @@
+"""The harness's evaluation: each subset on its own, rates from the decoder, the validation loss
+from the backend's log-probabilities, and the store dropped from the page cache."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from benchbase.backend import Inputs
+from benchbase.data.page_cache import drop_from_page_cache
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.store import FeatureStore
+from benchbase.decode import GreedyDecoder
+from benchbase.harness.evaluation import evaluate_subsets
+
+
+class SeededLogProbs:
+    """Stands in for a trained backend's predict(): log-softmax of seeded logits, labels never seen."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        frames = int(inputs.output_lengths.max())
+        logits = self.rng.normal(0, 3, (len(inputs.output_lengths), frames, 30)).astype(np.float32)
+        return torch.log_softmax(torch.from_numpy(logits), -1).numpy(), inputs.output_lengths.copy()
+
+
+def _pipelines(store: FeatureStore, model, subsets) -> dict[str, BatchPipeline]:
+    return {subset: BatchPipeline(store, (subset,), 16, model=model, shuffle=False, drop_last=False)
+            for subset in subsets}
+
+
+def test_each_subset_is_scored_on_its_own(small_store, mini_workload):
+    store, model = FeatureStore(small_store), mini_workload.model
+    subsets = mini_workload.data.dev
+    results = evaluate_subsets(SeededLogProbs(0), _pipelines(store, model, subsets), GreedyDecoder(), model)
+    assert list(results) == list(subsets)
+    for subset, result in results.items():
+        assert result.utterances == len(result.references) == store.utterance_count([subset])
+        assert set(result.rates()) == {"wer", "cer", "paper_cer", "loss"}
+    assert results["dev-clean"].references != results["dev-other"].references
+
+
+def test_validation_loss_is_torchs_ctc_loss_on_the_same_log_probs(small_store, mini_workload):
+    store, model = FeatureStore(small_store), mini_workload.model
+    result = evaluate_subsets(SeededLogProbs(1), _pipelines(store, model, ["dev-clean"]), GreedyDecoder(),
+                              model)["dev-clean"]
+    # The same predictions again, scored by torch: the per-utterance NLL, impossible alignments as zero
+    # (zero_infinity), averaged over utterances (the spec's mean_over_batch).
+    backend, losses = SeededLogProbs(1), []
+    for batch in _pipelines(store, model, ["dev-clean"])["dev-clean"].epoch(0):
+        log_probs, lengths = backend.predict(batch.inputs())
+        labels = torch.from_numpy(batch.labels.astype(np.int64))
+        losses.append(torch.nn.functional.ctc_loss(
+            torch.from_numpy(log_probs).double().transpose(0, 1), labels, torch.from_numpy(lengths).long(),
+            torch.from_numpy(batch.label_lengths).long(), blank=model.ctc_blank_index, reduction="none",
+            zero_infinity=True))
+    expected = torch.cat(losses).mean().item()
+    assert result.loss == pytest.approx(expected, rel=1e-6)
+    assert result.loss > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
+def test_cache_clear_asks_the_os_to_drop_every_store_file(small_store, tmp_path):
+    assert drop_from_page_cache(small_store) is True
+    unreadable = tmp_path / "store"
+    unreadable.mkdir()
+    (unreadable / "shard.npz").write_bytes(b"x")
+    (unreadable / "shard.npz").chmod(0)
+    if os.geteuid() != 0:  # root reads any file
+        assert drop_from_page_cache(unreadable) is False
