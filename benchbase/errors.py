@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["BenchbaseError", "InputError", "describe_validation_error"]
+__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "Terminated", "describe_validation_error"]
 
 
 class BenchbaseError(Exception):
@@ -17,6 +17,19 @@ class InputError(BenchbaseError):
     """Bad input (an unknown name, a malformed file): the user must change what they passed."""
 
     exit_code = 2
+
+
+class NonFiniteError(BenchbaseError):
+    """A loss or log-probability that is NaN or infinite: the run stops at once, status aborted."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (a preempted job, `kill`): unwinds like Ctrl-C, so every cleanup runs.
+
+    A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` swallows it.
+    """
+
+    exit_code = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
 
 
 def describe_validation_error(source: str, error: ValidationError) -> str:

@@ -173,5 +173,5 @@ def test_a_store_of_another_format_is_refused_with_a_way_out(tmp_path, small_sto
     shutil.copytree(small_store, copy)
     description = json.loads((copy / "store.json").read_text())
     (copy / "store.json").write_text(json.dumps({**description, "version": 1}))
-    with pytest.raises(InputError, match="format 1, this benchbase reads 2; prepare it again"):
+    with pytest.raises(InputError, match="format 1, this benchbase reads 3; prepare it again"):
         FeatureStore(copy)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
 
-from benchbase.errors import BenchbaseError
+from benchbase.errors import BenchbaseError, Terminated
 
 __all__ = ["cli", "main"]
 
@@ -18,6 +19,9 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM (a preempted job, `kill`) unwinds like Ctrl-C: run_stop is logged, child
+    # processes stop, partial files are removed; then exit 143 as the shell would report it.
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         # Without standalone mode, click returns a command's Exit code instead of exiting with it.
         code = cli.main(args=argv, standalone_mode=False)
@@ -33,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except Terminated:
+        _fail("terminated (SIGTERM)", Terminated.exit_code)
+
+
+def _raise_terminated(signal_number, frame) -> None:
+    raise Terminated()
 
 
 def _fail(message: str, code: int) -> None:

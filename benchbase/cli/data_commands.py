@@ -81,6 +81,24 @@ def prepare(root: Path, subsets: str, workload_name: str, train_subsets: str | N
     console.print(f"store: {out}  (skipped files and reasons: {out / REPORT_FILE})")
 
 
+@data.command()
+@click.argument("store", type=click.Path(path_type=Path))
+def verify(store: Path) -> None:
+    """Check every shard of STORE against its checksums; exit 0 sound, 1 damaged, 2 not a store."""
+    from benchbase.data.integrity import verify_store
+    from benchbase.data.store import FeatureStore
+
+    FeatureStore(store)  # a one-line error for a folder that is no store at all
+    problems = verify_store(store)
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        raise click.exceptions.Exit(1)
+    description = FeatureStore(store).description
+    shards = sum(len(split.get("checksums", {})) for split in description["splits"].values())
+    click.echo(f"{store}: {shards} shards match their checksums")
+
+
 def _progress(console: Console, unit: str = "") -> Progress:
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
     if unit:

@@ -249,6 +249,14 @@ def final_evaluation(rule: r.FinalEvaluationRule, evidence: Evidence) -> list[st
     return messages
 
 
+def numeric_health(rule: r.NumericHealthRule, evidence: Evidence) -> list[str]:
+    stops = evidence.log.keyed("run_stop")
+    if stops and stops[-1].metadata.get(keys.STOP_REASON) == "non_finite":
+        return [f"line {stops[-1].line}: the run ended on a non-finite number: "
+                f"{_short(stops[-1].metadata.get(keys.ERROR, 'no error recorded'))}"]
+    return []
+
+
 def thread_budget(rule: r.ThreadBudgetRule, evidence: Evidence) -> list[str]:
     measured = evidence.log.first(keys.CPU_CORES_IN_STEPS)
     if measured is None:
@@ -280,6 +288,7 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "thread_budget": thread_budget,
     "eval_subsets": eval_subsets,
     "final_evaluation": final_evaluation,
+    "numeric_health": numeric_health,
 }
 
 
@@ -291,7 +300,7 @@ def same_value(left: Any, right: Any) -> bool:
 
 def _ended_by_error(evidence: Evidence) -> bool:
     stops = evidence.log.keyed("run_stop")
-    return bool(stops) and stops[-1].metadata.get(keys.STOP_REASON) in ("error", "interrupted")
+    return bool(stops) and stops[-1].metadata.get(keys.STOP_REASON) in ("error", "interrupted", "non_finite")
 
 
 def _aborted(evidence: Evidence) -> bool:

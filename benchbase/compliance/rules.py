@@ -152,6 +152,11 @@ class FinalEvaluationRule(_RuleBase):
         "result.json reports exactly what the log holds.")
 
 
+class NumericHealthRule(_RuleBase):
+    check: Literal["numeric_health"] = Field(
+        description="The run did not end on a NaN or infinite loss or log-probability.")
+
+
 class ResultConsistencyRule(_RuleBase):
     check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
 
@@ -159,7 +164,8 @@ class ResultConsistencyRule(_RuleBase):
 Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
-    | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule,
+    | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
+    | NumericHealthRule,
     Field(discriminator="check"),
 ]
 

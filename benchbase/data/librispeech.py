@@ -26,6 +26,10 @@ def list_subset(root: Path, subset: str) -> tuple[list[UtteranceSource], list[tu
     for transcript_file in sorted(subset_dir.glob("*/*/*.trans.txt")):
         _read_transcripts(transcript_file, utterances, problems)
     utterances.sort(key=lambda utterance: utterance.utterance_id)
+    # Every audio file is accounted for: one that no transcript names is reported, not silently ignored.
+    named = {utterance.audio for utterance in utterances}
+    problems += [(str(audio), "audio file not named in any transcript")
+                 for audio in sorted(subset_dir.glob("*/*/*.flac")) if audio not in named]
     return utterances, problems
 
 

@@ -13,6 +13,7 @@ utterance is an error.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -27,6 +28,7 @@ from threadpoolctl import threadpool_limits
 from benchbase.atomic import atomic_write_bytes
 from benchbase.data.alphabet import UnknownCharacterError, encode_transcript
 from benchbase.data.features import extract_features
+from benchbase.data.integrity import check_identity, shard_checksums
 from benchbase.data.librispeech import UtteranceSource, list_subset
 from benchbase.data.store import (
     FORMAT_VERSION,
@@ -37,6 +39,7 @@ from benchbase.data.store import (
     write_shard,
 )
 from benchbase.errors import InputError
+from benchbase.process_guard import end_with_parent
 from benchbase.specs import FeatureSpec, ModelSpec
 
 __all__ = ["MANIFEST_FILE", "REPORT_FILE", "prepare_store"]
@@ -69,6 +72,8 @@ class ShardSummary:
     frames: int = 0
     feature_sum: list[float] = field(default_factory=list)
     feature_sum_squares: list[float] = field(default_factory=list)
+    checksums: dict[str, str] = field(default_factory=dict)
+    """SHA-256 of the shard's index and features files (empty when nothing was kept)."""
 
 
 def prepare_store(
@@ -87,6 +92,7 @@ def prepare_store(
     normalization statistics come from the train role only.
     """
     jobs_by_subset = _plan_jobs(corpus_root, subsets, features, model, max_duration, out)
+    check_identity(out, _identity(corpus_root, subsets, jobs_by_subset, features, model, max_duration))
     all_jobs = [job for jobs in jobs_by_subset.values() for job in jobs]
     summaries = _run_jobs(all_jobs, workers, progress)
     description = _describe(corpus_root, subsets, jobs_by_subset, summaries, out)
@@ -129,7 +135,8 @@ def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | No
     if pending:
         # spawn, not fork: the caller may already hold threads (torch, the sampler).
         context = multiprocessing.get_context("spawn")
-        with context.Pool(min(workers or os.cpu_count() or 1, len(pending)), initializer=_one_blas_thread) as pool:
+        with context.Pool(min(workers or os.cpu_count() or 1, len(pending)), initializer=_start_worker,
+                          initargs=(os.getpid(),)) as pool:
             for job, summary in zip(pending, pool.imap(_prepare_shard, pending)):
                 summaries[job.path] = summary
                 done += len(job.sources)
@@ -138,20 +145,35 @@ def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | No
     return summaries
 
 
-def _one_blas_thread() -> None:
+def _start_worker(parent_pid: int) -> None:
     """Parallelism comes from the worker processes; a BLAS thread pool as wide as the machine
-    inside each of them would oversubscribe the cores (the mel projection is a matrix product)."""
+    inside each of them would oversubscribe the cores (the mel projection is a matrix product).
+    A worker ends with the preparation that started it, even one killed with SIGKILL."""
+    end_with_parent(parent_pid)
     threadpool_limits(1)
 
 
 def _finished_summary(shard: Path) -> ShardSummary | None:
-    """The summary of a shard finished by an earlier preparation (its sidecar is written last)."""
+    """The summary of a shard finished by an earlier preparation (its sidecar is written last),
+    or None when the shard must be prepared again: no sidecar, or shard files that are missing,
+    truncated or altered since (their checksums no longer match the sidecar's)."""
     sidecar = shard.with_suffix(".json")
-    if not sidecar.is_file():
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+        data["problems"] = [tuple(problem) for problem in data["problems"]]
+        summary = ShardSummary(**data)
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    data = json.loads(sidecar.read_text(encoding="utf-8"))
-    data["problems"] = [tuple(problem) for problem in data["problems"]]
-    return ShardSummary(**data)
+    if summary.kept and (not summary.checksums or not _files_match(shard, summary.checksums)):
+        return None
+    return summary
+
+
+def _files_match(shard: Path, checksums: dict[str, str]) -> bool:
+    try:
+        return shard_checksums(shard) == checksums
+    except OSError:
+        return False
 
 
 def _prepare_shard(job: ShardJob) -> ShardSummary:
@@ -163,6 +185,7 @@ def _prepare_shard(job: ShardJob) -> ShardSummary:
         summary.feature_sum = stacked.sum(axis=0).tolist()
         summary.feature_sum_squares = np.square(stacked).sum(axis=0).tolist()
         write_shard(job.path, utterances)
+        summary.checksums = shard_checksums(job.path)
     summary.kept = len(utterances)
     text = json.dumps(asdict(summary)).encode()
     atomic_write_bytes(job.path.with_suffix(".json"), lambda handle: handle.write(text))
@@ -230,9 +253,23 @@ def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
             "seconds": round(sum(part.seconds for part in parts), 3),
             "resampled": sum(part.resampled for part in parts),
             "dropped": dropped,
+            "checksums": {str(job.path.relative_to(out)): summaries[job.path].checksums
+                          for job in jobs if summaries[job.path].kept},
         }
     return {"version": FORMAT_VERSION, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()},
             "splits": described}
+
+
+def _identity(root: Path, subsets, jobs_by_subset, features: FeatureSpec, model: ModelSpec,
+              max_duration: float) -> dict:
+    """What every shard of the store depends on: the corpus (its path and a digest of its file list)
+    and the settings that shape the features."""
+    listing = [(name, str(source.audio.relative_to(root)), source.transcript)
+               for name, jobs in sorted(jobs_by_subset.items()) for job in jobs for source in job.sources]
+    return {"source": str(Path(root).resolve()), "files_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
+            "features": features.model_dump(), "max_duration": max_duration,
+            "conv": [model.conv_width, model.conv_stride], "format": FORMAT_VERSION,
+            "roles": {role: list(names) for role, names in sorted(subsets.items())}}
 
 
 def _write_manifest_and_report(out: Path, jobs_by_subset, summaries, description: dict) -> None:

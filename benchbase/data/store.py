@@ -37,8 +37,9 @@ SHARD_SIZE = 64
 STORE_FILE = "store.json"
 STATS_FILE = "stats.npz"
 OPEN_MAPS = 128
-FORMAT_VERSION = 2
-"""Bumped whenever the shard layout changes; a store of another version is prepared again."""
+FORMAT_VERSION = 3
+"""Bumped whenever the shard layout changes; a store of another version is prepared again.
+3: store.json and each shard's sidecar hold the shards' SHA-256 checksums."""
 
 
 @dataclass(frozen=True)

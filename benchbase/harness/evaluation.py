@@ -16,6 +16,7 @@ from benchbase.backend import Backend
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import BackgroundDecoding
 from benchbase.decode.factory import Decoder
+from benchbase.errors import NonFiniteError
 from benchbase.metrics import error_rates
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
@@ -57,6 +58,7 @@ def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: D
     for batch in pipeline.epoch(0):
         # The backend sees features and lengths only: the labels stay here.
         log_probs, lengths = backend.predict(batch.inputs())
+        _check_finite(subset, log_probs, batch.output_lengths, batch.utterance_ids)
         decoding.submit(log_probs, lengths)
         losses.append(ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, model.ctc_blank_index))
         references += batch.transcripts
@@ -64,6 +66,16 @@ def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: D
     rates = error_rates(references, hypotheses)
     return SubsetEvaluation(subset, rates.wer, rates.cer, rates.paper_cer, _mean_loss(np.concatenate(losses), model),
                             rates.utterances, references, hypotheses)
+
+
+def _check_finite(subset: str, log_probs: np.ndarray, lengths: np.ndarray, utterance_ids: list[str]) -> None:
+    """NaN or infinite log-probabilities within the valid frames stop the run: no decoder can score them."""
+    frames = np.arange(log_probs.shape[1])[None, :] < lengths[:, None]
+    bad = ~np.isfinite(log_probs).all(axis=2) & frames
+    if bad.any():
+        rows = np.flatnonzero(bad.any(axis=1))
+        raise NonFiniteError(f"{subset}: predict returned non-finite log-probabilities for "
+                             f"{len(rows)} utterance(s): {', '.join(utterance_ids[row] for row in rows[:8])}")
 
 
 def _mean_loss(losses: np.ndarray, model: ModelSpec) -> float:

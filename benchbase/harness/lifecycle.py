@@ -13,6 +13,7 @@ from types import TracebackType
 
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance.keys import ERROR, STOP_REASON, constants
+from benchbase.errors import NonFiniteError, Terminated
 from benchbase.harness.stop import StopReason
 from benchbase.telemetry import TelemetrySampler
 
@@ -42,8 +43,7 @@ class TimedRun:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         if error is not None:
-            interrupted = isinstance(error, KeyboardInterrupt | SystemExit)
-            self.reason = StopReason.INTERRUPTED if interrupted else StopReason.ERROR
+            self.reason = _reason_for(error)
             self.error = f"{type(error).__name__}: {error}"
         elif self.reason is None:
             self.reason, self.error = StopReason.ERROR, "the run ended without a stop reason"
@@ -59,6 +59,14 @@ class TimedRun:
 
     def _stop_sampler(self) -> None:
         self.telemetry = self.sampler.stop()
+
+
+def _reason_for(error: BaseException) -> StopReason:
+    if isinstance(error, KeyboardInterrupt | SystemExit | Terminated):
+        return StopReason.INTERRUPTED
+    if isinstance(error, NonFiniteError):
+        return StopReason.NON_FINITE
+    return StopReason.ERROR
 
 
 def _attempt_each(*steps) -> list[BaseException]:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -23,11 +24,12 @@ from benchbase.backend import CONTRACT_VERSION, Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
+from benchbase.data.integrity import verified_store
 from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder, greedy_decode
-from benchbase.errors import BenchbaseError
+from benchbase.errors import BenchbaseError, InputError, NonFiniteError
 from benchbase.harness.clock import RunClock
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
@@ -105,6 +107,7 @@ class Harness:
 
     def _initialize(self) -> None:
         self.store = FeatureStore(self.config.data)
+        self._check_store()
         # MLPerf's cache_clear: the store's files leave the OS page cache, so the first epoch
         # reads from disk as a fresh machine's would. False where the OS refused.
         self.log.event(constants.CACHE_CLEAR, value=drop_from_page_cache(self.config.data))
@@ -114,12 +117,24 @@ class Harness:
         check_capabilities(self.backend_class, self.config.backend, self.workload, self.config.hardware, self.plan)
         self.context = build_context(self.config, self.store, self.plan)
         self.train_data = self._pipeline(self.workload.data.train, training=True)
+        if len(self.train_data) == 0:
+            raise InputError(f"{self.config.data}: the training subsets hold {self.train_data.utterances} utterances, "
+                             f"fewer than one global batch of {self.config.hardware.pipeline.global_batch}: "
+                             "no batch would be trained")
         self.dev_data = {subset: self._pipeline((subset,), training=False) for subset in self.workload.data.dev}
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         self.decoder = evaluation_decoder(self.workload.evaluation, self.config.data, self.workload.data.train,
                                           blank=self.workload.model.ctc_blank_index)
         self._log_submission()
         self.backend = self.backend_class()
+
+    def _check_store(self) -> None:
+        """Before the clock: the store is what was prepared (checksums) and fits the workload."""
+        verified_store(self.config.data)
+        expected = self.workload.features.dimension
+        if self.store.feature_dimension != expected:
+            raise InputError(f"{self.config.data}: features have {self.store.feature_dimension} dimensions, "
+                             f"workload {self.workload.name!r} expects {expected}")
 
     def _pipeline(self, subsets: tuple[str, ...], training: bool) -> BatchPipeline:
         pipeline, data, model = self.config.hardware.pipeline, self.workload.data, self.workload.model
@@ -185,8 +200,10 @@ class Harness:
             for epoch in range(1, self.workload.max_epochs + 1):
                 self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
                 batches, upcoming = upcoming, None
-                finished_epoch = self._train_epoch(epoch, batches)
-                batches.close()
+                try:
+                    finished_epoch = self._train_epoch(epoch, batches)
+                finally:
+                    batches.close()  # also when training raised: its readers stop now, not at exit
                 if finished_epoch and epoch < self.workload.max_epochs:
                     # The next epoch's readers fill its shuffle buffer while this one is evaluated.
                     upcoming = self.train_data.epoch(epoch + 1)
@@ -217,6 +234,10 @@ class Harness:
             if not isinstance(loss, float):
                 raise BenchbaseError(f"backend {self.config.backend!r}: train_step returned a "
                                      f"{type(loss).__name__}; the contract asks for a Python float")
+            if not math.isfinite(loss):
+                # Training on from here would measure garbage; the batch is named so it can be inspected.
+                raise NonFiniteError(f"batch {self.batch_index + 1} (epoch {epoch}): train_step returned a loss of "
+                                     f"{loss} on utterances {_named(batch.utterance_ids)}")
             self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step, cpu)
             if self._out_of_time():
                 return False
@@ -333,6 +354,11 @@ class Harness:
 
 def _subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
     return {subset: {**result.rates(), "utterances": result.utterances} for subset, result in results.items()}
+
+
+def _named(utterance_ids: list[str], shown: int = 8) -> str:
+    more = len(utterance_ids) - shown
+    return ", ".join(utterance_ids[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _close_quietly(backend: Backend | None) -> None:

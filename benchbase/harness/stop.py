@@ -15,7 +15,9 @@ class StopReason(StrEnum):
     ERROR = "error"
     """The backend, a plugin or the harness raised; the error is in run_stop's metadata."""
     INTERRUPTED = "interrupted"
-    """Ctrl-C (or another KeyboardInterrupt / SystemExit) stopped the run."""
+    """Ctrl-C, SIGTERM (or another KeyboardInterrupt / SystemExit) stopped the run."""
+    NON_FINITE = "non_finite"
+    """A loss or log-probability was NaN or infinite; the batch is named in run_stop's error."""
 
     @property
     def succeeded(self) -> bool:

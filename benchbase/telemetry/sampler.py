@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import IO
 
 import psutil
+
+from benchbase.process_guard import end_with_parent, parent_is_gone
 
 __all__ = ["TelemetrySampler", "open_nvml"]
 
@@ -49,7 +52,7 @@ class TelemetrySampler:
         context = multiprocessing.get_context("spawn")
         self._stop = context.Event()
         self._process = context.Process(target=_sample_until_stopped, name="benchbase-telemetry", daemon=True,
-                                        args=(path, clock_origin, interval, self._stop))
+                                        args=(path, clock_origin, interval, self._stop, os.getpid()))
 
     def start(self) -> None:
         self._process.start()
@@ -70,13 +73,14 @@ class TelemetrySampler:
         return summary
 
 
-def _sample_until_stopped(path: Path, clock_origin: float, interval: float, stop) -> None:
+def _sample_until_stopped(path: Path, clock_origin: float, interval: float, stop, parent_pid: int) -> None:
+    end_with_parent(parent_pid)  # a killed run must not leave a sampler appending forever
     started = time.process_time()
     nvml, handles = open_nvml()
     totals = {"samples": 0, "cpu": 0.0, "gpu_samples": 0, "gpu": 0.0}
     psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
     with open(path, "a", encoding="utf-8") as sink:
-        while not stop.wait(interval):
+        while not stop.wait(interval) and not parent_is_gone(parent_pid):
             _sample(sink, clock_origin, nvml, handles if nvml else [], totals)
     gpu_status = f"{len(handles)} GPU(s) via NVML" if nvml else handles
     summary = _summary(totals, interval, gpu_status, time.process_time() - started)

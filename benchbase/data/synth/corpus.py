@@ -35,6 +35,7 @@ from benchbase.data.synth.sentences import (
     sentences_from_file,
 )
 from benchbase.data.synth.voices import HELD_OUT_UTTERANCE_FRACTION, Voice, cast_voices, split_sizes
+from benchbase.process_guard import end_with_parent
 
 __all__ = [
     "CHAPTER_SIZE",
@@ -147,8 +148,9 @@ def _transcripts(utterances: int, seed: int, text_file: Path | None) -> tuple[li
 _synthesizer: EspeakSynthesizer | None = None
 
 
-def _start_worker() -> None:
+def _start_worker(parent_pid: int) -> None:
     global _synthesizer
+    end_with_parent(parent_pid)  # a killed synthesis leaves no worker rendering on
     _synthesizer = EspeakSynthesizer()
 
 
@@ -188,7 +190,8 @@ def _render_all(jobs: Sequence[UtteranceJob], root: Path, workers: int,
     # with an error, where Pool would silently respawn it forever.
     context = multiprocessing.get_context("spawn")
     lengths: list[int] = []
-    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context, initializer=_start_worker)
+    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context, initializer=_start_worker,
+                               initargs=(os.getpid(),))
     try:
         for length in pool.map(partial(_render_job, root=root), jobs, chunksize=8):
             lengths.append(length)
