@@ -16,6 +16,12 @@ The call order, whatever the backend:
     backend.predict(inputs) ...
     backend.save_checkpoint(path) ...
     backend.close()                     # exactly once, also when build() or a step raised
+
+A run whose ``ModelSpec.precision`` is not fp32 ends with one more instance, off the clock,
+while the first is still open (before its close()): the final evaluation's FP32 twin, built
+with the same context at ``precision="fp32"``, given the first one's ``export_weights()``
+(less the quantizer's ranges) through ``import_weights()``, evaluated with ``predict()`` and
+closed. It needs nothing a backend does not already have: every backend implements fp32.
 """
 
 from __future__ import annotations
@@ -154,7 +160,17 @@ class Capabilities:
     max_devices: int = 1
     """Most devices of one kind the backend spans in one run."""
     precisions: frozenset[str] = frozenset({"fp32"})
-    """Arithmetic precisions it implements (``ModelSpec.precision``)."""
+    """Arithmetic precisions it implements (``ModelSpec.precision``, ``benchbase.specs.workload.PRECISIONS``).
+
+    fp32 is required (the final evaluation's FP32 twin uses it). What each other one means is
+    pinned in ``ModelSpec.precision``'s description: tf32 and fp16 exist on GPUs only (the
+    harness refuses them on a CPU plan before the clock starts, whatever a backend declares);
+    bf16 and fp16 are the framework's automatic mixed precision (float32 master weights, fp16
+    with dynamic loss scaling); int8-emulated fake-quantizes exactly as ``ModelSpec.quantization``
+    says (``benchbase.quantization`` is the reference), keeps its activation ranges as model
+    state (in ``weight_layout`` and the checkpoint, like BatchNorm's statistics), and evaluates
+    quantized too. ``train_step`` and ``predict`` both run in the run's precision; ``predict``
+    still returns float32 log-probabilities and ``export_weights`` float32 master weights."""
     process_model: ProcessModel = "single_process"
     """single_process: one process drives every device (tf.distribute's MirroredStrategy).
     process_per_device: one process per device, started by torch's launcher. The harness

@@ -18,6 +18,12 @@ most common on-disk convention, and each backend transposes to its own:
 
 BatchNorm's ``mean`` and ``variance`` are its running statistics (used in inference).
 The convolution has no bias: BatchNorm follows it.
+
+A model of precision ``int8-emulated`` also holds the moving-average range of each
+fake-quantized layer input (``benchbase.quantization``), state like BatchNorm's statistics:
+
+    conv.input_range, lstm.{i}.input_range, output.input_range      ()   float32 scalars
+
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from benchbase.errors import BenchbaseError
+from benchbase.quantization import quantizer_state_layout
 from benchbase.specs import ModelSpec
 
 __all__ = ["BATCHNORM_PARTS", "validate_weights", "weight_layout"]
@@ -50,6 +57,9 @@ def weight_layout(model: ModelSpec, feature_dimension: int) -> dict[str, tuple[i
         inputs = model.lstm_units
     layout["output.kernel"] = (model.lstm_units, model.symbols)
     layout["output.bias"] = (model.symbols,)
+    # Only a fake-quantized model (precision int8-emulated) keeps activation ranges: the
+    # layout of every other precision, and so every fp32-only backend, is unchanged.
+    layout |= quantizer_state_layout(model)
     return layout
 
 

@@ -18,10 +18,17 @@ elementwise work, the output layer 2*units*symbols; a training step is 3x the fo
 (backward = 2x forward). MFU divides them by the median step time and the GPU's peak dense
 FP32 rate without tensor cores (H100 SXM: 67 TFLOP/s), once counting the padded frames (what
 the GPU computes) and once only the true frames; the ratio to the TF32 tensor-core peak
-(H100 SXM: 495 TFLOP/s dense) is given for context, though the contract forbids TF32.
+(H100 SXM: 495 TFLOP/s dense) is given for context.
+
+``--precision`` runs each backend in one or more of the spec's GPU precisions (``ModelSpec.precision``:
+fp32, tf32, bf16, fp16; one worker process per backend, precisions in the order given), and
+"MFU (matching peak)" divides by the peak of the arithmetic that precision puts on the tensor
+cores: FP32 (no tensor cores) for fp32, dense TF32 for tf32, dense BF16/FP16 for bf16 and fp16
+(H100 SXM: 67, 495 and 989 TFLOP/s). The FLOPs are the same in every precision.
 
     python benchmarks/gpu_ds2.py                                   # cuda, torch and jax, the profiles' batches
     python benchmarks/gpu_ds2.py --backends torch --batch 60,150 --steps 30
+    python benchmarks/gpu_ds2.py --batch 60,150 --precision fp32,tf32,bf16,fp16
     python benchmarks/gpu_ds2.py --device cpu --steps 2 --batch 2 --frames 200   # a smoke test without a GPU
 """
 
@@ -68,15 +75,20 @@ LSTM_ELEMENTWISE_PER_UNIT = 13
 """Gate bias (4), three sigmoids and two tanh (5, one FLOP each), c = f*c + i*g (3), h = o*tanh(c) (1)."""
 TRAINING_FACTOR = 3
 """Forward + backward, the backward pass counted as twice the forward."""
-# Peak dense throughput in FLOP/s: FP32 on the CUDA cores (no tensor cores) and TF32 on the tensor
-# cores, from NVIDIA's H100 and H200 datasheets (TF32 there is quoted with 2:4 sparsity; dense is
-# half). H100 SXM FP32: 132 SMs x 128 FP32 lanes x 2 FLOP x 1.98 GHz boost = 66.9 TFLOP/s.
+# Peak dense throughput in FLOP/s: FP32 on the CUDA cores (no tensor cores), TF32 and BF16/FP16 on
+# the tensor cores, from NVIDIA's H100 and H200 datasheets (tensor-core rates there are quoted with
+# 2:4 sparsity; dense is half). H100 SXM FP32: 132 SMs x 128 FP32 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s.
 PEAKS = (
-    ("H100 PCIe", 51.2e12, 378e12, "NVIDIA H100 datasheet (PCIe): FP32 51 TFLOPS, TF32 756 TFLOPS with sparsity"),
-    ("H100 NVL", 60e12, 418e12, "NVIDIA H100 datasheet (NVL): FP32 60 TFLOPS, TF32 835 TFLOPS with sparsity"),
-    ("H100", 67e12, 495e12, "NVIDIA H100 datasheet (SXM5): FP32 67 TFLOPS, TF32 989 TFLOPS with sparsity"),
-    ("H200", 67e12, 495e12, "NVIDIA H200 datasheet (SXM): FP32 67 TFLOPS, TF32 989 TFLOPS with sparsity"),
+    ("H100 PCIe", 51.2e12, 378e12, 756e12,
+     "NVIDIA H100 datasheet (PCIe): FP32 51 TFLOPS, TF32 756 and BF16/FP16 1513 TFLOPS with sparsity"),
+    ("H100 NVL", 60e12, 418e12, 835e12,
+     "NVIDIA H100 datasheet (NVL): FP32 60 TFLOPS, TF32 835 and BF16/FP16 1671 TFLOPS with sparsity"),
+    ("H100", 67e12, 495e12, 989e12,
+     "NVIDIA H100 datasheet (SXM5): FP32 67 TFLOPS, TF32 989 and BF16/FP16 1979 TFLOPS with sparsity"),
+    ("H200", 67e12, 495e12, 989e12,
+     "NVIDIA H200 datasheet (SXM): FP32 67 TFLOPS, TF32 989 and BF16/FP16 1979 TFLOPS with sparsity"),
 )
+GPU_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 NVML_PERIOD_S = 0.05
 
 
@@ -121,10 +133,18 @@ def forward_flops_per_output_frame(model: ModelSpec, feature_dimension: int) -> 
 
 
 def gpu_peaks(name: str) -> tuple[float | None, float | None, str]:
-    for key, fp32, tf32, source in PEAKS:
+    for key, fp32, tf32, _, source in PEAKS:
         if key.lower() in name.lower():
             return fp32, tf32, source
     return None, None, f"no peak known for {name!r} (pass --peak-fp32-tflops)"
+
+
+def matching_peak(name: str, precision: str) -> float | None:
+    """The dense peak of the arithmetic ``precision`` runs its matmuls in (FP32 cores for fp32)."""
+    for key, fp32, tf32, half, _ in PEAKS:
+        if key.lower() in name.lower():
+            return {"fp32": fp32, "tf32": tf32, "bf16": half, "fp16": half}[precision]
+    return None
 
 
 def random_batches(model: ModelSpec, rows: int, frames: int, min_frames: int, feature_dimension: int,
@@ -261,7 +281,7 @@ class Framework:
         return {}
 
     def precision(self) -> dict:
-        """The fp32 settings in force after build() (the contract pins true fp32: no TF32)."""
+        """The precision settings in force after build() (fp32: true IEEE float32, no TF32)."""
         if self.name == "torch":
             import torch
 
@@ -280,8 +300,13 @@ class Framework:
         if self.name == "jax":
             import jax
 
-            return {"lax precision": "HIGHEST in every conv/matmul (plugin)",
+            return {"lax precision": "per ModelSpec.precision (benchbase_jax_ds2.model.arithmetic): HIGHEST for "
+                                     "fp32, DEFAULT (TF32) for tf32, bf16/fp16 operands with float32 accumulation",
                     "jax_default_matmul_precision": str(jax.config.jax_default_matmul_precision)}
+        if self.name == "tf":
+            import tensorflow as tf
+
+            return {"tensor_float_32_execution": tf.config.experimental.tensor_float_32_execution_enabled()}
         return {}
 
     def fp32_probe(self) -> dict:
@@ -390,37 +415,48 @@ def run_worker(args: argparse.Namespace) -> None:
         known_fp32, peak_tf32, _ = gpu_peaks(report["gpu"]["name"])
         peak_fp32 = peak_fp32 or known_fp32
     started = time.perf_counter()
+    runs = [(precision, rows) for precision in args.precision.split(",") for rows in args.batches]
     previous: tuple[int, float] | None = None
-    for rows in args.batches:
+    for precision, rows in runs:
         elapsed = time.perf_counter() - started
+        if precision not in backend_class.capabilities.precisions:
+            report["results"].append({"batch": rows, "precision_mode": precision,
+                                      "skipped": f"{args.worker} does not declare precision {precision}"})
+            continue
         if previous is not None and elapsed + previous[1] * rows / previous[0] > args.budget:
-            report["results"].append({"batch": rows, "skipped": f"time budget of {args.budget:.0f} s per backend"})
-            print(f"[{args.worker}] batch {rows}: skipped (budget)", flush=True)
+            report["results"].append({"batch": rows, "precision_mode": precision,
+                                      "skipped": f"time budget of {args.budget:.0f} s per backend"})
+            print(f"[{args.worker}] {precision} batch {rows}: skipped (budget)", flush=True)
             save()
             continue
         size_started = time.perf_counter()
         try:
-            entry = measure(backend_class, framework, sampler, args, model, optimizer, feature_dimension, rows,
-                            kind, flops_frame, peak_fp32, peak_tf32)
+            peak_matching = matching_peak(report["gpu"]["name"], precision) if sampler is not None else None
+            entry = measure(backend_class, framework, sampler, args, model.model_copy(update={"precision": precision}),
+                            optimizer, feature_dimension, rows, kind, flops_frame, peak_fp32, peak_tf32,
+                            peak_matching)
             report["results"].append(entry)
             report["device"] = entry.pop("device_description", None)
-            report["precision"] = entry.pop("precision", None)
-            if len(report["results"]) == 1:
-                if kind == "cuda":
-                    report["fp32_probe"] = _safely(framework.fp32_probe)
-                print(f"[{args.worker}] {report['device']}; precision {report['precision']}; "
+            # The framework's settings after build() in this precision (TF32 flags and the like).
+            entry["framework_settings"] = entry.pop("precision", None)
+            report.setdefault("precision", {})[precision] = entry["framework_settings"]
+            if "fp32_probe" not in report and precision == "fp32" and kind == "cuda":
+                report["fp32_probe"] = _safely(framework.fp32_probe)
+            if rows == args.batches[0]:
+                print(f"[{args.worker}] {report['device']}; {precision}: settings {entry['framework_settings']}; "
                       f"fp32 probe (max relative error vs float64) {report.get('fp32_probe')}", flush=True)
-            print(f"[{args.worker}] batch {rows}: median step {entry['step_ms']['median']:.1f} ms, "
+            print(f"[{args.worker}] {precision} batch {rows}: median step {entry['step_ms']['median']:.1f} ms, "
                   f"{entry['utterances_per_s']:.1f} utt/s, first step {entry['first_step_s']:.1f} s, "
-                  f"MFU fp32 {_fmt(entry.get('mfu_fp32_padded'), '.3f')}, "
+                  f"MFU matching peak {_fmt(entry.get('mfu_matching_padded'), '.3f')}, "
                   f"NVML util {_fmt(entry['nvml'].get('utilization_mean_pct'), '.0f')}%, "
                   f"loss {entry['losses'][0]:.1f} -> {entry['losses'][-1]:.1f}", flush=True)
         except Exception as error:
             message = f"{type(error).__name__}: {str(error)[:1500]}"
-            report["results"].append({"batch": rows, "error": message, "traceback": traceback.format_exc()[-4000:]})
-            print(f"[{args.worker}] batch {rows}: FAILED {message}", flush=True)
+            report["results"].append({"batch": rows, "precision_mode": precision, "error": message,
+                                      "traceback": traceback.format_exc()[-4000:]})
+            print(f"[{args.worker}] {precision} batch {rows}: FAILED {message}", flush=True)
             save()
-            break  # a failure (an out-of-memory, a GPU bug) would repeat at the larger batches
+            continue  # the next precision may still run (an out-of-memory repeats at larger batches only)
         previous = (rows, time.perf_counter() - size_started)
         save()
     save()
@@ -428,7 +464,8 @@ def run_worker(args: argparse.Namespace) -> None:
 
 def measure(backend_class: type[Backend], framework: Framework, sampler: NvmlSampler | None,
             args: argparse.Namespace, model: ModelSpec, optimizer: OptimizerSpec, feature_dimension: int,
-            rows: int, kind: str, flops_frame: int, peak_fp32: float | None, peak_tf32: float | None) -> dict:
+            rows: int, kind: str, flops_frame: int, peak_fp32: float | None, peak_tf32: float | None,
+            peak_matching: float | None = None) -> dict:
     batches = random_batches(model, rows, args.frames, args.min_frames, feature_dimension, args.frames_per_label,
                              args.distinct, args.seed)
     plan = DevicePlan(kind=kind, count=1, batch_per_device=rows, threads=args.threads)
@@ -486,6 +523,7 @@ def measure(backend_class: type[Backend], framework: Framework, sampler: NvmlSam
     flops_true = TRAINING_FACTOR * flops_frame * true_frames
     entry = {
         "batch": rows,
+        "precision_mode": model.precision,
         "parameters": parameters,
         "build_s": build_s,
         "first_step_s": first_step_s,
@@ -505,6 +543,9 @@ def measure(backend_class: type[Backend], framework: Framework, sampler: NvmlSam
         "mfu_fp32_padded": flops_padded / median / peak_fp32 if peak_fp32 else None,
         "mfu_fp32_true": flops_true / median / peak_fp32 if peak_fp32 else None,
         "ratio_tf32_peak_padded": flops_padded / median / peak_tf32 if peak_tf32 else None,
+        "peak_matching_flops": peak_matching,
+        "mfu_matching_padded": flops_padded / median / peak_matching if peak_matching else None,
+        "mfu_matching_true": flops_true / median / peak_matching if peak_matching else None,
         "nvml": nvml,
         "framework_memory": peaks,
         "predict_first_s": first_predict_s,
@@ -602,7 +643,8 @@ def _run_backend(name: str, args: argparse.Namespace) -> dict:
 
 
 def _worker_arguments(args: argparse.Namespace) -> list[str]:
-    values = ["--device", args.device, "--steps", str(args.steps), "--warmup", str(args.warmup),
+    values = ["--device", args.device, "--precision", args.precision, "--steps", str(args.steps),
+              "--warmup", str(args.warmup),
               "--batch", ",".join(map(str, args.batches)), "--frames", str(args.frames),
               "--min-frames", str(args.min_frames), "--frames-per-label", str(args.frames_per_label),
               "--distinct", str(args.distinct), "--predict-repeats", str(args.predict_repeats),
@@ -625,35 +667,45 @@ def _nvidia_smi() -> str | None:
 
 def markdown_table(summary: dict) -> str:
     lines = [
-        "| backend | batch | median step ms (p10-p90) | utt/s | true frames/s | GPU util % (mean) | "
-        "peak GPU mem GiB (NVML / allocator) | TFLOP/s (padded) | MFU fp32 padded (true) | / TF32 peak | "
-        "predict ms (utt/s) | first step s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend | precision | batch | median step ms (p10-p90) | utt/s | true frames/s | GPU util % (mean) | "
+        "peak GPU mem GiB (NVML / allocator) | TFLOP/s (padded) | MFU matching peak padded (true) | "
+        "MFU fp32 padded | predict ms (utt/s) | first step s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for report in summary["backends"]:
         name = report["backend"]
         if not report.get("results"):
-            lines.append(f"| {name} | | failed: {(report.get('error') or 'no result').splitlines()[0][:200]} "
+            lines.append(f"| {name} | | | failed: {(report.get('error') or 'no result').splitlines()[0][:200]} "
                          "| | | | | | | | | |")
             continue
         for entry in report["results"]:
             if "skipped" in entry or "error" in entry:
                 why = entry.get("skipped") or entry["error"].splitlines()[0][:200]
-                lines.append(f"| {name} | {entry['batch']} | {why} | | | | | | | | | |")
+                lines.append(f"| {name} | {entry.get('precision_mode', 'fp32')} | {entry['batch']} | {why} "
+                             "| | | | | | | | | |")
                 continue
             step, nvml, memory = entry["step_ms"], entry["nvml"], entry["framework_memory"]
             allocator = memory.get("allocated_peak_bytes")
             lines.append(
-                f"| {name} | {entry['batch']} | {step['median']:.1f} ({step['p10']:.1f}-{step['p90']:.1f}) "
+                f"| {name} | {entry.get('precision_mode', 'fp32')} | {entry['batch']} "
+                f"| {step['median']:.1f} ({step['p10']:.1f}-{step['p90']:.1f}) "
                 f"| {entry['utterances_per_s']:.1f} | {entry['true_input_frames_per_s'] / 1e3:.1f}k "
                 f"| {_fmt(nvml.get('utilization_mean_pct'), '.0f')} "
                 f"| {_fmt(_gib(nvml.get('memory_used_peak_mib'), 2**20), '.1f')} / {_fmt(_gib(allocator), '.1f')} "
                 f"| {entry['achieved_tflops_padded']:.2f} "
-                f"| {_fmt(entry['mfu_fp32_padded'], '.1%')} ({_fmt(entry['mfu_fp32_true'], '.1%')}) "
-                f"| {_fmt(entry['ratio_tf32_peak_padded'], '.1%')} "
+                f"| {_fmt(entry.get('mfu_matching_padded'), '.1%')} ({_fmt(entry.get('mfu_matching_true'), '.1%')}) "
+                f"| {_fmt(entry['mfu_fp32_padded'], '.1%')} "
                 f"| {_fmt(entry['predict_ms']['median'], '.1f')} ({_fmt(entry['predict_utterances_per_s'], '.0f')}) "
                 f"| {entry['first_step_s']:.1f} |")
     return "\n".join(lines)
+
+
+def _precisions(text: str) -> str:
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in GPU_PRECISIONS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown precision {unknown}: choose from {', '.join(GPU_PRECISIONS)}")
+    return ",".join(chosen)
 
 
 def _gib(value: float | None, unit: int = 1) -> float | None:
@@ -668,6 +720,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=("cuda", "gpu", "cpu"))
     parser.add_argument("--backends", default="torch,jax", help="comma-separated: torch, jax, tf")
+    parser.add_argument("--precision", default="fp32", type=_precisions,
+                        help=f"comma-separated ModelSpec.precision values, from {', '.join(GPU_PRECISIONS)}")
     parser.add_argument("--batch", help="comma-separated per-device batch sizes (default: sys1/sys2/sys10's "
                         f"batch_per_device and {LARGER_BATCH})")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per batch size")

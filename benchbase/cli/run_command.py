@@ -19,6 +19,7 @@ from benchbase.harness.plan import check_capabilities, device_plan
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig, WorkloadSpec
+from benchbase.specs.workload import PRECISIONS
 
 __all__ = ["run", "with_overrides"]
 
@@ -36,13 +37,16 @@ __all__ = ["run", "with_overrides"]
                    "= the paper's CER, cer = jiwer's reference-length CER).")
 @click.option("--data", type=click.Path(path_type=Path), help="A prepared feature store (required for LibriSpeech).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS),
+              help="Override the workload's model.precision (a different run, logged and checked as such): fp32, "
+                   "tf32 and fp16 (GPUs only), bf16 mixed precision, int8-emulated fake quantization.")
 @click.option("--cache", type=click.Path(path_type=Path), help="Where the synthetic corpus is cached.")
 @click.option("--no-final-eval", is_flag=True,
               help="Skip the untimed evaluation of every dev and test subset after run_stop (quick runs).")
 @click.option("--runs", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Seeded runs (seed, seed+1, ...) into OUT/run-0, OUT/run-1, ... for `benchbase score`.")
-def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, cache,
-        no_final_eval, runs):
+def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, precision,
+        cache, no_final_eval, runs):
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
 
     Exit status: 0 when every run reached every target, 3 when a run stopped at a limit
@@ -53,13 +57,16 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     for failure in manager.failures:
         click.echo(f"benchbase: warning: {failure.describe()}", err=True)
     backend_class = registry.backend(backend_name)
-    workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets)
+    workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets, precision)
     profile = registry.profile(hardware)
     # Before any data is synthesized or prepared: a run the backend cannot do fails in a second.
     check_capabilities(backend_class, backend_name, workload, profile, device_plan(profile, device))
     console = Console(stderr=False)
     store = _prepare_data(console, workload, data, cache or default_cache())
-    out = out or Path("runs") / f"{workload.name}-{backend_name}-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # A precision other than the workload's own is in the default folder's name: it is a different run.
+    chosen = f"-{precision}" if precision and precision != registry.workload(workload_name).model.precision else ""
+    out = out or Path("runs") / (f"{workload.name}-{backend_name}-{profile.name}{chosen}-"
+                                 f"{time.strftime('%Y%m%d-%H%M%S')}")
     reporter = RunReporter(console)
     manager.register(reporter, name="benchbase-reporter")
     statuses = []
@@ -77,9 +84,11 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
 
 
 def with_overrides(workload: WorkloadSpec, max_minutes: float | None, max_epochs: int | None,
-                   targets: tuple[str, ...]) -> WorkloadSpec:
+                   targets: tuple[str, ...], precision: str | None = None) -> WorkloadSpec:
     """The workload with the command line's overrides, validated like the YAML itself."""
     data = workload.model_dump()
+    if precision is not None:
+        data["model"]["precision"] = precision
     if max_minutes is not None:
         data["max_minutes"] = max_minutes
     if max_epochs is not None:

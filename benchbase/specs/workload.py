@@ -22,8 +22,14 @@ __all__ = [
     "Deviation",
     "EvalSpec",
     "FeatureSpec",
+    "GPU_ONLY_PRECISIONS",
+    "PRECISIONS",
+    "QUANTIZABLE_TENSORS",
     "ModelSpec",
     "OptimizerSpec",
+    "Precision",
+    "QuantizationSpec",
+    "QuantizedTensor",
     "WorkloadSpec",
 ]
 
@@ -32,6 +38,74 @@ DecoderName = Literal["greedy", "beam", "word_beam"]
 """The one list of decoder names: the spec validates with it, the decoder factory and the CLI read it."""
 DECODER_NAMES: tuple[str, ...] = get_args(DecoderName)
 BEAM_DECODERS: tuple[str, ...] = tuple(name for name in DECODER_NAMES if name != "greedy")
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "int8-emulated"]
+"""The one list of arithmetic precisions: the spec validates with it, the CLI and the harness read it."""
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+GPU_ONLY_PRECISIONS: tuple[str, ...] = ("tf32", "fp16")
+"""Precisions that exist only on GPU tensor cores: a CPU run of them is refused before the clock starts
+(TF32 is a tensor-core format; fp16 on a CPU would be emulated and slower than fp32, so it measures nothing)."""
+
+QuantizedTensor = Literal[
+    "conv.input", "conv.kernel",
+    "lstm.input", "lstm.input_kernel", "lstm.recurrent_state", "lstm.recurrent_kernel",
+    "output.input", "output.kernel",
+]
+"""Every tensor ``int8-emulated`` can fake-quantize: each layer's input activation and its weight
+matrix; ``lstm.*`` stands for every LSTM layer, ``lstm.recurrent_state`` for h(t-1) entering the
+recurrent matmul at every frame."""
+QUANTIZABLE_TENSORS: tuple[QuantizedTensor, ...] = get_args(QuantizedTensor)
+
+
+class QuantizationSpec(Spec):
+    """How ``precision: int8-emulated`` fake-quantizes the model: the one statement of the scheme.
+
+    Every backend implements exactly this and ``benchbase.quantization`` is its NumPy reference.
+    A fake-quantized tensor is ``clip(round(x / scale), -qmax, qmax) * scale`` with
+    ``qmax = 2 ** (bits - 1) - 1`` (symmetric, so at most 2 ** bits - 1 distinct values, zero
+    exact), rounding half to even, computed in float32. Biases, BatchNorm, the gates'
+    nonlinearities, the cell state, the log-softmax and the loss stay float32, as on an
+    accelerator with 32-bit accumulators.
+    """
+
+    bits: int = Field(8, ge=2, le=8, description="Bits of every fake-quantized tensor.")
+    weights: Literal["symmetric_per_tensor_max"] = Field(
+        "symmetric_per_tensor_max",
+        description="A weight matrix's scale is max|W| / qmax over the whole tensor, from the float32 master "
+        "weight at every forward pass (nothing is clipped).")
+    activations: Literal["symmetric_per_tensor_moving_average"] = Field(
+        "symmetric_per_tensor_moving_average",
+        description="An input activation's scale is range / qmax, range a moving average of the batch's "
+        "max|x| (every element of the tensor as the layer receives it: padded frames and dropout included, a "
+        "backend's own extra padding excluded). Training: the first step sets range = max|x|, later steps "
+        "range = momentum * range + (1 - momentum) * max|x|, and the step quantizes with the updated range. "
+        "Inference quantizes with the stored range (max|x| of the batch while it is still 0). Values beyond "
+        "the range saturate at +-qmax. Each range is model state, like BatchNorm's running statistics: "
+        "checkpointed, and in the neutral weight layout as '<layer>.input_range'.")
+    range_momentum: float = Field(
+        0.99, gt=0.0, lt=1.0,
+        description="Share of the old activation range kept per training step (Keras's convention, as "
+        "batchnorm_momentum).")
+    recurrent_state_range: float = Field(
+        1.0, gt=0.0, le=16.0,
+        description="Fixed range of the LSTM's h(t-1) entering the recurrent matmul: h = o * tanh(c) lies in "
+        "(-1, 1) by construction, so it needs no statistics (an accelerator's static range).")
+    gradient: Literal["straight_through"] = Field(
+        "straight_through",
+        description="The backward pass treats fake quantization as the identity inside the range and as zero "
+        "where an activation saturated (clip's gradient); scales and ranges get no gradient.")
+    tensors: tuple[QuantizedTensor, ...] = Field(
+        QUANTIZABLE_TENSORS, min_length=1,
+        description="The tensors fake-quantized in the forward pass: conv, every LSTM (input and recurrent "
+        "matmuls) and the output layer, each layer's input activation and its weight matrix.")
+
+    @property
+    def qmax(self) -> int:
+        return int(2 ** (self.bits - 1)) - 1
+
+    def quantizes(self, tensor: str) -> bool:
+        """Whether ``tensor`` (one of ``QUANTIZABLE_TENSORS``) is fake-quantized."""
+        return tensor in self.tensors
 
 
 class FeatureSpec(Spec):
@@ -93,8 +167,17 @@ class ModelSpec(Spec):
         description="An utterance whose labels cannot be aligned within its output frames (CTC needs one frame "
         "per label plus one per repeated pair) adds zero loss and zero gradient (PyTorch's zero_infinity).",
     )
-    precision: Literal["fp32"] = Field(
-        "fp32", description="Arithmetic of training and evaluation: fp32 is true IEEE float32 (no TF32 matmuls)."
+    precision: Precision = Field(
+        "fp32",
+        description="Arithmetic of training and evaluation. fp32: true IEEE float32 (no TF32 matmuls). tf32 "
+        "(GPUs only): float32 with TF32 tensor-core matmuls and convolutions. bf16: automatic mixed precision, "
+        "bfloat16 compute with float32 master weights, BatchNorm statistics and loss. fp16 (GPUs only): the same "
+        "with float16 and dynamic loss scaling. int8-emulated: float32 arithmetic on fake-quantized weights and "
+        "activations as `quantization` pins (an 8-bit accelerator's numbers, emulated).",
+    )
+    quantization: QuantizationSpec = Field(
+        default_factory=QuantizationSpec,
+        description="The fake-quantization scheme of precision int8-emulated (ignored by the other precisions).",
     )
     ctc_reduction: Literal["mean_over_batch"] = Field(
         "mean_over_batch",

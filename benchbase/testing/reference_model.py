@@ -7,6 +7,12 @@ so that a backend's float32 results can be compared with it on the very same wei
       -> [LSTM (gates i, f, g, o; zero initial state) -> BatchNorm] x layers
       -> dense -> log-softmax
 
+For a model of precision int8-emulated the conv's, each LSTM's and the output layer's inputs
+and weight matrices (and h(t-1) of the recurrent matmul) are fake-quantized first, with
+``benchbase.quantization``'s functions, as ``ModelSpec.quantization`` pins; the activation
+ranges are read from the weights ("conv.input_range", ...) and returned updated beside
+BatchNorm's statistics. Every other precision is computed as fp32 (in float64).
+
 Dropout is never applied (the conformance kit trains with dropout 0). In training mode,
 BatchNorm normalizes with the statistics of the batch, per channel over the batch and every
 frame of the padded batch (padding included: ``ModelSpec.batchnorm_frames``), with the biased
@@ -16,10 +22,11 @@ spec's momentum (Keras's convention: the share of the old value kept).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from benchbase import quantization
 from benchbase.specs import ModelSpec
 from benchbase.weight_layout import weight_layout
 
@@ -39,15 +46,59 @@ def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     _check_inputs(weights, model, features, feature_lengths)
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     running: dict[str, np.ndarray] = {}
-    x = _convolve(np.asarray(features, dtype=np.float64), w["conv.kernel"], model.conv_stride)
+    quantize = _Quantizer(weights, model, training, running)
+    x = quantize.input("conv", np.asarray(features, dtype=np.float64))
+    x = _convolve(x, quantize.kernel("conv.kernel", w), model.conv_stride)
     x = _batchnorm(x, w, "conv_norm", model, training, running)
     x = np.minimum(np.maximum(x, 0.0), 20.0) if model.conv_activation == "clipped_relu" else np.maximum(x, 0.0)
     for layer in range(model.lstm_layers):
         prefix = f"lstm.{layer}"
-        x = _lstm(x, w[f"{prefix}.input_kernel"], w[f"{prefix}.recurrent_kernel"], w[f"{prefix}.bias"])
+        x = quantize.input(prefix, x)
+        x = _lstm(x, quantize.kernel(f"{prefix}.input_kernel", w), quantize.kernel(f"{prefix}.recurrent_kernel", w),
+                  w[f"{prefix}.bias"], quantize.recurrent_state)
         x = _batchnorm(x, w, f"lstm_norm.{layer}", model, training, running)
-    logits = x @ w["output.kernel"] + w["output.bias"]
+    x = quantize.input("output", x)
+    logits = x @ quantize.kernel("output.kernel", w) + w["output.bias"]
     return _log_softmax(logits), running
+
+
+class _Quantizer:
+    """int8-emulated's fake quantization at each point ``ModelSpec.quantization`` names, with
+    ``benchbase.quantization``'s float32 functions; the identity for every other precision.
+
+    The quantized values are float32 grid points, exact in the float64 arithmetic around them.
+    The updated (training) or unchanged (inference) ranges go into ``running`` as
+    "<layer>.input_range", beside BatchNorm's statistics.
+    """
+
+    def __init__(self, weights: Mapping[str, np.ndarray], model: ModelSpec, training: bool,
+                 running: dict[str, np.ndarray]) -> None:
+        self.on = quantization.is_quantized(model)
+        self.spec = model.quantization
+        self.weights, self.training, self.running = weights, training, running
+
+    def input(self, layer: str, x: np.ndarray) -> np.ndarray:
+        tensor = "lstm.input" if layer.startswith("lstm.") else f"{layer}.input"
+        if not (self.on and self.spec.quantizes(tensor)):
+            return x
+        name = f"{layer}.input_range"
+        quantized, value_range = quantization.fake_quantize_activation(x, self.weights[name], self.spec,
+                                                                       self.training)
+        self.running[name] = np.asarray(value_range, np.float64)
+        return quantized.astype(np.float64)
+
+    def kernel(self, name: str, w: dict[str, np.ndarray]) -> np.ndarray:
+        tensor = "lstm." + name.split(".")[-1] if name.startswith("lstm.") else name
+        if not (self.on and self.spec.quantizes(tensor)):
+            return w[name]
+        return quantization.fake_quantize_weight(self.weights[name], self.spec).astype(np.float64)
+
+    @property
+    def recurrent_state(self):
+        if not (self.on and self.spec.quantizes("lstm.recurrent_state")):
+            return None
+        scale, qmax = quantization.recurrent_state_scale(self.spec), self.spec.qmax
+        return lambda h: quantization.fake_quantize(h, scale, qmax).astype(np.float64)
 
 
 def random_weights(model: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
@@ -55,7 +106,8 @@ def random_weights(model: ModelSpec, feature_dimension: int, seed: int) -> dict[
 
     Matrices are Xavier-uniform (as the spec initializes them) and every vector is random
     too, BatchNorm's running statistics included (mean ~ N(0, 0.1), variance ~ U(0.5, 1.5),
-    scale ~ U(0.8, 1.2), offsets and biases ~ N(0, 0.1)): weights a backend only initializes
+    scale ~ U(0.8, 1.2), offsets and biases ~ N(0, 0.1), an int8-emulated model's activation
+    ranges ~ U(3, 8)): weights a backend only initializes
     could hide a part it ignores, such as a running variance it never reads or a bias it drops.
     A few convolution channels are shifted to about 20, around the clipped ReLU's ceiling.
     """
@@ -84,6 +136,8 @@ def _random_weight(rng: np.random.Generator, name: str, shape: tuple[int, ...]) 
         return rng.uniform(0.8, 1.2, shape)
     if part in ("offset", "bias"):
         return rng.normal(0.0, 0.1, shape)
+    if part == "input_range":  # int8-emulated's activation ranges: some saturate, most do not
+        return rng.uniform(3.0, 8.0, shape)
     fan_in, fan_out = int(np.prod(shape[:-1])), shape[-1]
     if name == "conv.kernel":  # Keras's fans of a convolution: receptive field x channels
         fan_in, fan_out = shape[0] * shape[1], shape[0] * shape[2]
@@ -133,8 +187,12 @@ def _batchnorm(x: np.ndarray, w: dict[str, np.ndarray], prefix: str, model: Mode
     return normalized * w[f"{prefix}.scale"] + w[f"{prefix}.offset"]
 
 
-def _lstm(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """A unidirectional LSTM from a zero state: (batch, frames, inputs) -> (batch, frames, units)."""
+def _lstm(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
+          quantize_state: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """A unidirectional LSTM from a zero state: (batch, frames, inputs) -> (batch, frames, units).
+
+    ``quantize_state``: int8-emulated's fake quantization of h(t-1) before the recurrent matmul.
+    """
     batch, frames, _ = x.shape
     units = recurrent_kernel.shape[0]
     projected = x @ input_kernel + bias  # every frame's input part at once; only h @ recurrent is sequential
@@ -142,7 +200,7 @@ def _lstm(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray,
     c = np.zeros((batch, units))
     outputs = np.empty((batch, frames, units))
     for frame in range(frames):
-        z = projected[:, frame] + h @ recurrent_kernel
+        z = projected[:, frame] + (h if quantize_state is None else quantize_state(h)) @ recurrent_kernel
         i, f, g, o = (z[:, k * units : (k + 1) * units] for k in range(4))
         c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
         h = _sigmoid(o) * np.tanh(c)

@@ -35,7 +35,8 @@ __all__ = ["JaxBackend"]
 class JaxBackend(Backend):
     name = "jax"
     description = f"JAX {jax.__version__}: DS2 compiled with XLA, scanned LSTMs, optax CTC and AdaDelta"
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1, precisions=frozenset({"fp32"}),
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1,
+                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
                                 process_model="single_process")
 
     def __init__(self) -> None:
@@ -50,8 +51,8 @@ class JaxBackend(Backend):
                                max_frames=context.max_frames, max_label_length=context.max_label_length)
         optimizer = make_optimizer(context.optimizer)
         self._state = initial_state(context.model, context.feature_dimension, optimizer, context.seed, self.device)
-        self._train_step = make_train_step(context.model, optimizer)
-        self._predict = make_predict(context.model)
+        self._train_step = make_train_step(context.model, optimizer, self.device.platform)
+        self._predict = make_predict(context.model, self.device.platform)
 
     def train_step(self, batch: Batch) -> float:
         arrays = self.buckets.training_arrays(batch, self.context.model)
@@ -61,8 +62,9 @@ class JaxBackend(Backend):
 
     def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
         features = jax.device_put(self.buckets.features(inputs), self.device)
-        log_probs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features))
         frames = self.context.model.output_frames(inputs.features.shape[1])
+        log_probs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
+                                             np.int32(inputs.size), np.int32(frames)))
         return log_probs[: inputs.size, :frames].copy(), np.array(inputs.output_lengths, dtype=np.int32)
 
     def save_checkpoint(self, path: Path) -> None:

@@ -13,22 +13,64 @@ extra frames at the end never reach the frames before them.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from benchbase.quantization import is_quantized
 from benchbase.specs import ModelSpec
+from benchbase.specs.workload import QuantizationSpec
 from benchbase.weight_layout import BATCHNORM_PARTS, weight_layout
+from benchbase_jax_ds2.quantization import quantize_activation, quantize_state, quantize_weight, updated_range
 
 __all__ = ["STATISTICS", "forward", "initial_weights", "split_weights"]
 
-STATISTICS = ("mean", "variance")
-"""BatchNorm parts that are running statistics, not trainable parameters."""
+STATISTICS = ("mean", "variance", "input_range")
+"""Weights that are running statistics, not trainable parameters: BatchNorm's, and int8-emulated's
+activation ranges."""
 
 HIGHEST = lax.Precision.HIGHEST  # ModelSpec.precision "fp32": no TF32 or bf16 passes on GPUs
+
+
+class Arithmetic(NamedTuple):
+    """How the model's matmuls and the convolution compute in the spec's precision.
+
+    Operands are cast to ``operands`` and accumulated in float32 (``preferred_element_type``),
+    so bf16 and fp16 run the tensor cores' formats with float32 master weights, float32
+    accumulators, and float32 elementwise work (gates, cell state, BatchNorm, log-softmax),
+    as cuDNN's half-precision RNNs do; tf32 keeps float32 operands at XLA's default
+    (TF32 tensor-core) precision; fp32 and int8-emulated compute in true float32.
+
+    ``rounded``: XLA's CPU has no half-precision dot with a float32 result, so there the
+    operands are rounded to the half type and multiplied in float32. That is the same number:
+    the product of two bf16 (fp16) values is exact in float32, and the sum is float32 either way.
+    """
+
+    operands: Any
+    precision: lax.Precision
+    rounded: bool = False
+
+    def operand(self, x: jax.Array) -> jax.Array:
+        """``x`` as a matmul operand: in the half type, or rounded to it (``rounded``)."""
+        low = x.astype(self.operands)
+        return low.astype(jnp.float32) if self.rounded else low
+
+    def dot(self, subscripts: str, x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.einsum(subscripts, self.operand(x), self.operand(y), precision=self.precision,
+                          preferred_element_type=jnp.float32)
+
+
+def arithmetic(spec: ModelSpec, platform: str = "cpu") -> Arithmetic:
+    """The arithmetic of ``spec.precision`` on a device of ``platform`` ("cpu", "gpu")."""
+    operands = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(spec.precision, jnp.float32)
+    if operands is not jnp.float32 and platform == "cpu":
+        return Arithmetic(operands, HIGHEST, rounded=True)
+    return Arithmetic(operands, HIGHEST if spec.precision in ("fp32", "int8-emulated") else lax.Precision.DEFAULT)
 
 
 def initial_weights(spec: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
@@ -70,21 +112,32 @@ def split_weights(weights: dict) -> tuple[dict, dict]:
 
 
 def forward(spec: ModelSpec, parameters: dict, statistics: dict, features: jax.Array, *,
-            frame_mask: jax.Array | None = None, dropout_key: jax.Array | None = None) -> tuple[jax.Array, dict]:
+            frame_mask: jax.Array | None = None, dropout_key: jax.Array | None = None,
+            valid_mask: jax.Array | None = None, math: Arithmetic | None = None) -> tuple[jax.Array, dict]:
     """(batch, frames, features) -> (log-probs (batch, frames', symbols), updated statistics).
 
     Training mode when ``frame_mask`` (batch, frames') is given: BatchNorm normalizes with
     the statistics of the masked frames and updates its running statistics, and dropout is
-    on when ``dropout_key`` is given too. Inference mode otherwise.
+    on when ``dropout_key`` is given too. Inference mode otherwise; ``valid_mask`` there marks
+    the frames of the caller's own batch, which an untrained int8-emulated model takes its
+    activation ranges from. ``math``: the arithmetic (``arithmetic(spec)`` by default). Log-probabilities
+    are float32 in every precision.
     """
-    layer = _Layer(spec, parameters, statistics, frame_mask, dropout_key)
-    x = lax.conv_general_dilated(features, parameters["conv.kernel"], (spec.conv_stride,), "VALID",
-                                 dimension_numbers=("NWC", "WIO", "NWC"), precision=HIGHEST)
+    layer = _Layer(spec, parameters, statistics, frame_mask, dropout_key, valid_mask)
+    math = math or arithmetic(spec)
+    x = layer.quantized_input("conv", features)
+    x = lax.conv_general_dilated(math.operand(x), math.operand(layer.kernel("conv.kernel")),
+                                 (spec.conv_stride,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"),
+                                 precision=math.precision, preferred_element_type=jnp.float32)
     x = layer.dropout(_activation(spec, layer.batchnorm("conv_norm", x)))
     for index in range(spec.lstm_layers):
-        x = _lstm(x, *(parameters[f"lstm.{index}.{part}"] for part in ("input_kernel", "recurrent_kernel", "bias")))
+        prefix = f"lstm.{index}"
+        x = _lstm(layer.quantized_input(prefix, x), layer.kernel(f"{prefix}.input_kernel"),
+                  layer.kernel(f"{prefix}.recurrent_kernel"), parameters[f"{prefix}.bias"], math,
+                  layer.state_quantizer)
         x = layer.dropout(layer.batchnorm(f"lstm_norm.{index}", x))
-    logits = jnp.matmul(x, parameters["output.kernel"], precision=HIGHEST) + parameters["output.bias"]
+    x = layer.quantized_input("output", x)
+    logits = math.dot("btu,us->bts", x, layer.kernel("output.kernel")) + parameters["output.bias"]
     return jax.nn.log_softmax(logits, axis=-1), layer.updated
 
 
@@ -92,11 +145,48 @@ class _Layer:
     """BatchNorm and dropout in the mode one forward pass runs in, collecting updated statistics."""
 
     def __init__(self, spec: ModelSpec, parameters: dict, statistics: dict, frame_mask: jax.Array | None,
-                 dropout_key: jax.Array | None) -> None:
+                 dropout_key: jax.Array | None, valid_mask: jax.Array | None = None) -> None:
         self.spec, self.parameters, self.statistics = spec, parameters, statistics
         self.mask = frame_mask
+        self.valid = frame_mask if frame_mask is not None else valid_mask
         self.keys = iter(jax.random.split(dropout_key, 1 + spec.lstm_layers)) if dropout_key is not None else None
         self.updated = dict(statistics)
+        self.quantization = spec.quantization if is_quantized(spec) else None
+
+    def quantized_input(self, layer: str, x: jax.Array) -> jax.Array:
+        """int8-emulated: ``layer``'s input fake-quantized with its range (updated in training)."""
+        tensor = "lstm.input" if layer.startswith("lstm.") else f"{layer}.input"
+        if self.quantization is None or not self.quantization.quantizes(tensor):
+            return x
+        name = f"{layer}.input_range"
+        magnitude = jnp.abs(lax.stop_gradient(x))
+        if layer != "conv" and self.valid is not None:
+            # Only the caller's own frames: the frames and rows the backend padded on are not
+            # the layer's input as the spec means it. (The conv's input is zero there anyway.)
+            magnitude = jnp.where(self.valid[..., None], magnitude, 0.0)
+        batch_max = jnp.max(magnitude).astype(jnp.float32)
+        stored = self.statistics[name]
+        if self.mask is not None:
+            used = updated_range(self.quantization, stored, batch_max)
+            self.updated[name] = used
+        else:
+            used = jnp.where(stored > 0, stored, batch_max)
+        return quantize_activation(self.quantization, x, used)
+
+    def kernel(self, name: str) -> jax.Array:
+        """A weight matrix, fake-quantized where int8-emulated quantizes it."""
+        weight = self.parameters[name]
+        tensor = "lstm." + name.rsplit(".", 1)[-1] if name.startswith("lstm.") else name
+        if self.quantization is None or not self.quantization.quantizes(tensor):
+            return weight
+        return quantize_weight(self.quantization, weight)
+
+    @property
+    def state_quantizer(self) -> QuantizationSpec | None:
+        """The scheme that quantizes h(t-1) in the recurrence, or None."""
+        if self.quantization is None or not self.quantization.quantizes("lstm.recurrent_state"):
+            return None
+        return self.quantization
 
     def batchnorm(self, prefix: str, x: jax.Array) -> jax.Array:
         scale, offset, running_mean, running_variance = (self._weight(prefix, part) for part in BATCHNORM_PARTS)
@@ -157,14 +247,33 @@ def _activation(spec: ModelSpec, x: jax.Array) -> jax.Array:
     return jax.nn.relu(x)
 
 
-def _lstm(x: jax.Array, input_kernel: jax.Array, recurrent_kernel: jax.Array, bias: jax.Array) -> jax.Array:
+def _lstm(x: jax.Array, input_kernel: jax.Array, recurrent_kernel: jax.Array, bias: jax.Array,
+          math: Arithmetic, state_quantizer: QuantizationSpec | None = None) -> jax.Array:
     """Unidirectional LSTM from a zero state over (batch, frames, inputs); gates i, f, g, o."""
-    inputs = jnp.einsum("bti,ig->tbg", x, input_kernel, precision=HIGHEST) + bias  # one matmul for all frames
-    return jnp.swapaxes(recurrence(inputs, recurrent_kernel), 0, 1)
+    inputs = math.dot("bti,ig->tbg", x, input_kernel) + bias  # one matmul for all frames
+    return jnp.swapaxes(recurrence(inputs, recurrent_kernel, _Recurrent(math, state_quantizer)), 0, 1)
 
 
-@jax.custom_vjp
-def recurrence(inputs: jax.Array, recurrent_kernel: jax.Array) -> jax.Array:
+class _Recurrent(NamedTuple):
+    """The recurrence's static settings: its arithmetic, and int8-emulated's quantization of h(t-1)."""
+
+    math: Arithmetic
+    state_quantizer: QuantizationSpec | None
+
+    def state(self, h: jax.Array) -> jax.Array:
+        return h if self.state_quantizer is None else quantize_state(self.state_quantizer, h)
+
+
+FP32_RECURRENCE = _Recurrent(Arithmetic(jnp.float32, HIGHEST), None)
+
+
+def recurrence(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent = FP32_RECURRENCE) -> jax.Array:
+    """The LSTM's loop (see ``_recurrence``), in fp32 unless ``settings`` say otherwise."""
+    return _recurrence(inputs, recurrent_kernel, settings)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _recurrence(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent) -> jax.Array:
     """The LSTM's loop: (frames, batch, 4 units) input projections -> (frames, batch, units) outputs.
 
     Its gradient is written by hand, as cuDNN's and PyTorch's are: the loop back in time only
@@ -172,14 +281,17 @@ def recurrence(inputs: jax.Array, recurrent_kernel: jax.Array) -> jax.Array:
     over all frames afterwards. Differentiating the scan instead accumulates a small matmul per
     frame inside the loop and keeps several (frames, batch, 4 units) residuals, which on a CPU
     costs about as much as the rest of the step.
+
+    int8-emulated quantizes h(t-1) before the recurrent matmul (``settings.state_quantizer``);
+    its gradient is straight-through, so the backward pass is the same with the quantized h.
     """
-    return _recurrence_forward(inputs, recurrent_kernel)[0]
+    return _recurrence_forward(inputs, recurrent_kernel, settings)[0]
 
 
-def _recurrence_forward(inputs: jax.Array, recurrent_kernel: jax.Array):
+def _recurrence_forward(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent):
     def step(carry, z):
         h, c = carry
-        z = z + jnp.matmul(h, recurrent_kernel, precision=HIGHEST)
+        z = z + settings.math.dot("bu,ug->bg", settings.state(h), recurrent_kernel)
         i, f, g, o = jnp.split(z, 4, axis=-1)
         i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
         c = f * c + i * g
@@ -191,7 +303,16 @@ def _recurrence_forward(inputs: jax.Array, recurrent_kernel: jax.Array):
     return hidden, (hidden, cells, gates, recurrent_kernel)
 
 
-def _recurrence_backward(residuals, hidden_gradient: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _recurrence_backward_rule(settings: _Recurrent, residuals, hidden_gradient: jax.Array):
+    return _recurrence_backward(residuals, hidden_gradient, settings)
+
+
+def _recurrence_forward_rule(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent):
+    return _recurrence_forward(inputs, recurrent_kernel, settings)
+
+
+def _recurrence_backward(residuals, hidden_gradient: jax.Array,
+                         settings: _Recurrent) -> tuple[jax.Array, jax.Array]:
     hidden, cells, gates, recurrent_kernel = residuals
     previous_cells = jnp.concatenate([jnp.zeros_like(cells[:1]), cells[:-1]])
 
@@ -204,13 +325,13 @@ def _recurrence_backward(residuals, hidden_gradient: jax.Array) -> tuple[jax.Arr
         dc = dh * o * (1 - tanh_c**2) + dc_next
         dz = jnp.concatenate([dc * g * i * (1 - i), dc * c_previous * f * (1 - f), dc * i * (1 - g**2),
                               dh * tanh_c * o * (1 - o)], axis=-1)
-        return (jnp.matmul(dz, recurrent_kernel.T, precision=HIGHEST), dc * f), dz
+        return (settings.math.dot("bg,ug->bu", dz, recurrent_kernel), dc * f), dz
 
     zeros = jnp.zeros_like(hidden[0])
     _, input_gradient = lax.scan(step, (zeros, zeros), (hidden_gradient, cells, previous_cells, gates), reverse=True)
-    previous_hidden = jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]])
-    kernel_gradient = jnp.einsum("tbu,tbg->ug", previous_hidden, input_gradient, precision=HIGHEST)
+    previous_hidden = settings.state(jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]]))
+    kernel_gradient = settings.math.dot("tbu,tbg->ug", previous_hidden, input_gradient)
     return input_gradient, kernel_gradient
 
 
-recurrence.defvjp(_recurrence_forward, _recurrence_backward)
+_recurrence.defvjp(_recurrence_forward_rule, _recurrence_backward_rule)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from benchbase.specs import ModelSpec, OptimizerSpec
-from benchbase_jax_ds2.model import forward, initial_weights, split_weights
+from benchbase_jax_ds2.model import arithmetic, forward, initial_weights, split_weights
 
 __all__ = [
     "PaddedBatch",
@@ -43,6 +43,9 @@ class TrainState(NamedTuple):
     optimizer: optax.OptState
     dropout_key: jax.Array
     """Raw key data (uint32), so that the state holds plain arrays only."""
+    loss_scale: dict | None = None
+    """fp16 only: the dynamic loss scale ({"scale", "finite_steps"}); None (no leaves, so the
+    checkpoint of every other precision is unchanged) otherwise."""
 
 
 class PaddedBatch(NamedTuple):
@@ -78,7 +81,10 @@ def initial_state(spec: ModelSpec, feature_dimension: int, optimizer: optax.Grad
     parameters, statistics = jax.device_put(split_weights(initial_weights(spec, feature_dimension, seed)), device)
     with jax.default_device(device):
         dropout_key = jax.random.key_data(jax.random.key(seed, impl=DROPOUT_RNG))
-        state = TrainState(parameters, statistics, jax.jit(optimizer.init)(parameters), dropout_key)
+        loss_scale = None
+        if spec.precision == "fp16":
+            loss_scale = {"scale": jnp.float32(LOSS_SCALE_INITIAL), "finite_steps": jnp.int32(0)}
+        state = TrainState(parameters, statistics, jax.jit(optimizer.init)(parameters), dropout_key, loss_scale)
     # Committed to the device like every later state: jit compiles again for an uncommitted argument.
     return jax.device_put(state, device)
 
@@ -100,35 +106,71 @@ def _alignable(output_lengths: jax.Array, labels: jax.Array, label_lengths: jax.
     return output_lengths >= label_lengths + repeats
 
 
-def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation):
-    """A jitted (state, batch) -> (state, loss) that donates the old state."""
+def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, platform: str = "cpu"):
+    """A jitted (state, batch) -> (state, loss) that donates the old state, for a device of ``platform``."""
+    math = arithmetic(spec, platform)
 
-    def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key):
+    def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key, scale):
         mask = _frame_mask(spec, batch)
         log_probs, statistics = forward(spec, parameters, state.statistics, batch.features, frame_mask=mask,
-                                        dropout_key=dropout_key)
+                                        dropout_key=dropout_key, math=math)
         losses = ctc_per_utterance(spec, log_probs, batch.output_lengths, batch.labels, batch.label_lengths)
         real = jnp.arange(losses.shape[0]) < batch.rows
-        return jnp.sum(jnp.where(real, losses, 0.0)) / batch.rows, statistics
+        loss = jnp.sum(jnp.where(real, losses, 0.0)) / batch.rows
+        return loss * scale, (loss, statistics)
 
     def step(state: TrainState, batch: PaddedBatch) -> tuple[TrainState, jax.Array]:
         next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
         gradient = jax.value_and_grad(loss_and_statistics, has_aux=True)
-        (loss, statistics), grads = gradient(state.parameters, state, batch, key)
+        scale = jnp.float32(1.0) if state.loss_scale is None else state.loss_scale["scale"]
+        (_, (loss, statistics)), grads = gradient(state.parameters, state, batch, key, scale)
+        if state.loss_scale is not None:
+            grads = jax.tree_util.tree_map(lambda g: g / scale, grads)
         updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters)
         parameters = optax.apply_updates(state.parameters, updates)
-        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key)), loss
+        loss_scale = state.loss_scale
+        if loss_scale is not None:
+            # Dynamic loss scaling, as jmp and GradScaler do: a step whose gradients overflowed
+            # changes no weight and no optimizer state and halves the scale; a run of finite
+            # steps doubles it. BatchNorm's statistics move either way, as in PyTorch.
+            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
+            parameters, optimizer_state = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(finite, new, old), (parameters, optimizer_state),
+                (state.parameters, state.optimizer))
+            loss_scale = _next_loss_scale(loss_scale, finite)
+        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
 
-    return jax.jit(_highest_precision(step), donate_argnums=0)
+    return jax.jit(_in_precision(spec, step), donate_argnums=0)
 
 
-def make_predict(spec: ModelSpec):
-    """A jitted (parameters, statistics, features) -> log-probs in inference mode."""
+LOSS_SCALE_INITIAL = 2.0**15
+LOSS_SCALE_GROWTH_STEPS = 2000
+"""fp16's dynamic loss scale: jmp's defaults (start at 2**15, x2 after 2000 finite steps, /2 on an overflow)."""
 
-    def predict(parameters, statistics, features):
-        return forward(spec, parameters, statistics, features)[0]
 
-    return jax.jit(_highest_precision(predict))
+def _next_loss_scale(loss_scale: dict, finite: jax.Array) -> dict:
+    steps = jnp.where(finite, loss_scale["finite_steps"] + 1, 0)
+    grow = steps >= LOSS_SCALE_GROWTH_STEPS
+    scale = jnp.where(finite, jnp.where(grow, loss_scale["scale"] * 2, loss_scale["scale"]),
+                      jnp.maximum(loss_scale["scale"] / 2, 1.0))
+    return {"scale": scale, "finite_steps": jnp.where(grow, 0, steps).astype(jnp.int32)}
+
+
+def make_predict(spec: ModelSpec, platform: str = "cpu"):
+    """A jitted (parameters, statistics, features, rows, frames) -> log-probs in inference mode.
+
+    ``rows`` and ``frames``: how much of the padded ``features`` is the caller's batch (its
+    rows, its conv output frames), which an untrained int8-emulated model takes its ranges from.
+    """
+
+    def predict(parameters, statistics, features, rows, frames):
+        output_frames = spec.output_frames(features.shape[1])
+        valid = (jnp.arange(features.shape[0])[:, None] < rows) & (jnp.arange(output_frames)[None] < frames)
+        return forward(spec, parameters, statistics, features, valid_mask=valid, math=math)[0]
+
+    math = arithmetic(spec, platform)
+
+    return jax.jit(_in_precision(spec, predict))
 
 
 def _frame_mask(spec: ModelSpec, batch: PaddedBatch) -> jax.Array:
@@ -137,11 +179,13 @@ def _frame_mask(spec: ModelSpec, batch: PaddedBatch) -> jax.Array:
     return (jnp.arange(rows)[:, None] < batch.rows) & (jnp.arange(frames)[None] < batch.frames)
 
 
-def _highest_precision(function):
-    """Runs ``function`` (while it is traced) with float32 matmuls everywhere, optax's CTC included."""
+def _in_precision(spec: ModelSpec, function):
+    """Runs ``function`` (while it is traced) with float32 matmuls everywhere the model does not
+    set its own, optax's CTC included: true float32, or TF32 for the spec's tf32."""
+    precision = "tensorfloat32" if spec.precision == "tf32" else "highest"
 
     def traced(*args):
-        with jax.default_matmul_precision("highest"):
+        with jax.default_matmul_precision(precision):
             return function(*args)
 
     return traced

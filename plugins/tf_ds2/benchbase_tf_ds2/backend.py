@@ -34,7 +34,8 @@ __all__ = ["TensorFlowBackend"]
 class TensorFlowBackend(Backend):
     name = "tf"
     description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 with fused/cuDNN LSTMs, CTC, AdaDelta"
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=8)
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=8,
+                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}))
 
     def __init__(self, *, fused_lstm: bool | None = None) -> None:
         """``fused_lstm`` exists for benchmarks/backend_parity.py; a run takes the default.
@@ -47,7 +48,8 @@ class TensorFlowBackend(Backend):
     def build(self, context: BuildContext) -> None:
         _configure_threads(context.plan.threads)
         # The spec's fp32 is IEEE float32; TensorFlow would use TF32 matmuls on Ampere and later.
-        tf.config.experimental.enable_tensor_float_32_execution(False)
+        # Only tf32 allows them (the float32 parts of bf16, fp16 and int8-emulated are IEEE too).
+        tf.config.experimental.enable_tensor_float_32_execution(context.model.precision == "tf32")
         keras.utils.set_random_seed(context.seed)
         self.context = context
         self.spec = context.model
@@ -61,6 +63,10 @@ class TensorFlowBackend(Backend):
             self.optimizer = keras.optimizers.Adadelta(
                 learning_rate=optimizer.learning_rate, rho=optimizer.rho, epsilon=optimizer.epsilon,
             )
+            if context.model.precision == "fp16":
+                # fp16's dynamic loss scaling, with Keras's defaults (2**15, halved and the step
+                # skipped on an overflow, doubled after 2000 finite steps).
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
         self._train_function = self._compile_train_step(context.feature_dimension)
         self._predict_function = tf.function(
@@ -159,13 +165,14 @@ class TensorFlowBackend(Backend):
             # Summed over this replica's utterances, divided by the global batch: the replicas'
             # gradients add up (all-reduce SUM) to those of the batch mean.
             loss = tf.reduce_sum(self._utterance_losses(*mine)) / tf.cast(global_size, tf.float32)
+            scaled = self.optimizer.scale_loss(loss)  # fp16's loss scale; the loss itself otherwise
         variables = self.model.trainable_variables
-        gradients = self._clipped(tape.gradient(loss, variables), context)
-        self.optimizer.apply(gradients, variables)
+        gradients = self._clipped(tape.gradient(scaled, variables), context)
+        self.optimizer.apply(gradients, variables)  # the LossScaleOptimizer unscales and checks them
         return loss
 
     def _utterance_losses(self, features, output_lengths, labels, label_lengths):
-        log_probs = self.model(features, training=True)
+        log_probs = tf.cast(self.model(features, training=True), tf.float32)
         # TensorFlow's CTC kernel raises on an utterance whose labels cannot fit its frames
         # (the spec's ctc_impossible_alignments: zero). Such a row gets a one-label stand-in
         # that always fits, and its loss is replaced by zero below, so it adds no gradient.
@@ -186,7 +193,11 @@ class TensorFlowBackend(Backend):
         replicas = context.num_replicas_in_sync
         if replicas > 1:
             gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        gradients, _ = tf.clip_by_global_norm(gradients, clip)
+        # fp16: the norm is the true gradient's, so clip unscaled and scale back for the
+        # LossScaleOptimizer (an overflow stays non-finite, and that step is skipped).
+        scale = self.optimizer.scale_loss(tf.constant(1.0))
+        gradients, _ = tf.clip_by_global_norm([gradient / scale for gradient in gradients], clip)
+        gradients = [gradient * scale for gradient in gradients]
         return [gradient / replicas for gradient in gradients] if replicas > 1 else gradients
 
 

@@ -20,7 +20,9 @@ import keras
 import tensorflow as tf
 from tensorflow.python.ops import gen_rnn_ops
 
+from benchbase.quantization import input_range_names, is_quantized
 from benchbase.specs import ModelSpec
+from benchbase_tf_ds2.quantization import quantize_activation, quantize_weight, quantized_lstm, updated_range
 
 __all__ = ["DeepSpeech2", "ForgetGateBias", "SequenceLSTM"]
 
@@ -92,36 +94,101 @@ def _block_lstm(inputs: tf.Tensor, weights: tf.Tensor, bias: tf.Tensor):
     return hidden, gradient
 
 
+POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+"""Keras's mixed precision for the spec's bf16 and fp16: float32 variables, the layers' math in the
+half type (BatchNormalization upcasts to float32 itself); every other precision is float32."""
+
+
 class DeepSpeech2(keras.Model):
     def __init__(self, spec: ModelSpec, feature_dimension: int, fused_lstm: bool) -> None:
         super().__init__(name="deep_speech_2")
         self.spec = spec
         self.feature_dimension = feature_dimension
+        policy = POLICIES.get(spec.precision, "float32")
+        # TensorFlow's BlockLSTM kernel has no bfloat16 version: bf16 takes Keras's own LSTM loop.
+        fused_lstm = fused_lstm and spec.precision != "bf16"
         self.conv = keras.layers.Conv1D(spec.conv_channels, spec.conv_width, strides=spec.conv_stride,
                                         padding="valid", use_bias=False, kernel_initializer="glorot_uniform",
-                                        name="conv")
-        self.conv_norm = _batch_norm(spec, "conv_norm")
+                                        name="conv", dtype=policy)
+        self.conv_norm = _batch_norm(spec, "conv_norm", policy)
         self.lstms = [
             SequenceLSTM(spec.lstm_units, fused_lstm, kernel_initializer="glorot_uniform",
                          recurrent_initializer="glorot_uniform", bias_initializer=ForgetGateBias(spec.lstm_forget_bias),
-                         unit_forget_bias=False, name=f"lstm_{index}")
+                         unit_forget_bias=False, name=f"lstm_{index}", dtype=policy)
             for index in range(spec.lstm_layers)
         ]
-        self.lstm_norms = [_batch_norm(spec, f"lstm_norm_{index}") for index in range(spec.lstm_layers)]
-        self.dropout = keras.layers.Dropout(spec.dropout, name="dropout")
+        self.lstm_norms = [_batch_norm(spec, f"lstm_norm_{index}", policy) for index in range(spec.lstm_layers)]
+        self.dropout = keras.layers.Dropout(spec.dropout, name="dropout", dtype=policy)
         self.output_layer = keras.layers.Dense(spec.symbols, kernel_initializer="glorot_uniform",
-                                               bias_initializer="zeros", name="output")
+                                               bias_initializer="zeros", name="output", dtype=policy)
+        self.quantization = spec.quantization if is_quantized(spec) else None
+        # int8-emulated's moving-average input ranges: non-trainable variables like BatchNorm's
+        # statistics (checkpointed with the model's variables), 0 until the first training step.
+        self.input_ranges = {
+            name.removesuffix(".input_range"): self.add_weight(
+                shape=(), initializer="zeros", trainable=False, autocast=False,
+                name=name.replace(".", "_"))
+            for name in input_range_names(spec)
+        }
 
     def call(self, features, training=False):
-        """(batch, frames, features) -> log-probs (batch, frames', symbols)."""
+        """(batch, frames, features) -> log-probs (batch, frames', symbols), float32 in every precision."""
+        if self.quantization is not None:
+            return self._quantized_call(features, training)
         x = self.conv_norm(self.conv(features), training=training)
         x = self.dropout(self._activation(x), training=training)
         for lstm, norm in zip(self.lstms, self.lstm_norms):
             x = self.dropout(norm(lstm(x, training=training), training=training), training=training)
-        return tf.nn.log_softmax(self.output_layer(x), axis=-1)
+        return tf.nn.log_softmax(tf.cast(self.output_layer(x), tf.float32), axis=-1)
+
+    def _quantized_call(self, features, training):
+        """int8-emulated: the same layers' weights on fake-quantized inputs and weights (ModelSpec.quantization)."""
+        spec = self.spec
+        x = self._quantized_input("conv", features, training)
+        x = tf.nn.conv1d(x, self._quantized_kernel("conv.kernel", self.conv.kernel), stride=spec.conv_stride,
+                         padding="VALID")
+        x = self.dropout(self._activation(self.conv_norm(x, training=training)), training=training)
+        state = self.quantization if self.quantization.quantizes("lstm.recurrent_state") else None
+        for index, (lstm, norm) in enumerate(zip(self.lstms, self.lstm_norms)):
+            cell = lstm.cell
+            x = quantized_lstm(self._quantized_input(f"lstm.{index}", x, training),
+                               self._quantized_kernel("lstm.input_kernel", cell.kernel),
+                               self._quantized_kernel("lstm.recurrent_kernel", cell.recurrent_kernel),
+                               tf.convert_to_tensor(cell.bias), state)
+            x = self.dropout(norm(x, training=training), training=training)
+        x = self._quantized_input("output", x, training)
+        logits = tf.einsum("btu,us->bts", x, self._quantized_kernel("output.kernel", self.output_layer.kernel))
+        return tf.nn.log_softmax(logits + tf.convert_to_tensor(self.output_layer.bias), axis=-1)
+
+    def _quantized_input(self, layer: str, x, training: bool):
+        tensor = "lstm.input" if layer.startswith("lstm.") else f"{layer}.input"
+        if not self.quantization.quantizes(tensor):
+            return x
+        variable = self.input_ranges[layer]
+        batch_max = tf.reduce_max(tf.abs(tf.stop_gradient(x)))
+        stored = tf.convert_to_tensor(variable)
+        if training:
+            used = updated_range(self.quantization, stored, batch_max)
+            variable.assign(used)
+        else:
+            used = tf.where(stored > 0, stored, batch_max)
+        return quantize_activation(self.quantization, x, used)
+
+    def _quantized_kernel(self, tensor: str, variable):
+        if not self.quantization.quantizes(tensor):
+            return tf.convert_to_tensor(variable)
+        return quantize_weight(self.quantization, variable)
 
     def build_weights(self) -> None:
         """Create every variable now (Keras creates them lazily on the first call)."""
+        if self.quantization is not None:
+            # The quantized forward pass reads these layers' weights without calling the layers.
+            self.conv.build((None, None, self.feature_dimension))
+            inputs = self.spec.conv_channels
+            for lstm in self.lstms:
+                lstm.build((None, None, inputs))
+                inputs = self.spec.lstm_units
+            self.output_layer.build((None, None, self.spec.lstm_units))
         self(tf.zeros([1, self.spec.conv_width, self.feature_dimension]), training=False)
 
     def _activation(self, x):
@@ -130,7 +197,7 @@ class DeepSpeech2(keras.Model):
         return tf.nn.relu(x)
 
 
-def _batch_norm(spec: ModelSpec, name: str) -> keras.layers.BatchNormalization:
+def _batch_norm(spec: ModelSpec, name: str, policy: str = "float32") -> keras.layers.BatchNormalization:
     # Keras's momentum is the share of the running statistics kept: the spec's own convention.
     return keras.layers.BatchNormalization(momentum=spec.batchnorm_momentum, epsilon=spec.batchnorm_epsilon,
-                                           name=name)
+                                           name=name, dtype=policy)

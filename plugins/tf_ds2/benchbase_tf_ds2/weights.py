@@ -25,6 +25,8 @@ def neutral_variables(model: DeepSpeech2) -> dict:
         variables |= _batchnorm(f"lstm_norm.{layer}", norm)
     variables["output.kernel"] = model.output_layer.kernel
     variables["output.bias"] = model.output_layer.bias
+    # int8-emulated's activation ranges (none for any other precision).
+    variables |= {f"{layer}.input_range": variable for layer, variable in model.input_ranges.items()}
     return variables
 
 

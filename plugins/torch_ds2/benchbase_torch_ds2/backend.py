@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,13 +22,22 @@ class TorchBackend(Backend):
     name = "torch"
     description = f"PyTorch {torch.__version__}: DS2 with cuDNN/oneDNN LSTMs, CTC, AdaDelta"
     # One device per run until DistributedDataParallel lands: the harness refuses a plan for more.
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1)
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1,
+                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}))
 
     def build(self, context: BuildContext) -> None:
         self.context = context
         self.device = _select_device(context.plan)
         _configure_threads(context.plan.threads)
-        _true_fp32()
+        precision = context.model.precision
+        _allow_tf32(precision == "tf32")
+        # bf16 and fp16 are torch.autocast's mixed precision: float32 weights and optimizer,
+        # the autocast type in the layers it lists; int8-emulated computes in true float32.
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        # fp16's dynamic loss scaling (GradScaler's defaults: 2**16, halved on an overflow and
+        # the step skipped, doubled after 2000 finite steps); the other precisions need none.
+        # The harness runs fp16 and tf32 on GPUs only; a CPU build (tests) still works.
+        self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
         torch.manual_seed(context.seed)
         self.spec = context.model
         self.model = DeepSpeech2(context.model, context.feature_dimension).to(self.device)
@@ -43,26 +53,35 @@ class TorchBackend(Backend):
         labels = self._tensor(batch.labels)
         output_lengths = self._tensor(batch.output_lengths).long()
         label_lengths = self._tensor(batch.label_lengths).long()
-        log_probs = self.model(features)
+        with self._autocast():
+            log_probs = self.model(features)
         # mean_over_batch: each utterance's NLL summed over frames, then averaged over the batch;
-        # zero_infinity is the spec's "zero" for impossible alignments.
+        # zero_infinity is the spec's "zero" for impossible alignments. Always in float32.
         loss = torch.nn.functional.ctc_loss(
-            log_probs.transpose(0, 1), labels, output_lengths, label_lengths,
+            log_probs.float().transpose(0, 1), labels, output_lengths, label_lengths,
             blank=self.spec.ctc_blank_index, reduction="sum", zero_infinity=True,
         ) / batch.size
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
         clip = self.context.optimizer.gradient_clip_norm
-        if clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-        self.optimizer.step()
+        if self.scaler is None:
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            if clip:
+                self.scaler.unscale_(self.optimizer)  # the spec's norm is of the true gradient
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+            self.scaler.step(self.optimizer)  # skipped when a gradient overflowed
+            self.scaler.update()
         return float(loss.detach())  # .item() waits for the device: the update is complete
 
     def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
         features = self._tensor(inputs.features)
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self._autocast():
                 log_probs = self.model(features)
         finally:
             self.model.train()
@@ -73,6 +92,8 @@ class TorchBackend(Backend):
                  "rng": torch.get_rng_state()}
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        if self.scaler is not None:
+            state["loss_scale"] = self.scaler.state_dict()
         with open(path, "wb") as handle:
             torch.save(state, handle)
 
@@ -81,6 +102,8 @@ class TorchBackend(Backend):
             state = torch.load(path, map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.scaler is not None:
+                self.scaler.load_state_dict(state["loss_scale"])
         except Exception as error:  # torch.load reports a garbled file as any of a dozen exception types
             reason = (str(error).splitlines() or [type(error).__name__])[0]
             raise BenchbaseError(f"{path}: not a checkpoint of this model ({reason})") from None
@@ -105,13 +128,19 @@ class TorchBackend(Backend):
 
     def close(self) -> None:
         on_gpu = getattr(self, "device", None) is not None and self.device.type == "cuda"
-        for attribute in ("model", "optimizer"):
+        for attribute in ("model", "optimizer", "scaler"):
             self.__dict__.pop(attribute, None)
         if on_gpu:
             torch.cuda.empty_cache()
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device, non_blocking=True)
+
+    def _autocast(self):
+        """torch.autocast in the run's mixed precision (bf16, fp16); off for the others."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
 def _select_device(plan: DevicePlan) -> torch.device:
@@ -132,7 +161,8 @@ def _configure_threads(threads: int | None) -> None:
         pass  # fixed once PyTorch has run parallel work in this process (a second backend, a test)
 
 
-def _true_fp32() -> None:
-    """The spec's fp32 is IEEE float32: no TF32 in matmuls or cuDNN convolutions (Ampere and later)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+def _allow_tf32(allowed: bool) -> None:
+    """TF32 in matmuls and cuDNN (convolutions, RNNs) on Ampere and later only for the spec's tf32:
+    fp32 is IEEE float32, and the float32 parts of bf16, fp16 and int8-emulated are too."""
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    torch.backends.cudnn.allow_tf32 = allowed

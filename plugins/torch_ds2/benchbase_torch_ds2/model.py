@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from benchbase.quantization import is_quantized
 from benchbase.specs import ModelSpec
+from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm
 
 __all__ = ["DeepSpeech2", "SpecBatchNorm1d"]
 
@@ -53,6 +55,12 @@ class DeepSpeech2(nn.Module):
         self.lstm_norms = nn.ModuleList(SpecBatchNorm1d(spec.lstm_units, spec) for _ in range(spec.lstm_layers))
         self.dropout = nn.Dropout(spec.dropout)
         self.output = nn.Linear(spec.lstm_units, spec.symbols)
+        self.quantizer = FakeQuantizer(spec.quantization) if is_quantized(spec) else None
+        if self.quantizer is not None:
+            # int8-emulated's moving-average input ranges: buffers, so state_dict (the checkpoint)
+            # holds them as it holds BatchNorm's statistics; 0 until the first training step.
+            for layer in (self.conv, *self.lstms, self.output):
+                layer.register_buffer("input_range", torch.zeros(()))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -63,18 +71,58 @@ class DeepSpeech2(nn.Module):
         nn.init.zeros_(self.output.bias)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """(batch, frames, features) -> log-probs (batch, output frames, symbols)."""
+        """(batch, frames, features) -> log-probs (batch, output frames, symbols), float32.
+
+        Under torch.autocast (bf16, fp16) the conv, LSTMs and output layer run in the autocast
+        type; the log-softmax is taken in float32 whatever the precision.
+        """
+        if self.quantizer is not None:
+            return self._quantized_forward(features)
         x = self.conv(features.transpose(1, 2))
         x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
         for lstm, norm in zip(self.lstms, self.lstm_norms):
-            x, _ = lstm(x)
+            x = _lstm(lstm, x)
             x = self.dropout(norm(x.transpose(1, 2)).transpose(1, 2))
-        return torch.log_softmax(self.output(x), dim=-1)
+        return torch.log_softmax(self.output(x).float(), dim=-1)
+
+    def _quantized_forward(self, features: torch.Tensor) -> torch.Tensor:
+        """int8-emulated: the same layers on fake-quantized inputs and weights (ModelSpec.quantization)."""
+        quantize = self.quantizer
+        x = quantize.activation("conv.input", self.conv, features)
+        x = nn.functional.conv1d(x.transpose(1, 2), quantize.weight("conv.kernel", self.conv.weight),
+                                 stride=self.spec.conv_stride)
+        x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
+        state = quantize.state_quantizer()
+        for lstm, norm in zip(self.lstms, self.lstm_norms):
+            x = quantize.activation("lstm.input", lstm, x)
+            x = quantized_lstm(x, quantize.weight("lstm.input_kernel", lstm.weight_ih_l0),
+                               quantize.weight("lstm.recurrent_kernel", lstm.weight_hh_l0),
+                               lstm.bias_ih_l0 + lstm.bias_hh_l0, state)
+            x = self.dropout(norm(x.transpose(1, 2)).transpose(1, 2))
+        x = quantize.activation("output.input", self.output, x)
+        logits = nn.functional.linear(x, quantize.weight("output.kernel", self.output.weight), self.output.bias)
+        return torch.log_softmax(logits, dim=-1)
 
     def _activation(self, x: torch.Tensor) -> torch.Tensor:
         if self.spec.conv_activation == "clipped_relu":
             return torch.clamp(x, 0.0, CLIPPED_RELU_CEILING)
         return torch.relu(x)
+
+
+def _lstm(lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
+    """``lstm``'s outputs; under a bfloat16 autocast, computed in bfloat16.
+
+    torch.autocast casts cuDNN's LSTM to float16 whatever the autocast type (measured with
+    PyTorch 2.11 on an H100: a bf16 autocast returned float16 LSTM outputs), which would run
+    most of the model's FLOPs in fp16 without loss scaling. So bf16 runs the LSTM itself with
+    bfloat16 copies of the float32 weights (their gradients flow back to the float32 ones).
+    """
+    device = x.device.type
+    if not (torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16):
+        return lstm(x)[0]
+    weights = {name: parameter.to(torch.bfloat16) for name, parameter in lstm.named_parameters()}
+    with torch.autocast(device, enabled=False):
+        return torch.func.functional_call(lstm, weights, (x.to(torch.bfloat16),))[0]
 
 
 def _initialize_lstm(lstm: nn.LSTM, forget_bias: float) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from benchbase.quantization import input_range_names
 from benchbase.weight_layout import BATCHNORM_PARTS
 from benchbase_torch_ds2.model import DeepSpeech2
 
@@ -47,7 +48,7 @@ def _neutral_view(model: DeepSpeech2) -> dict[str, torch.Tensor]:
         view |= _batchnorm_view(f"lstm_norm.{layer}", norm)
     view["output.kernel"] = model.output.weight.t()
     view["output.bias"] = model.output.bias
-    return view
+    return view | _range_view(model)
 
 
 def _torch_targets(model: DeepSpeech2) -> dict:
@@ -68,7 +69,13 @@ def _torch_targets(model: DeepSpeech2) -> dict:
         targets |= {name: (tensor, same) for name, tensor in _batchnorm_view(f"lstm_norm.{layer}", norm).items()}
     targets["output.kernel"] = (model.output.weight, transposed)
     targets["output.bias"] = (model.output.bias, same)
-    return targets
+    return targets | {name: (tensor, same) for name, tensor in _range_view(model).items()}
+
+
+def _range_view(model: DeepSpeech2) -> dict[str, torch.Tensor]:
+    """int8-emulated's activation ranges (the ``input_range`` buffers), by their neutral names."""
+    layers = {"conv": model.conv, "output": model.output} | {f"lstm.{i}": lstm for i, lstm in enumerate(model.lstms)}
+    return {name: layers[name.removesuffix(".input_range")].input_range for name in input_range_names(model.spec)}
 
 
 def _batchnorm_view(prefix: str, norm: torch.nn.BatchNorm1d) -> dict[str, torch.Tensor]:
