@@ -79,3 +79,13 @@ def test_a_profile_with_more_devices_than_the_backend_spans_is_refused_before_an
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1
     assert "plans 4 cuda devices, but backend 'torch' trains on at most 1" in refused.stderr
+
+
+def test_a_filesystem_error_is_one_line_naming_the_path(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    finished = benchbase("data", "synth", "--out", str(blocker / "corpus"), "--utterances", "5")
+    assert finished.returncode == 1
+    # The OS's own words ("File exists": mkdir meets the file where a folder should be), on one line.
+    assert finished.stderr.strip().splitlines()[-1].startswith(f"benchbase: error: {blocker}: ")
+    assert "Traceback" not in finished.stderr

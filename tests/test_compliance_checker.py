@@ -52,7 +52,7 @@ def real_run(tmp_path_factory, small_store) -> Path:
 @pytest.fixture
 def run_copy(real_run, tmp_path) -> Path:
     copy = tmp_path / "run"
-    shutil.copytree(real_run, copy, ignore=shutil.ignore_patterns("checkpoints", "decoded"))
+    shutil.copytree(real_run, copy)  # the decoded outputs and checkpoints are evidence too
     return copy
 
 
@@ -74,7 +74,9 @@ def test_the_real_run_logged_every_subset_and_a_final_evaluation(real_run):
 def test_only_the_scored_subset_decides_tta(run_copy, workloads):
     # dev-other's rates are reported beside dev-clean's, but no target is judged on them.
     _edit_events(_set_subset_rate("dev-other", "paper_cer", 1.0))(run_copy)
-    assert check_log(run_copy / "mllog.log", workloads=workloads).passed
+    report = check_log(run_copy / "mllog.log", workloads=workloads)
+    # The recomputed TTA is untouched; only the cross-examination of the decoded outputs notices.
+    assert {line.split(":")[0] for line in report.failures} == {"decoded_outputs"}
 
 
 # --- planted faults --------------------------------------------------------------------------
@@ -200,6 +202,33 @@ def _tta_subset(config):
     config["workload"]["tta"]["subset"] = "dev-other"
 
 
+def _edit_wer_of_dev_other(events):
+    at = next(i for i, e in enumerate(events) if e["key"] == "eval_accuracy" and e["metadata"]["subset"] == "dev-other")
+    events[at]["value"]["wer"] = 12.5
+    return events
+
+
+def _delete(name: str) -> Callable[[Path], None]:
+    return lambda run: (run / name).unlink()
+
+
+def _keep_half_of(name: str) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        lines = (run / name).read_text().splitlines(keepends=True)
+        (run / name).write_text("".join(lines[: len(lines) // 2]))
+    return apply
+
+
+def _shift_evaluations(seconds: float) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for record in records:
+            if record["kind"] == "eval":
+                record["t"] += seconds
+        (run / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return apply
+
+
 def _beam_width(config):
     config["workload"]["evaluation"]["beam_width"] = 256
 
@@ -245,6 +274,15 @@ FAULTS = {
                                  "workload.tta.subset = 'dev-other'"),
     "language model weight edited": (_edit_events(_set_value("eval_lm_alpha", 2.0)), "fixed_hyperparameters",
                                      "eval_lm_alpha is 2.0 in the log"),
+    "rates edited beside their decoded outputs": (_edit_events(_edit_wer_of_dev_other), "decoded_outputs",
+                                                  "says wer 12.5, its decoded outputs"),
+    "decoded outputs missing": (_delete("decoded/dev-clean-epoch-002.jsonl"), "decoded_outputs",
+                                "decoded/dev-clean-epoch-002.jsonl cannot be read"),
+    "partial evaluation": (_keep_half_of("decoded/dev-other-epoch-001.jsonl"), "eval_counts",
+                           "utterances in decoded outputs"),
+    "timeline edited": (_shift_evaluations(30.0), "timeline", "an edited timeline"),
+    "final checkpoint missing": (_delete("checkpoints/final.ckpt"), "artifacts",
+                                 "checkpoint 'checkpoints/final.ckpt' named by the log does not exist"),
     "precision edited": (_edit_events(_set_value("precision", "bf16")), "fixed_hyperparameters",
                          "precision is 'bf16' in the log"),
 }
@@ -274,7 +312,7 @@ def test_the_official_checker_crashes_where_benchbase_reports(run_copy, tmp_path
 
 def test_a_folder_of_runs_is_checked_run_by_run(real_run, tmp_path, workloads):
     for index in range(2):
-        shutil.copytree(real_run, tmp_path / "runs" / f"run-{index}", ignore=shutil.ignore_patterns("checkpoints"))
+        shutil.copytree(real_run, tmp_path / "runs" / f"run-{index}")
     reports = check_paths([tmp_path / "runs"], workloads=workloads)
     assert [Path(r.source).parent.name for r in reports] == ["run-0", "run-1"] and all(r.passed for r in reports)
 
@@ -291,8 +329,9 @@ def test_a_bare_log_skips_the_result_rules(real_run, tmp_path, workloads):
     shutil.copy(real_run / "mllog.log", bare)
     report = check_log(bare, workloads=workloads)
     assert report.passed
-    assert {f.rule for f in report.findings if f.status == "skip"} == {"result_consistency", "result_tta",
-                                                                      "final_evaluation"}
+    assert {f.rule for f in report.findings if f.status == "skip"} == {
+        "result_consistency", "result_tta", "final_evaluation", "decoded_outputs", "eval_counts", "timeline",
+        "artifacts"}
 
 
 def test_rule_sets_are_validated_data():
@@ -350,4 +389,23 @@ def test_mutated_real_logs_never_make_the_checker_raise(data, real_run, workload
                         result=json.loads((real_run / "result.json").read_text()),
                         workload=workloads["ds2-mini"].model_dump(mode="json"))
     report = check_evidence(evidence, load_ruleset())
+    assert not any("checker error" in line for line in report.failures), report.failures
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(decoded=st.one_of(st.binary(max_size=200), _GARBAGE_LINE.map(str.encode)),
+       metrics=st.one_of(st.binary(max_size=200), st.lists(_GARBAGE_LINE, max_size=5).map("\n".join).map(str.encode)),
+       checkpoint_name=st.text(max_size=30))
+def test_garbage_in_the_run_folder_never_makes_the_checker_raise(decoded, metrics, checkpoint_name, real_run,
+                                                                  tmp_path_factory, workloads):
+    run = tmp_path_factory.mktemp("garbage") / "run"
+    shutil.copytree(real_run, run)
+    (run / "decoded" / "dev-clean-epoch-001.jsonl").write_bytes(decoded)
+    (run / "metrics.jsonl").write_bytes(metrics)
+    lines = (run / "mllog.log").read_text().splitlines()
+    lines.append(':::MLLOG ' + json.dumps({"namespace": "", "time_ms": 2**41, "event_type": "POINT_IN_TIME",
+                                           "key": "benchbase_checkpoint", "value": checkpoint_name,
+                                           "metadata": {"final": True}}))
+    (run / "mllog.log").write_text("\n".join(lines) + "\n")
+    report = check_log(run / "mllog.log", workloads=workloads)
     assert not any("checker error" in line for line in report.failures), report.failures

@@ -120,3 +120,27 @@ def test_a_killed_run_leaves_no_sampler_writing(small_store, tmp_path):
     size = (out / "telemetry.jsonl").stat().st_size
     time.sleep(1.0)
     assert (out / "telemetry.jsonl").stat().st_size == size
+
+
+def test_a_killed_synthesis_leaves_no_worker_and_its_leftovers_are_removed(tmp_path):
+    out = tmp_path / "corpus"
+    process = subprocess.Popen([sys.executable, "-m", "benchbase", "data", "synth", "--out", str(out),
+                                "--utterances", "400", "--seed", "3"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    workers: list[psutil.Process] = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        workers = [child for child in psutil.Process(process.pid).children()
+                   if "spawn_main" in " ".join(child.cmdline())]
+        time.sleep(0.2)
+    assert workers, "the synthesis never started its workers"
+    partial = tmp_path / f".corpus.partial-{process.pid}"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, [worker.cmdline() for worker in alive]
+    assert partial.exists()  # SIGKILL runs no cleanup ...
+    from benchbase.data.synth import synthesize_corpus
+
+    synthesize_corpus(out, utterances=5, seed=3, workers=1)
+    assert not partial.exists()  # ... the next synthesis into the same place removes it

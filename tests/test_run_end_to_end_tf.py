@@ -17,9 +17,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, small_store):
     out = tmp_path_factory.mktemp("runs") / "tf"
-    # When ds2-mini leaves the all-blank phase depends on the seed for both backends (seeds 0-4
-    # reached CER 85 after 4 to 35 epochs with TF, 17 to 24 with PyTorch): hence 40 epochs.
-    return out, run_ds2_mini("tf", small_store, out, seed=1, target="paper_cer=85", max_epochs=40)
+    # When ds2-mini leaves the all-blank phase depends on the seed for both backends (on the
+    # pooled dev split of the earlier corpus, seeds 0-4 reached CER 85 after 4 to 35 epochs with
+    # TF, 17 to 24 with PyTorch); the small corpus's dev-clean has 14 utterances: hence a loose
+    # target and 40 epochs.
+    return out, run_ds2_mini("tf", small_store, out, seed=1, target="paper_cer=88", max_epochs=40)
 
 
 def test_the_tf_run_reaches_its_target_and_says_so(finished_run):
@@ -27,9 +29,9 @@ def test_the_tf_run_reaches_its_target_and_says_so(finished_run):
     assert finished.returncode == 0, finished.stderr[-2000:]
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "success" and result["stop_reason"] == "targets_reached"
-    assert result["backend"] == "tf" and result["last_evaluation"]["paper_cer"] <= 85
+    assert result["backend"] == "tf" and result["last_evaluation"]["subset"] == "dev-clean"
     assert "MirroredStrategy" in result["device"]
-    assert "time to accuracy" in finished.stdout and "CER 85" in finished.stdout
+    assert "time to accuracy" in finished.stdout and "CER 88" in finished.stdout
 
 
 def test_the_tf_run_folder_holds_the_same_outputs_as_a_torch_run(finished_run):

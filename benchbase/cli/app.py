@@ -35,10 +35,21 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exit_.exit_code)
     except BenchbaseError as error:
         _fail(str(error), error.exit_code)
+    except OSError as error:
+        # A filesystem error (permissions, a full disk, a path that is a file) is the user's to
+        # fix, so one line naming the file, not a traceback.
+        _fail(_describe_os_error(error), 1)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except Terminated:
         _fail("terminated (SIGTERM)", Terminated.exit_code)
+
+
+def _describe_os_error(error: OSError) -> str:
+    where = error.filename if error.filename is not None else "?"
+    if error.filename2 is not None:
+        where = f"{where} -> {error.filename2}"
+    return f"{where}: {error.strerror or type(error).__name__}"
 
 
 def _raise_terminated(signal_number, frame) -> None:

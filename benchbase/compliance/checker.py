@@ -75,6 +75,8 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
         raise InputError(f"{log}: cannot read: {error.strerror or error}") from None
     evidence = Evidence(source=str(log), log=parse_log(data))
     file_problems = [_attach(evidence, log.parent / name, name) for name in ("result.json", "config.json")]
+    if (log.parent / "result.json").exists() or (log.parent / "config.json").exists():
+        evidence.folder = log.parent
     evidence.workload = _registered_workload(evidence, workloads or {})
     report = check_evidence(evidence, ruleset)
     problems = [problem for problem in file_problems if problem]

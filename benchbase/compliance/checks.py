@@ -7,13 +7,15 @@ list passes. A check that lacks the evidence it needs raises Skip with the reaso
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from benchbase.compliance import keys
+from benchbase.compliance import cross_examination, keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
 from benchbase.compliance.tta_check import recompute_tta_messages
@@ -36,6 +38,8 @@ class Evidence:
     config: dict | None = None
     workload: dict | None = None
     """The registered workload the log names (model_dump in JSON mode), when known."""
+    folder: Path | None = None
+    """The run folder the log sits in (result.json or config.json beside it); None for a bare log."""
 
     def reference_workload(self) -> tuple[dict, str]:
         """The workload the run is held to: the registered one, else the run's own config.json."""
@@ -161,21 +165,62 @@ def eval_cadence(rule: r.EvalCadenceRule, evidence: Evidence) -> list[str]:
 
 def fixed_hyperparameters(rule: r.FixedHyperparametersRule, evidence: Evidence) -> list[str]:
     workload, source = evidence.reference_workload()
-    messages = []
+    configured = (evidence.config or {}).get("workload")
+    configured = configured if isinstance(configured, dict) else None
+    chosen, messages = _run_choices(rule, evidence, configured)
     for key, path in rule.log_keys.items():
         pinned, logged = field_at(workload, path), evidence.value_of(key)
+        if path in chosen:
+            continue  # the run chose it, and its log and config.json say the same
         if logged is MISSING:
             messages.append(f"{key} is not in the log ({source} pins {path} = {pinned!r})")
         elif pinned is not MISSING and not same_value(logged, pinned):
             messages.append(f"{key} is {logged!r} in the log, but {source} pins {path} = {pinned!r}")
-    configured = (evidence.config or {}).get("workload")
-    if evidence.workload is not None and isinstance(configured, dict):
+    if evidence.workload is not None and configured is not None:
+        registered = _with_values(evidence.workload, chosen)
         for path in rule.config_fields:
-            pinned, used = field_at(evidence.workload, path), field_at(configured, path)
+            pinned, used = field_at(registered, path), field_at(configured, path)
             if not same_value(used, pinned):
                 messages.append(f"config.json has workload.{path} = {_short(used)}, but the registered workload "
                                 f"pins {_short(pinned)}")
     return messages
+
+
+def _run_choices(rule: r.FixedHyperparametersRule, evidence: Evidence,
+                 configured: dict | None) -> tuple[dict[str, Any], list[str]]:
+    """The run's own choices ({path: value}) that the log and config.json agree on, and a message
+    for each choice where they disagree (an edited log or an edited config.json)."""
+    chosen: dict[str, Any] = {}
+    messages = []
+    if configured is None:
+        return chosen, messages  # a bare log: nothing states the run's choice but the log itself
+    keys_by_path = {path: key for key, path in rule.log_keys.items()}
+    for path in rule.run_choices:
+        key = keys_by_path[path]
+        logged, used = evidence.value_of(key), field_at(configured, path)
+        if logged is MISSING or used is MISSING:
+            continue  # held to the registered workload below, which names what is missing
+        if same_value(logged, used):
+            chosen[path] = used
+        else:
+            messages.append(f"{key} is {logged!r} in the log, but config.json's workload.{path} is {used!r}: the "
+                            "log and the run's configuration disagree")
+    return chosen, messages
+
+
+def _with_values(data: dict, values: dict[str, Any]) -> dict:
+    """A copy of nested dicts ``data`` with each dotted path of ``values`` set."""
+    if not values:
+        return data
+    copied = copy.deepcopy(data)
+    for path, value in values.items():
+        *parents, last = path.split(".")
+        node = copied
+        for part in parents:
+            node = node.setdefault(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node[last] = value
+    return copied
 
 
 def result_consistency(rule: r.ResultConsistencyRule, evidence: Evidence) -> list[str]:
@@ -289,6 +334,10 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "eval_subsets": eval_subsets,
     "final_evaluation": final_evaluation,
     "numeric_health": numeric_health,
+    "decoded_outputs": cross_examination.decoded_outputs,
+    "eval_counts": cross_examination.eval_counts,
+    "timeline": cross_examination.timeline,
+    "artifacts": cross_examination.artifacts,
 }
 
 

@@ -10,7 +10,9 @@ from mlperf_logging.mllog import constants
 
 __all__ = [
     "BACKEND_CONTRACT",
+    "CHECKPOINT",
     "CPU_CORES_IN_STEPS",
+    "DECODED",
     "DEVICES",
     "ERROR",
     "EVAL_BEAM_WIDTH",
@@ -20,6 +22,7 @@ __all__ = [
     "EVAL_LM_MODE",
     "EVAL_SUBSETS",
     "FINAL_ACCURACY",
+    "FINAL_ACCURACY_FP32",
     "OPT_ADADELTA_EPSILON",
     "OPT_ADADELTA_RHO",
     "PRECISION",
@@ -27,6 +30,7 @@ __all__ = [
     "SUBSET",
     "THREAD_BUDGET",
     "TTA_SUBSET",
+    "UTTERANCES",
     "WORLD_SIZE",
     "constants",
 ]
@@ -44,6 +48,13 @@ PRECISION = "precision"
 # Evaluation on named subsets.
 SUBSET = "subset"
 """eval_accuracy and FINAL_ACCURACY metadata: the subset the rates are of."""
+DECODED = "decoded"
+"""eval_accuracy metadata: the run-folder path of the decoded outputs the rates come from."""
+UTTERANCES = "utterances"
+"""eval_accuracy and FINAL_ACCURACY metadata: how many utterances the subset's evaluation decoded."""
+CHECKPOINT = "benchbase_checkpoint"
+"""Value: the run-folder path of a checkpoint just written (metadata epoch_num, batch; final: true
+for the one written after run_stop)."""
 TTA_SUBSET = "benchbase_tta_subset"
 """Value: the dev subset the TTA rule is scored on."""
 EVAL_SUBSETS = "benchbase_eval_subsets"
@@ -51,6 +62,9 @@ EVAL_SUBSETS = "benchbase_eval_subsets"
 FINAL_ACCURACY = "benchbase_final_accuracy"
 """After run_stop, one per dev and test subset: the final model's rates (metadata SUBSET,
 EVAL_DECODER, EVAL_BEAM_WIDTH, utterances); not timed."""
+FINAL_ACCURACY_FP32 = "benchbase_final_accuracy_fp32"
+"""After FINAL_ACCURACY, for a run whose precision is not fp32: the same weights evaluated in fp32
+(metadata as FINAL_ACCURACY's, PRECISION "fp32"), so the cost of the precision shows; not timed."""
 
 # What the run was made of and how it behaved.
 BACKEND_CONTRACT = "benchbase_backend_contract"

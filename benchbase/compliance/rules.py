@@ -125,12 +125,21 @@ class FixedHyperparametersRule(_RuleBase):
                                      description="MLLOG key -> workload field path its value must equal.")
     config_fields: tuple[str, ...] = Field((), max_length=100,
                                            description="Workload field paths config.json must not change.")
+    run_choices: tuple[str, ...] = Field(
+        (), max_length=20,
+        description="Paths among log_keys' that a run may set itself (benchbase run --precision): held to "
+        "config.json instead of the registered workload, but only where the log and config.json agree.")
 
     @model_validator(mode="after")
     def _paths_are_paths(self) -> FixedHyperparametersRule:
-        for path in (*self.log_keys.values(), *self.config_fields):
+        for path in (*self.log_keys.values(), *self.config_fields, *self.run_choices):
             if not path or any(not part.isidentifier() for part in path.split(".")):
                 raise ValueError(f"{path!r} is not a dotted field path")
+        logged = set(self.log_keys.values())
+        for path in self.run_choices:
+            if path not in logged:
+                raise ValueError(f"run choice {path!r} is not logged: a run's own choice is accepted only where "
+                                 "the log states it")
         return self
 
 
@@ -157,6 +166,29 @@ class NumericHealthRule(_RuleBase):
         description="The run did not end on a NaN or infinite loss or log-probability.")
 
 
+class DecodedOutputsRule(_RuleBase):
+    check: Literal["decoded_outputs"] = Field(
+        description="Every evaluation's rates equal those recomputed with jiwer from the decoded outputs it names.")
+    tolerance: float = Field(0.001, ge=0, le=100, description="Allowed difference in percentage points (the log "
+                             "rounds rates to 4 decimals).")
+
+
+class EvalCountsRule(_RuleBase):
+    check: Literal["eval_counts"] = Field(
+        description="Every evaluation decoded its whole subset: the decoded outputs, the log and the store agree.")
+
+
+class TimelineRule(_RuleBase):
+    check: Literal["timeline"] = Field(
+        description="The log's evaluations end when metrics.jsonl's run clock says; no batch after run_stop.")
+    tolerance_seconds: float = Field(1.0, ge=0, le=3600, description="Absolute tolerance in seconds.")
+    tolerance_fraction: float = Field(0.01, ge=0, le=1, description="Relative tolerance.")
+
+
+class ArtifactsRule(_RuleBase):
+    check: Literal["artifacts"] = Field(description="The checkpoints the log names (and keeps) exist.")
+
+
 class ResultConsistencyRule(_RuleBase):
     check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
 
@@ -165,7 +197,7 @@ Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
     | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
-    | NumericHealthRule,
+    | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule,
     Field(discriminator="check"),
 ]
 

@@ -144,6 +144,9 @@ class FeatureStore:
     def exists(root: Path) -> bool:
         return (root / STORE_FILE).is_file() and (root / STATS_FILE).is_file()
 
+    def has(self, subset: str) -> bool:
+        return subset in self.description["splits"]
+
     def shards(self, subsets: tuple[str, ...] | list[str]) -> list[Path]:
         """Shard files of the named subsets, in subset order."""
         return [self.root / name for subset in subsets for name in self._split(subset)["shards"]]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from benchbase.backend import Backend, BuildContext, DevicePlan
 from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
 from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
+from benchbase.specs.workload import GPU_ONLY_PRECISIONS
 
-__all__ = ["build_context", "check_capabilities", "device_plan"]
+__all__ = ["build_context", "check_capabilities", "device_plan", "fp32_context"]
 
 
 def device_plan(hardware: HardwareProfile, device: str = "auto") -> DevicePlan:
@@ -36,12 +39,24 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
     if precision not in capabilities.precisions:
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "
                          f"(it declares {', '.join(sorted(capabilities.precisions))})")
+    if precision in GPU_ONLY_PRECISIONS and plan.kind != "cuda":
+        raise InputError(f"precision {precision!r} needs a GPU's tensor cores, and this run trains on "
+                         f"{plan.kind}; choose fp32, bf16 or int8-emulated, or a GPU profile")
 
 
 def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> BuildContext:
     workload = config.workload
-    longest_frames, longest_labels = store.longest(workload.data.train + workload.data.dev)
+    # Every subset the run will feed the backend, the final evaluation's test subsets included.
+    # (A missing train or dev subset is an error there; a missing test subset is left out.)
+    fed = workload.data.train + workload.data.dev + tuple(subset for subset in workload.data.test
+                                                          if store.has(subset))
+    longest_frames, longest_labels = store.longest(fed)
     return BuildContext(
         model=workload.model, optimizer=workload.optimizer, feature_dimension=store.feature_dimension, plan=plan,
         seed=config.seed, max_frames=workload.data.pad_to_frames or longest_frames, max_label_length=longest_labels,
     )
+
+
+def fp32_context(context: BuildContext) -> BuildContext:
+    """The same build at fp32: what the final evaluation's FP32 twin of a lower-precision run gets."""
+    return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}))

@@ -16,9 +16,10 @@ from benchbase.atomic import atomic_write_text
 from benchbase.harness.events import BatchProgress, RunResult
 from benchbase.harness.run_folder import RunFolder, write_json_line
 
-__all__ = ["CHECKPOINTS_KEPT", "RunRecorder"]
+__all__ = ["CHECKPOINTS_KEPT", "FINAL_CHECKPOINT", "RunRecorder"]
 
 CHECKPOINTS_KEPT = 2
+FINAL_CHECKPOINT = "final.ckpt"
 
 
 class RunRecorder:
@@ -63,6 +64,14 @@ class RunRecorder:
         temporary.replace(final)
         for stale in sorted(self.folder.checkpoints.glob("batch-*.ckpt"))[:-CHECKPOINTS_KEPT]:
             stale.unlink()
+        return final
+
+    def final_checkpoint(self, save: Callable[[Path], None]) -> Path:
+        """checkpoints/final.ckpt: the weights at run_stop, never pruned."""
+        final = self.folder.checkpoints / FINAL_CHECKPOINT
+        temporary = final.with_name(f".{final.name}.tmp")
+        save(temporary)
+        temporary.replace(final)
         return final
 
     def result(self, result: RunResult) -> None:

@@ -33,6 +33,10 @@ class RunFolder:
     result = property(lambda self: self.root / "result.json")
     checkpoints = property(lambda self: self.root / "checkpoints")
 
+    def relative(self, path: Path) -> str:
+        """A path inside the folder as the log names it: relative, with forward slashes."""
+        return path.relative_to(self.root).as_posix()
+
     def write_json(self, path: Path, data) -> None:
         atomic_write_text(path, json.dumps(data, indent=2, default=str))
 

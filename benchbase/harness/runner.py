@@ -34,7 +34,7 @@ from benchbase.harness.clock import RunClock
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
 from benchbase.harness.lifecycle import TimedRun
-from benchbase.harness.plan import build_context, check_capabilities, device_plan
+from benchbase.harness.plan import build_context, check_capabilities, device_plan, fp32_context
 from benchbase.harness.recorder import RunRecorder
 from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
@@ -42,6 +42,7 @@ from benchbase.harness.stop import StopReason
 from benchbase.metrics import TargetTracker
 from benchbase.specs import RunConfig
 from benchbase.telemetry import TelemetrySampler
+from benchbase.weight_layout import weight_layout
 
 __all__ = ["Harness", "device_plan", "run_benchmark"]
 
@@ -94,6 +95,7 @@ class Harness:
                 self._log_training_footprint()
                 timed.finish(reason)
             run_seconds = self.clock.seconds()
+            self._save_final_checkpoint(epochs)
             if self.config.final_evaluation:
                 self._final_evaluation()
         except BaseException:
@@ -256,8 +258,18 @@ class Harness:
             self._log_sentences(epoch, batch)
         if self.batch_index % evaluation.checkpoint_every == 0:
             path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
+            self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
+                           metadata={constants.EPOCH_NUM: epoch, "batch": self.batch_index})
             self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
         self.hook.batch_completed(progress=progress)
+
+    def _save_final_checkpoint(self, epoch: int) -> None:
+        """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase
+        verify` loads to re-evaluate them."""
+        path = self.recorder.final_checkpoint(self.backend.save_checkpoint)
+        self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
+                       metadata={constants.EPOCH_NUM: epoch, "batch": self.batch_index, "final": True})
+        self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
 
     def _log_sentences(self, epoch: int, batch: Batch) -> None:
         log_probs, lengths = self.backend.predict(batch.inputs())
@@ -280,8 +292,12 @@ class Harness:
         self.hook.eval_started(epoch=epoch, batches=sum(len(data) for data in self.dev_data.values()))
         results = evaluate_subsets(self.backend, self.dev_data, self.decoder, self.workload.model)
         for subset, result in results.items():
+            # The decoded outputs are the evidence behind the rates: `benchbase check` recomputes them.
+            decoded = self.recorder.decoded(f"{subset}-epoch-{epoch:03d}", result.references, result.hypotheses)
             self.log.event(constants.EVAL_ACCURACY, value=result.rates(),
-                           metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: subset})
+                           metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: subset,
+                                     own_keys.DECODED: self.folder.relative(decoded),
+                                     own_keys.UTTERANCES: result.utterances})
         self.log.end(constants.EVAL_STOP, metadata={constants.EPOCH_NUM: epoch})
         finished = self.clock.seconds()
         scored = results[self.workload.scored_subset]
@@ -291,15 +307,14 @@ class Harness:
                                 tuple(target.label for target in self.workload.tta.targets),
                                 {subset: result.rates() for subset, result in results.items()})
         self.recorder.evaluation(epoch, finished, scored.subset, _subset_records(results), finished - started)
-        for subset, result in results.items():
-            self.recorder.decoded(f"{subset}-epoch-{epoch:03d}", result.references, result.hypotheses)
         self.last_evaluation = evaluation
         self.hook.eval_completed(evaluation=evaluation)
         return evaluation
 
     def _final_evaluation(self) -> None:
         """After run_stop, off the clock (as MLPerf and the paper do): the trained model on every
-        dev and test subset at the final decoder's width, the paper's Table 5."""
+        dev and test subset at the final decoder's width, the paper's Table 5, in the run's
+        precision; for a run not in fp32, the same weights once more in fp32."""
         if self.last_evaluation is None:
             return  # nothing was trained far enough to be evaluated
         workload, evaluation = self.workload, self.workload.evaluation
@@ -307,7 +322,9 @@ class Harness:
         beam_width = evaluation.final_beam_width or evaluation.beam_width
         decoder = evaluation_decoder(evaluation.model_copy(update={"decoder": decoder_name}), self.config.data,
                                      workload.data.train, blank=workload.model.ctc_blank_index, beam_width=beam_width)
-        subsets = workload.data.dev + workload.data.test
+        # A store prepared without some test subset still gets the others; `benchbase check`
+        # reports the missing ones (rule final_evaluation).
+        subsets = [subset for subset in workload.data.dev + workload.data.test if self.store.has(subset)]
         pipelines = {subset: self._pipeline((subset,), training=False) for subset in subsets}
         started = time.perf_counter()
         results = evaluate_subsets(self.backend, pipelines, decoder, workload.model)
@@ -319,7 +336,35 @@ class Harness:
         self.final_evaluation = {"decoder": decoder_name, "beam_width": beam_width,
                                  "epoch": self.last_evaluation.epoch,
                                  "seconds": round(time.perf_counter() - started, 3),
+                                 "precision": workload.model.precision,
                                  "subsets": _subset_records(results)}
+        if workload.model.precision == "fp32":
+            return
+        # The cost of the run's precision made visible: the same weights evaluated in FP32 by a
+        # second instance of the backend, built with the run's context at fp32 (every backend
+        # implements fp32), given the exported weights less the quantizer's ranges.
+        started = time.perf_counter()
+        context = fp32_context(self.context)
+        twin = self.backend_class()
+        try:
+            weights = self.backend.export_weights()
+            twin.build(context)
+            twin.import_weights({name: weights[name] for name in weight_layout(context.model,
+                                                                               context.feature_dimension)})
+            fp32_results = evaluate_subsets(twin, pipelines, decoder, context.model)
+        except Exception as error:  # noqa: BLE001  (the timed run stands; result.json says why this is missing)
+            self.final_evaluation["fp32"] = {"error": f"{type(error).__name__}: {str(error)[:500]}"}
+            return
+        finally:
+            twin.close()
+        for subset, result in fp32_results.items():
+            self.log.event(own_keys.FINAL_ACCURACY_FP32, value=result.rates(),
+                           metadata={own_keys.SUBSET: subset, own_keys.PRECISION: "fp32",
+                                     own_keys.EVAL_DECODER: decoder_name, own_keys.EVAL_BEAM_WIDTH: beam_width,
+                                     "utterances": result.utterances})
+            self.recorder.decoded(f"final-fp32-{subset}", result.references, result.hypotheses)
+        self.final_evaluation["fp32"] = {"seconds": round(time.perf_counter() - started, 3),
+                                         "subsets": _subset_records(fp32_results)}
 
     # --- the result ---------------------------------------------------------------------
 

@@ -304,6 +304,25 @@ def _build(partial_root: Path, jobs: Sequence[UtteranceJob], parameters: dict, s
     return record
 
 
+def _remove_abandoned_partials(out: Path) -> None:
+    """Delete half-built corpora whose synthesis was killed (SIGKILL leaves no cleanup behind):
+    their folder names the pid, and a pid that no longer runs will never finish them."""
+    for abandoned in out.parent.glob(f".{out.name}.partial-*"):
+        pid = abandoned.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(abandoned, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
 def _check_arguments(utterances: int, workers: int | None) -> int:
     if utterances < len(SPLITS):
         raise CorpusError(f"utterances must be at least {len(SPLITS)} (one per split), got {utterances}")
@@ -331,6 +350,7 @@ def synthesize_corpus(out: Path, utterances: int = 3000, seed: int = 0,
         return existing
     out.parent.mkdir(parents=True, exist_ok=True)
     partial_root = out.parent / f".{out.name}.partial-{os.getpid()}"
+    _remove_abandoned_partials(out)
     shutil.rmtree(partial_root, ignore_errors=True)  # left over by a crashed run with our pid
     try:
         jobs = plan_corpus(transcripts, seed)
