@@ -71,7 +71,7 @@ def test_a_training_split_smaller_than_one_batch_is_refused_before_the_clock(sma
     with pytest.raises(InputError, match=f"the training subsets hold {train} utterances, fewer than one global "
                                          f"batch of {batch}"):
         _linear_run(small_store, tmp_path / "run", global_batch=batch, batch_per_device=batch)
-    assert "run_start" not in [event["key"] for event in _events(tmp_path / "run")]
+    assert not (tmp_path / "run").exists()  # nothing was measured, and the same --out stays usable
 
 
 def _start_run(store: Path, out: Path) -> subprocess.Popen:
@@ -144,3 +144,45 @@ def test_a_killed_synthesis_leaves_no_worker_and_its_leftovers_are_removed(tmp_p
 
     synthesize_corpus(out, utterances=5, seed=3, workers=1)
     assert not partial.exists()  # ... the next synthesis into the same place removes it
+
+
+def test_a_failed_checkpoint_write_leaves_no_temporary_file(tmp_path):
+    from benchbase.harness.recorder import RunRecorder
+    from benchbase.harness.run_folder import RunFolder
+
+    recorder = RunRecorder(RunFolder.create(tmp_path / "run"))
+
+    def full_disk(path: Path) -> None:
+        path.write_bytes(b"half a checkpoint")
+        raise OSError(28, "No space left on device", str(path))
+
+    with pytest.raises(OSError, match="No space left"):
+        recorder.checkpoint(250, full_disk)
+    recorder.close()
+    assert list((tmp_path / "run" / "checkpoints").iterdir()) == []
+
+
+def _mounted_tmpfs(where: Path, options: str):
+    """A small tmpfs at ``where`` (root only); None where it cannot be mounted."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    return where if mounted.returncode == 0 else None
+
+
+# Which write meets the full disk first varies (the log, metrics, a checkpoint, whose framework
+# words it its own way), so for a full disk the line must name the file, not the OS's words.
+@pytest.mark.parametrize("options, words", [("ro,size=64k", "Read-only file system"), ("size=48k", "")])
+def test_out_on_a_read_only_or_full_filesystem_is_one_line(small_store, tmp_path, options, words):
+    mount = _mounted_tmpfs(tmp_path / "mount", options)
+    if mount is None:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        finished = subprocess.run([sys.executable, "-m", "benchbase", "run", "--workload", "ds2-mini", "--backend",
+                                   "torch", "--hw", "cpu", "--data", str(small_store), "--out", str(mount / "run"),
+                                   "--max-epochs", "1"], capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    assert finished.returncode not in (0, 130), finished.stderr[-2000:]
+    assert "Traceback" not in finished.stderr
+    last = finished.stderr.strip().splitlines()[-1]
+    assert last.startswith("benchbase: error: ") and words in last and str(mount) in last

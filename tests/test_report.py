@@ -204,3 +204,16 @@ def test_table_5_sets_ds2_runs_beside_the_papers_numbers(groups_root):
     assert final.rows[3:] == [["paper sys1", "word_beam 512", 17.90, 17.32, 41.85, 45.04],
                               ["paper sys2", "word_beam 512", 18.50, 18.68, 44.31, 48.15],
                               ["paper sys10", "word_beam 512", 19.86, 19.45, 45.86, 49.43]]
+
+
+def test_score_reports_the_runs_it_left_out(groups_root):
+    from cli_helpers import run_benchbase
+
+    killed = groups_root / "base" / "run-9"
+    killed.mkdir()
+    (killed / "mllog.log").write_text("")  # a run killed before it wrote result.json
+    scored = run_benchbase("score", str(groups_root / "base"))
+    assert scored.returncode == 0, scored.stderr
+    assert "left out of base:" in scored.stdout and "run-9 has no result.json" in " ".join(scored.stdout.split())
+    document = json.loads(run_benchbase("score", "--json", str(groups_root / "base")).stdout)
+    assert document["base"]["left_out"] == [str(killed)]

@@ -78,6 +78,23 @@ def test_verify_re_measures_the_final_weights(finished_run, tmp_path):
     assert refuted.returncode == 1 and "do not score what the final evaluation" in refuted.stdout
 
 
+def test_decode_sweep_refuses_a_corrupt_checkpoint_and_unbounded_beams(finished_run, tmp_path):
+    import shutil
+
+    from cli_helpers import run_benchbase
+
+    out, _ = finished_run
+    copy = tmp_path / "corrupt"
+    shutil.copytree(out, copy)
+    (copy / "checkpoints" / "final.ckpt").write_bytes(b"\x00" * 100)
+    refused = run_benchbase("decode-sweep", str(copy), "--beams", "4")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        f"benchbase: error: {copy / 'checkpoints' / 'final.ckpt'}: not a checkpoint this backend can load")
+    unbounded = run_benchbase("decode-sweep", str(out), "--beams", "64,100000")
+    assert unbounded.returncode == 2 and "expected widths from 1 to 8192" in unbounded.stderr
+
+
 def test_the_compliance_log_passes_the_official_common_rules(finished_run, tmp_path):
     out, _ = finished_run
     passed, messages = check_common_rules(out / "mllog.log", tmp_path)

@@ -97,3 +97,11 @@ def test_features_of_another_dimension_are_refused_before_the_clock(small_store,
     monkeypatch.setattr(Store, "feature_dimension", property(lambda self: 80))
     with pytest.raises(InputError, match="features have 80 dimensions, workload 'ds2-mini' expects 93"):
         _linear_run(small_store, tmp_path / "run")
+
+
+def test_flipped_bytes_in_an_index_are_found(store_copy):
+    index = _a_shard(store_copy)
+    data = bytearray(index.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte, same size, same name
+    index.write_bytes(bytes(data))
+    assert verify_store(store_copy) == [f"{index}: checksum mismatch (truncated or altered since it was prepared)"]

@@ -23,7 +23,11 @@ from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import BEAM_DECODERS, RunConfig
 
-__all__ = ["DevOutputs", "decode_sweep", "dev_outputs", "load_run_config", "newest_checkpoint", "sweep_row"]
+__all__ = ["MAX_BEAM_WIDTH", "DevOutputs", "decode_sweep", "dev_outputs", "load_checkpoint", "load_run_config",
+           "newest_checkpoint", "sweep_row"]
+
+MAX_BEAM_WIDTH = 8192
+"""The evaluation spec's own bound: wider beams take hours per dev set and memory without end."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,10 @@ def load_run_config(run_dir: Path) -> RunConfig:
 
 
 def newest_checkpoint(run_dir: Path) -> Path:
+    """The final checkpoint (written after run_stop), else the newest periodic one."""
+    final = run_dir / "checkpoints" / "final.ckpt"
+    if final.is_file():
+        return final
     checkpoints = sorted((run_dir / "checkpoints").glob("batch-*.ckpt"))
     if not checkpoints:
         raise InputError(f"{run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
@@ -92,7 +100,7 @@ def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path, subset: s
     workload = config.workload
     try:
         backend.build(build_context(config, store, device_plan(config.hardware, config.device)))
-        backend.load_checkpoint(checkpoint)
+        load_checkpoint(backend, checkpoint)
         subsets = (subset or workload.scored_subset,)
         utterances = [utterance for shard in store.shards(subsets) for utterance in store.read(shard)]
         size = config.hardware.pipeline.global_batch
@@ -113,11 +121,21 @@ def _subset(config: RunConfig, subset: str | None) -> str:
     return subset or config.workload.scored_subset
 
 
+def load_checkpoint(backend, checkpoint: Path) -> None:
+    """The backend loads the checkpoint; a truncated, empty or foreign file is a one-line error."""
+    try:
+        backend.load_checkpoint(checkpoint)
+    except Exception as error:  # noqa: BLE001 - every framework raises its own kind for a bad file
+        message = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InputError(f"{checkpoint}: not a checkpoint this backend can load ({message})") from None
+
+
 def _widths(text: str) -> list[int]:
     try:
         widths = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         widths = []
-    if not widths or min(widths) < 1:
-        raise InputError(f"--beams {text!r}: expected positive widths separated by commas, e.g. 64,128,256")
+    if not widths or min(widths) < 1 or max(widths) > MAX_BEAM_WIDTH:
+        raise InputError(f"--beams {text!r}: expected widths from 1 to {MAX_BEAM_WIDTH} separated by commas, "
+                         "e.g. 64,128,256")
     return widths

@@ -33,10 +33,13 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
         raise InputError("score: name at least one RUN_DIR")
     scored = scored_groups(load_groups(list(run_dirs)))
     if as_json:
-        click.echo(json.dumps({item.group.name: {label: _score_json(s) for label, s in item.scores.items()}
+        click.echo(json.dumps({item.group.name: {**{label: _score_json(s) for label, s in item.scores.items()},
+                                                 "left_out": [str(path) for path in item.group.left_out]}
                                for item in scored}, indent=2))
         return
-    Console().print(rich_table(score_table(scored)))
+    console = Console()
+    console.print(rich_table(score_table(scored)))
+    _warn_left_out(console, scored)
 
 
 @cli.command()
@@ -70,7 +73,17 @@ def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: b
     console = Console()
     for table in tables:
         console.print(rich_table(table))
+    if groups:
+        _warn_left_out(console, scored_groups(groups))
     console.print(f"wrote {len(written)} table file(s) and {len(figures)} figure(s) to {out}")
+
+
+def _warn_left_out(console: Console, scored) -> None:
+    """Runs without a result.json are not scored; say so rather than score the rest silently."""
+    for item in scored:
+        for folder in item.group.left_out:
+            console.print(f"[yellow]left out of {item.group.name}:[/] {folder} has no result.json (killed or "
+                          "still running)")
 
 
 def rich_table(table: ReportTable) -> Table:

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from benchbase.cli.app import cli
-from benchbase.cli.decode_commands import load_run_config
+from benchbase.cli.decode_commands import load_checkpoint, load_run_config
 from benchbase.compliance import keys
 from benchbase.compliance.parse import parse_log
 from benchbase.data.pipeline import BatchPipeline
@@ -57,7 +57,7 @@ def verify(run_dir: Path, data: Path | None) -> None:
     backend = collect_registry(get_plugin_manager()).backend(config.backend)()
     try:
         backend.build(build_context(config, store, device_plan(config.hardware, config.device)))
-        backend.load_checkpoint(checkpoint)
+        load_checkpoint(backend, checkpoint)
         measured = evaluate_subsets(backend, {subset: pipeline}, decoder, config.workload.model)[subset].rates()
     finally:
         backend.close()

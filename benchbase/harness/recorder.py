@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchbase.atomic import atomic_write_text
+from benchbase.errors import BenchbaseError
 from benchbase.harness.events import BatchProgress, RunResult
 from benchbase.harness.run_folder import RunFolder, write_json_line
 
@@ -59,9 +60,7 @@ class RunRecorder:
     def checkpoint(self, batch_index: int, save: Callable[[Path], None]) -> Path:
         """``save`` writes a temporary file that is renamed into place; older checkpoints are pruned."""
         final = self.folder.checkpoints / f"batch-{batch_index:07d}.ckpt"
-        temporary = final.with_name(f".{final.name}.tmp")
-        save(temporary)
-        temporary.replace(final)
+        _save_atomically(save, final)
         for stale in sorted(self.folder.checkpoints.glob("batch-*.ckpt"))[:-CHECKPOINTS_KEPT]:
             stale.unlink()
         return final
@@ -69,10 +68,28 @@ class RunRecorder:
     def final_checkpoint(self, save: Callable[[Path], None]) -> Path:
         """checkpoints/final.ckpt: the weights at run_stop, never pruned."""
         final = self.folder.checkpoints / FINAL_CHECKPOINT
-        temporary = final.with_name(f".{final.name}.tmp")
-        save(temporary)
-        temporary.replace(final)
+        _save_atomically(save, final)
         return final
 
     def result(self, result: RunResult) -> None:
         self.folder.write_json(self.folder.result, asdict(result))
+
+
+def _save_atomically(save: Callable[[Path], None], final: Path) -> None:
+    """The backend writes a temporary file that is renamed into place; a failed write (a full
+    disk, a backend error) leaves neither a torn checkpoint nor its temporary file."""
+    temporary = final.with_name(f".{final.name}.tmp")
+    try:
+        save(temporary)
+        temporary.replace(final)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+    except Exception as error:
+        temporary.unlink(missing_ok=True)
+        # Frameworks report a failed write (a full disk) in their own exception types.
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        raise BenchbaseError(f"{final}: the backend could not write the checkpoint ({first_line})") from error
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 
 import pluggy
@@ -73,11 +74,29 @@ class Harness:
     def run(self) -> RunResult:
         self.log = ComplianceLog(self.folder.compliance_log)
         self.recorder = RunRecorder(self.folder)
+        self.timed = False
         try:
-            return self._run()
-        finally:
-            self.recorder.close()
-            self.log.close()
+            result = self._run()
+        except BaseException as error:
+            self._close_files(quietly=True)  # the error on its way out is the one to report
+            if not self.timed:
+                # Setup failed before run_start: nothing was measured, and the folder must not
+                # block the same --out on the next attempt.
+                shutil.rmtree(self.folder.root, ignore_errors=True)
+            if isinstance(error, OSError) and error.filename is None:
+                # A write to an open file (a full disk): name the run folder it went to.
+                raise OSError(error.errno, error.strerror, str(self.folder.root)) from error
+            raise
+        self._close_files(quietly=False)
+        return result
+
+    def _close_files(self, quietly: bool) -> None:
+        for close in (self.recorder.close, self.log.close):
+            try:
+                close()
+            except OSError as error:  # flushing the last lines can meet a full disk too
+                if not quietly:
+                    raise OSError(error.errno, error.strerror, str(self.folder.root)) from error
 
     def _run(self) -> RunResult:
         init_started = time.perf_counter()
@@ -87,6 +106,7 @@ class Harness:
             self.log.end(constants.INIT_STOP)
             self.clock.start()
             self.log.start(constants.RUN_START)
+            self.timed = True
             sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
             with TimedRun(self.log, sampler) as timed:
                 self.hook.run_started(config=self.config, run_dir=self.folder.root)
@@ -124,6 +144,9 @@ class Harness:
                              f"fewer than one global batch of {self.config.hardware.pipeline.global_batch}: "
                              "no batch would be trained")
         self.dev_data = {subset: self._pipeline((subset,), training=False) for subset in self.workload.data.dev}
+        for subset, data in self.dev_data.items():
+            if data.utterances == 0:
+                raise InputError(f"{self.config.data}: dev subset {subset} holds no utterances; nothing to evaluate")
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         self.decoder = evaluation_decoder(self.workload.evaluation, self.config.data, self.workload.data.train,
                                           blank=self.workload.model.ctc_blank_index)

@@ -52,6 +52,8 @@ class Run:
 class RunGroup:
     name: str
     runs: list[Run]
+    left_out: list[Path] = field(default_factory=list)
+    """Run folders without a result.json (killed, or still running): not scored, but reported."""
 
     @property
     def targets(self) -> list[str]:
@@ -69,11 +71,13 @@ class RunGroup:
 def load_groups(paths: list[Path]) -> list[RunGroup]:
     groups: list[RunGroup] = []
     for path in paths:
-        folders = [folder for folder in find_run_folders(path) if (folder / RESULT_NAME).is_file()]
+        found = find_run_folders(path)
+        folders = [folder for folder in found if (folder / RESULT_NAME).is_file()]
         if not folders:
             raise InputError(f"{path}: no {RESULT_NAME} in it or in its run folders")
         name = _distinct_name(path.resolve().name or str(path), {group.name for group in groups})
-        groups.append(RunGroup(name, [_load_run(folder) for folder in folders]))
+        left_out = [folder for folder in found if folder not in folders]
+        groups.append(RunGroup(name, [_load_run(folder) for folder in folders], left_out))
     return groups
 
 

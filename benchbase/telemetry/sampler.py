@@ -79,12 +79,19 @@ def _sample_until_stopped(path: Path, clock_origin: float, interval: float, stop
     nvml, handles = open_nvml()
     totals = {"samples": 0, "cpu": 0.0, "gpu_samples": 0, "gpu": 0.0}
     psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
-    with open(path, "a", encoding="utf-8") as sink:
-        while not stop.wait(interval) and not parent_is_gone(parent_pid):
-            _sample(sink, clock_origin, nvml, handles if nvml else [], totals)
     gpu_status = f"{len(handles)} GPU(s) via NVML" if nvml else handles
+    try:
+        with open(path, "a", encoding="utf-8") as sink:
+            while not stop.wait(interval) and not parent_is_gone(parent_pid):
+                _sample(sink, clock_origin, nvml, handles if nvml else [], totals)
+    except OSError as error:
+        # A full disk or a vanished folder ends sampling; the run reports the missing samples.
+        gpu_status = f"{gpu_status}; sampling stopped: {error.strerror or error}"
     summary = _summary(totals, interval, gpu_status, time.process_time() - started)
-    path.with_name(path.name + SUMMARY_SUFFIX).write_text(json.dumps(summary), encoding="utf-8")
+    try:
+        path.with_name(path.name + SUMMARY_SUFFIX).write_text(json.dumps(summary), encoding="utf-8")
+    except OSError:
+        pass  # the parent then reports the sampler's summary as missing
 
 
 def _sample(sink: IO[str], clock_origin: float, nvml, handles, totals: dict) -> None:
