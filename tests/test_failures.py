@@ -108,6 +108,11 @@ def test_sigterm_ends_the_log_stops_telemetry_and_exits_143(small_store, tmp_pat
     assert len(stop) == 1 and stop[0]["metadata"]["status"] == "aborted"
     assert stop[0]["metadata"]["stop_reason"] == "interrupted"
     assert not sampler.is_running() or sampler.status() == psutil.STATUS_ZOMBIE
+    # A preemption keeps what was trained: a checkpoint of the model after the last whole step.
+    saved = [event for event in _events(out) if event["key"] == "benchbase_checkpoint"]
+    assert saved and saved[-1]["metadata"]["terminated"] is True
+    assert (out / saved[-1]["value"]).is_file()
+    assert not list((out / "checkpoints").glob(".*.tmp"))
 
 
 def test_a_killed_run_leaves_no_sampler_writing(small_store, tmp_path):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import click
 
 from benchbase.errors import BenchbaseError, Terminated
+from benchbase.termination import install_sigterm_handler
 
 __all__ = ["cli", "main"]
 
@@ -19,9 +19,10 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    # SIGTERM (a preempted job, `kill`) unwinds like Ctrl-C: run_stop is logged, child
-    # processes stop, partial files are removed; then exit 143 as the shell would report it.
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    # SIGTERM (a preempted job, `kill`) unwinds like Ctrl-C once no update is half done: a run
+    # checkpoints and logs run_stop, child processes stop, partial files are removed; then exit
+    # 143 as the shell would report it.
+    install_sigterm_handler()
     try:
         # Without standalone mode, click returns a command's Exit code instead of exiting with it.
         code = cli.main(args=argv, standalone_mode=False)
@@ -50,10 +51,6 @@ def _describe_os_error(error: OSError) -> str:
     if error.filename2 is not None:
         where = f"{where} -> {error.filename2}"
     return f"{where}: {error.strerror or type(error).__name__}"
-
-
-def _raise_terminated(signal_number, frame) -> None:
-    raise Terminated()
 
 
 def _fail(message: str, code: int) -> None:

@@ -30,7 +30,7 @@ from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder, greedy_decode
-from benchbase.errors import BenchbaseError, InputError, NonFiniteError
+from benchbase.errors import BenchbaseError, InputError, NonFiniteError, Terminated
 from benchbase.harness.clock import RunClock
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
@@ -43,6 +43,7 @@ from benchbase.harness.stop import StopReason
 from benchbase.metrics import TargetTracker
 from benchbase.specs import RunConfig
 from benchbase.telemetry import TelemetrySampler
+from benchbase.termination import deferred_termination, termination_requested
 from benchbase.weight_layout import weight_layout
 
 __all__ = ["Harness", "device_plan", "run_benchmark"]
@@ -111,7 +112,11 @@ class Harness:
             with TimedRun(self.log, sampler) as timed:
                 self.hook.run_started(config=self.config, run_dir=self.folder.root)
                 self.backend.build(self.context)
-                reason, epochs = self._train()
+                try:
+                    reason, epochs = self._train()
+                except Terminated:
+                    self._checkpoint_on_termination()
+                    raise
                 self._log_training_footprint()
                 timed.finish(reason)
             run_seconds = self.clock.seconds()
@@ -254,7 +259,8 @@ class Harness:
             if batch is None:
                 break
             step_from, cpu_from = time.perf_counter(), time.process_time()
-            loss = self.backend.train_step(batch)
+            with deferred_termination():  # SIGTERM waits for the update to complete
+                loss = self.backend.train_step(batch)
             step, cpu = time.perf_counter() - step_from, time.process_time() - cpu_from
             if not isinstance(loss, float):
                 raise BenchbaseError(f"backend {self.config.backend!r}: train_step returned a "
@@ -264,6 +270,8 @@ class Harness:
                 raise NonFiniteError(f"batch {self.batch_index + 1} (epoch {epoch}): train_step returned a loss of "
                                      f"{loss} on utterances {_named(batch.utterance_ids)}")
             self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step, cpu)
+            if termination_requested():
+                raise Terminated()
             if self._out_of_time():
                 return False
         return True
@@ -285,6 +293,16 @@ class Harness:
                            metadata={constants.EPOCH_NUM: epoch, "batch": self.batch_index})
             self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
         self.hook.batch_completed(progress=progress)
+
+    def _checkpoint_on_termination(self) -> None:
+        """SIGTERM (a preemption): keep what was trained. The model is consistent here, since a
+        SIGTERM during train_step waits for the step to finish."""
+        if self.batch_index == 0:
+            return
+        with deferred_termination():  # a second SIGTERM must not tear this checkpoint
+            path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
+            self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
+                           metadata={"batch": self.batch_index, "terminated": True})
 
     def _save_final_checkpoint(self, epoch: int) -> None:
         """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase
