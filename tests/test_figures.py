@@ -177,3 +177,12 @@ def test_write_figures_writes_the_four_pngs(tmp_path, new):
         assert image.shape[1] >= 600 and image.std() > 0.05  # not a blank canvas
     assert sorted(path.name for path in (tmp_path / "figures").iterdir()) == sorted(names)  # no temporary files left
     assert plt.get_fignums() == []  # every figure closed once written
+
+
+def test_figure_8_of_a_short_run_shows_its_last_25_seconds(tmp_path):
+    folder = write_run(tmp_path / "short", new=True)
+    telemetry = folder / "telemetry.jsonl"
+    samples = [json.loads(line) for line in telemetry.read_text().splitlines()]
+    telemetry.write_text("".join(json.dumps(sample) + "\n" for sample in samples if sample["t"] <= 12.0))
+    run = load_groups([folder])[0].runs[0]
+    assert utilization_window(run) == (0.0, 25.0)  # 25 s after warm-up would start past its end

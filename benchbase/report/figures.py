@@ -208,9 +208,13 @@ def draw_utilization(groups: list[RunGroup], window: tuple[float, float] | None 
 
 
 def utilization_window(run: Run) -> tuple[float, float]:
-    """The default window: 25 s from the end of the warm-up batches, as in the paper's Figure 8."""
+    """The default window: 25 s from the end of the warm-up batches, as in the paper's Figure 8;
+    for a run that ends sooner, the last 25 s (or the whole run), so the window is never empty."""
     batches = run.batches
     start = batches[min(len(batches), WARMUP_BATCHES) - 1].get("t", 0.0) if batches else 0.0
+    samples = [sample.get("t") for sample in run.telemetry if isinstance(sample.get("t"), int | float)]
+    end = max(samples) if samples else start + UTILIZATION_WINDOW_SECONDS
+    start = max(0.0, min(start, end - UTILIZATION_WINDOW_SECONDS))
     return start, start + UTILIZATION_WINDOW_SECONDS
 
 
