@@ -17,7 +17,7 @@ import click
 from benchbase.cli.app import cli
 from benchbase.cli.decode_commands import load_checkpoint, load_run_config
 from benchbase.compliance import keys
-from benchbase.compliance.parse import parse_log
+from benchbase.compliance.parse import parse_log, read_log
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
@@ -73,7 +73,7 @@ def verify(run_dir: Path, data: Path | None) -> None:
 
 def _claim(run_dir: Path, subset: str) -> tuple[dict, str, int, str]:
     """What the log says the final weights scored on ``subset``: rates, decoder, beam, and which event says so."""
-    log = parse_log((run_dir / "mllog.log").read_bytes() if (run_dir / "mllog.log").is_file() else b"")
+    log = read_log(run_dir / "mllog.log") if (run_dir / "mllog.log").is_file() else parse_log(b"")
     final = [event for event in log.keyed(keys.FINAL_ACCURACY) if event.metadata.get(keys.SUBSET) == subset]
     if final and _rates_in(final[-1].value):
         event = final[-1]

@@ -4,6 +4,9 @@ Input is either a compliance log (result.json and config.json beside it are used
 exist), a run folder (mllog.log, result.json, config.json) or a folder of run folders
 (run-0, run-1, ...). Only input that cannot be checked at all (a missing path, a folder with
 no log) is an InputError; everything inside a log is a finding, never an exception.
+
+Resources are bounded: the log is streamed into compact events (parse.read_log), never held
+whole, and each rule reports at most MESSAGES_PER_RULE messages and a count of the rest.
 """
 
 from __future__ import annotations
@@ -12,15 +15,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from benchbase.compliance.checks import CHECKS, Evidence, Skip
-from benchbase.compliance.parse import parse_log
-from benchbase.compliance.rules import RuleSet, load_ruleset
+from benchbase.compliance.checks import CHECKS, MESSAGES_PER_RULE, Evidence, Skip
+from benchbase.compliance.parse import read_log
+from benchbase.compliance.rules import Rule, RuleSet, load_ruleset
 from benchbase.compliance.runs import LOG_NAME, find_run_folders
 from benchbase.errors import InputError
 from benchbase.specs import WorkloadSpec
 
-__all__ = ["CheckReport", "Finding", "check_evidence", "check_log", "check_paths"]
+__all__ = ["CheckReport", "Finding", "capped", "check_evidence", "check_log", "check_paths"]
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -49,7 +53,7 @@ class CheckReport:
         return [f"{finding.rule}: {message}" for finding in self.findings if finding.status == FAIL
                 for message in finding.messages]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "ruleset": self.ruleset, "passed": self.passed,
                 "findings": [asdict(finding) for finding in self.findings]}
 
@@ -70,10 +74,10 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
     """Check one log, with the result.json and config.json beside it when they exist."""
     ruleset = ruleset or load_ruleset()
     try:
-        data = log.read_bytes()
+        parsed = read_log(log)
     except OSError as error:
         raise InputError(f"{log}: cannot read: {error.strerror or error}") from None
-    evidence = Evidence(source=str(log), log=parse_log(data))
+    evidence = Evidence(source=str(log), log=parsed)
     file_problems = [_attach(evidence, log.parent / name, name) for name in ("result.json", "config.json")]
     if (log.parent / "result.json").exists() or (log.parent / "config.json").exists():
         evidence.folder = log.parent
@@ -92,14 +96,22 @@ def check_evidence(evidence: Evidence, ruleset: RuleSet) -> CheckReport:
     return report
 
 
-def _apply(rule, evidence: Evidence) -> Finding:
+def _apply(rule: Rule, evidence: Evidence) -> Finding:
     try:
         messages = CHECKS[rule.check](rule, evidence)
     except Skip as reason:
         return Finding(rule.check, SKIP, [str(reason)], rule.description)
     except Exception as error:  # a checker bug must still be a finding, not a traceback on a user's log
         messages = [f"checker error in {rule.check}: {type(error).__name__}: {error}"]
-    return Finding(rule.check, FAIL if messages else PASS, messages, rule.description)
+    return Finding(rule.check, FAIL if messages else PASS, capped(messages), rule.description)
+
+
+def capped(messages: list[str], limit: int = MESSAGES_PER_RULE) -> list[str]:
+    """The first ``limit`` messages, and one that counts the rest: a log with a fault on every line
+    makes a report of a few lines, not one line per fault."""
+    if len(messages) <= limit:
+        return list(messages)
+    return [*messages[:limit], f"... and {len(messages) - limit} more (only the first {limit} are listed)"]
 
 
 def _attach(evidence: Evidence, path: Path, name: str) -> str | None:
@@ -116,7 +128,7 @@ def _attach(evidence: Evidence, path: Path, name: str) -> str | None:
     return None
 
 
-def _registered_workload(evidence: Evidence, workloads: Mapping[str, WorkloadSpec]) -> dict | None:
+def _registered_workload(evidence: Evidence, workloads: Mapping[str, WorkloadSpec]) -> dict[str, Any] | None:
     name = evidence.value_of("submission_benchmark")
     spec = workloads.get(name) if isinstance(name, str) else None
     return None if spec is None else spec.model_dump(mode="json")

@@ -65,8 +65,14 @@ def field_at(data: Any, path: str) -> Any:
 
 
 def lines_parse(rule: r.LinesParseRule, evidence: Evidence) -> list[str]:
-    messages = [problem.message for problem in evidence.log.problems]
-    if not evidence.log.events:
+    log = evidence.log
+    messages = [problem.message for problem in log.problems]
+    if log.problem_count > MESSAGES_PER_RULE:
+        # Only the first messages are reported (and the parse keeps only the first problems):
+        # how many lines fail, and an empty log, go first.
+        summary = [f"{log.problem_count} of the log's {log.lines} lines are not well-formed MLLOG events"]
+        return summary + (["the log holds no MLLOG events"] if not log.events else []) + messages
+    if not log.events:
         messages.append("the log holds no MLLOG events")
     return messages
 

@@ -87,6 +87,13 @@ def _evaluations(log: ParsedLog, subset: str | None) -> list[tuple[LogEvent, flo
     """Each well-formed eval_accuracy of ``subset`` with the time its evaluation finished."""
     subsets_logged = any(SUBSET in event.metadata for event in log.keyed("eval_accuracy"))
     found = []
+    # One pass from the end: each event's next eval_stop, without rescanning the log per evaluation.
+    next_stop: list[LogEvent | None] = [None] * len(log.events)
+    upcoming: LogEvent | None = None
+    for index in range(len(log.events) - 1, -1, -1):
+        next_stop[index] = upcoming
+        if log.events[index].key == "eval_stop":
+            upcoming = log.events[index]
     for index, event in enumerate(log.events):
         value = event.value
         if event.key != "eval_accuracy" or not isinstance(value, dict):
@@ -95,7 +102,7 @@ def _evaluations(log: ParsedLog, subset: str | None) -> list[tuple[LogEvent, flo
             continue
         if not (is_number(value.get("wer")) and is_number(value.get("cer"))):
             continue
-        stop = next((later for later in log.events[index + 1:] if later.key == "eval_stop"), None)
+        stop = next_stop[index]
         same_epoch = stop is not None and stop.metadata.get("epoch_num") == event.metadata.get("epoch_num")
         found.append((event, stop.time_ms if same_epoch else event.time_ms))
     return found
