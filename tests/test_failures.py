@@ -121,7 +121,7 @@ def test_a_killed_run_leaves_no_sampler_writing(small_store, tmp_path):
     sampler = _wait_for_training(out, process)
     os.kill(process.pid, signal.SIGKILL)  # no Python cleanup runs in the parent
     process.communicate(timeout=30)
-    sampler.wait(timeout=10)  # the kernel's parent-death signal ends it
+    sampler.wait(timeout=5)  # the kernel's parent-death signal ends it within seconds
     size = (out / "telemetry.jsonl").stat().st_size
     time.sleep(1.0)
     assert (out / "telemetry.jsonl").stat().st_size == size
@@ -142,7 +142,7 @@ def test_a_killed_synthesis_leaves_no_worker_and_its_leftovers_are_removed(tmp_p
     partial = tmp_path / f".corpus.partial-{process.pid}"
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
-    gone, alive = psutil.wait_procs(workers, timeout=10)
+    gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, [worker.cmdline() for worker in alive]
     assert partial.exists()  # SIGKILL runs no cleanup ...
     from benchbase.data.synth import synthesize_corpus

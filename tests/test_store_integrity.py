@@ -105,3 +105,15 @@ def test_flipped_bytes_in_an_index_are_found(store_copy):
     data[len(data) // 2] ^= 0xFF  # one flipped byte, same size, same name
     index.write_bytes(bytes(data))
     assert verify_store(store_copy) == [f"{index}: checksum mismatch (truncated or altered since it was prepared)"]
+
+
+def test_resuming_into_a_store_of_another_corpus_is_refused(small_corpus, mini_workload, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus / "dev-clean", corpus / "dev-clean")
+    out, subsets = tmp_path / "store", {"train": ("dev-clean",)}
+    arguments = (mini_workload.features, mini_workload.model, 16.7, out)
+    prepare_store(corpus, subsets, *arguments)
+    transcript = sorted(corpus.glob("dev-clean/*/*/*.trans.txt"))[0]
+    transcript.write_text(transcript.read_text().replace(" ", " A ", 1))  # another corpus: one word more
+    with pytest.raises(InputError, match=r"another corpus or other settings \(files_sha256 differ\)"):
+        prepare_store(corpus, subsets, *arguments)
