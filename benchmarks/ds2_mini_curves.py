@@ -15,10 +15,10 @@ Each run folder is an ordinary run: `benchbase report` and `benchbase check` rea
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
+from benchbase.compliance.runs import read_json_lines
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.harness import run_benchmark
 from benchbase.plugins import get_plugin_manager
@@ -50,8 +50,7 @@ def main() -> None:
 
 
 def _summarize(run: Path, window: int) -> None:
-    evaluations = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
-                   if '"kind": "eval"' in line]
+    evaluations = [record for record in read_json_lines(run / "metrics.jsonl") if record.get("kind") == "eval"]
     print(f"\n{run.name}: {len(evaluations)} evaluations")
     print("  epoch  minutes  dev-clean CER (median of last 3)  WER (median)  dev-other CER  WER  loss")
     reached: dict[str, float] = {}

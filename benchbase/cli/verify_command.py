@@ -9,7 +9,6 @@ outputs were edited too) fails here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -27,6 +26,7 @@ from benchbase.harness.plan import build_context, device_plan
 from benchbase.harness.recorder import FINAL_CHECKPOINT
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
+from benchbase.specs import EvalSpec
 
 __all__ = ["TOLERANCE", "verify"]
 
@@ -46,7 +46,7 @@ def verify(run_dir: Path, data: Path | None) -> None:
     if not checkpoint.is_file():
         raise InputError(f"{checkpoint}: no final checkpoint (the run ended with an error, or predates them)")
     subset = config.workload.scored_subset
-    claimed, decoder_name, beam_width, source = _claim(run_dir, subset)
+    claimed, decoder_name, beam_width, source = _claim(run_dir, subset, config.workload.evaluation)
     store_root = data or config.data
     store = FeatureStore(store_root)
     evaluation = config.workload.evaluation.model_copy(update={"decoder": decoder_name})
@@ -71,7 +71,7 @@ def verify(run_dir: Path, data: Path | None) -> None:
                "points)")
 
 
-def _claim(run_dir: Path, subset: str) -> tuple[dict, str, int, str]:
+def _claim(run_dir: Path, subset: str, evaluation: EvalSpec) -> tuple[dict, str, int, str]:
     """What the log says the final weights scored on ``subset``: rates, decoder, beam, and which event says so."""
     log = read_log(run_dir / "mllog.log") if (run_dir / "mllog.log").is_file() else parse_log(b"")
     final = [event for event in log.keyed(keys.FINAL_ACCURACY) if event.metadata.get(keys.SUBSET) == subset]
@@ -86,9 +86,9 @@ def _claim(run_dir: Path, subset: str) -> tuple[dict, str, int, str]:
     periodic = [event for event in log.keyed("eval_accuracy") if event.metadata.get(keys.SUBSET) == subset]
     if not (ended_at_evaluation and periodic and _rates_in(periodic[-1].value)):
         raise InputError(f"{run_dir}: the log holds no evaluation of the final weights on {subset} to verify against")
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["workload"]["evaluation"]
     event = periodic[-1]
-    return event.value, config["decoder"], config["beam_width"], f"the last evaluation (mllog.log line {event.line})"
+    return (event.value, evaluation.decoder, evaluation.beam_width,
+            f"the last evaluation (mllog.log line {event.line})")
 
 
 def _rates_in(value) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 from benchbase.compliance import keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.parse import LogEvent, is_number
+from benchbase.compliance.runs import read_json_lines
 
 __all__ = ["artifacts", "decoded_outputs", "eval_counts", "timeline"]
 
@@ -87,7 +88,7 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
         from benchbase.compliance.checks import Skip
 
         raise Skip("no run_start")
-    records = _metrics(folder)
+    records = read_json_lines(folder / "metrics.jsonl")
     evaluations = [record for record in records if record.get("kind") == "eval"]
     stops = {event.epoch(): event for event in evidence.log.keyed("eval_stop")}
     messages: list[str] = []
@@ -99,7 +100,7 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
             messages.append(f"metrics.jsonl has an evaluation of epoch {record.get('epoch')!r} the log does not")
             continue
         logged = (stop.time_ms - run_start.time_ms) / 1000
-        allowed = max(rule.tolerance_seconds, rule.tolerance_fraction * logged)
+        allowed = rule.allowed(logged)
         if abs(record["t"] - logged) > allowed:
             messages.append(f"epoch {record['epoch']}: the log ends its evaluation at {logged:.3f} s, metrics.jsonl "
                             f"at {record['t']:.3f} s (tolerance {allowed:.3f} s; an edited timeline)")
@@ -107,7 +108,7 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
     batches = [record["t"] for record in records if record.get("kind") == "batch" and is_number(record.get("t"))]
     if run_stop is not None and batches:
         stopped = (run_stop.time_ms - run_start.time_ms) / 1000
-        if max(batches) > stopped + max(rule.tolerance_seconds, rule.tolerance_fraction * stopped):
+        if max(batches) > stopped + rule.allowed(stopped):
             messages.append(f"metrics.jsonl has a batch at {max(batches):.3f} s, after run_stop at {stopped:.3f} s")
     return messages[:MESSAGES]
 
@@ -192,22 +193,6 @@ def _store_sizes(evidence) -> dict[str, int]:
         return {name: int(split["utterances"]) for name, split in description["splits"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
-
-
-def _metrics(folder: Path) -> list[dict]:
-    try:
-        lines = (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def _inside(folder: Path, name: Any) -> Path | None:

@@ -143,10 +143,19 @@ class FixedHyperparametersRule(_RuleBase):
         return self
 
 
-class ResultTTARule(_RuleBase):
-    check: Literal["result_tta"] = Field(description="result.json's TTA equals the TTA recomputed from the log.")
+class _ClockToleranceRule(_RuleBase):
+    """A rule comparing two clocks: the harness's perf_counter and the log's whole-millisecond wall clock."""
+
     tolerance_seconds: float = Field(1.0, ge=0, le=3600, description="Absolute tolerance in seconds.")
-    tolerance_fraction: float = Field(0.01, ge=0, le=1, description="Relative tolerance (of the recomputed TTA).")
+    tolerance_fraction: float = Field(0.01, ge=0, le=1, description="Relative tolerance (of the logged time).")
+
+    def allowed(self, seconds: float) -> float:
+        """The difference allowed at ``seconds`` on the run clock: the larger of the two tolerances."""
+        return max(self.tolerance_seconds, self.tolerance_fraction * seconds)
+
+
+class ResultTTARule(_ClockToleranceRule):
+    check: Literal["result_tta"] = Field(description="result.json's TTA equals the TTA recomputed from the log.")
 
 
 class EvalSubsetsRule(_RuleBase):
@@ -178,11 +187,9 @@ class EvalCountsRule(_RuleBase):
         description="Every evaluation decoded its whole subset: the decoded outputs, the log and the store agree.")
 
 
-class TimelineRule(_RuleBase):
+class TimelineRule(_ClockToleranceRule):
     check: Literal["timeline"] = Field(
         description="The log's evaluations end when metrics.jsonl's run clock says; no batch after run_stop.")
-    tolerance_seconds: float = Field(1.0, ge=0, le=3600, description="Absolute tolerance in seconds.")
-    tolerance_fraction: float = Field(0.01, ge=0, le=1, description="Relative tolerance.")
 
 
 class ArtifactsRule(_RuleBase):

@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pluggy
 
@@ -289,10 +290,14 @@ class Harness:
             self._log_sentences(epoch, batch)
         if self.batch_index % evaluation.checkpoint_every == 0:
             path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
-            self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
-                           metadata={constants.EPOCH_NUM: epoch, "batch": self.batch_index})
-            self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
+            self._log_checkpoint(path, {constants.EPOCH_NUM: epoch})
         self.hook.batch_completed(progress=progress)
+
+    def _log_checkpoint(self, path: Path, metadata: dict) -> None:
+        """Name the checkpoint in the log (`benchbase check` looks for it) and tell the plugins."""
+        self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
+                       metadata={**metadata, "batch": self.batch_index})
+        self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
 
     def _checkpoint_on_termination(self) -> None:
         """SIGTERM (a preemption): keep what was trained. The model is consistent here, since a
@@ -301,16 +306,13 @@ class Harness:
             return
         with deferred_termination():  # a second SIGTERM must not tear this checkpoint
             path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
-            self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
-                           metadata={"batch": self.batch_index, "terminated": True})
+            self._log_checkpoint(path, {"terminated": True})
 
     def _save_final_checkpoint(self, epoch: int) -> None:
         """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase
         verify` loads to re-evaluate them."""
         path = self.recorder.final_checkpoint(self.backend.save_checkpoint)
-        self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
-                       metadata={constants.EPOCH_NUM: epoch, "batch": self.batch_index, "final": True})
-        self.hook.checkpoint_saved(path=path, batch_index=self.batch_index)
+        self._log_checkpoint(path, {constants.EPOCH_NUM: epoch, "final": True})
 
     def _log_sentences(self, epoch: int, batch: Batch) -> None:
         log_probs, lengths = self.backend.predict(batch.inputs())

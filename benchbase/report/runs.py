@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from benchbase.compliance.runs import RESULT_NAME, find_run_folders
+from benchbase.compliance.runs import RESULT_NAME, find_run_folders, read_json_lines
 from benchbase.errors import InputError
 
 __all__ = ["Run", "RunGroup", "load_groups", "read_json_lines"]
@@ -79,21 +79,6 @@ def load_groups(paths: list[Path]) -> list[RunGroup]:
         left_out = [folder for folder in found if folder not in folders]
         groups.append(RunGroup(name, [_load_run(folder) for folder in folders], left_out))
     return groups
-
-
-def read_json_lines(path: Path) -> list[dict]:
-    """The JSON objects of a JSON-lines file; a missing file or a torn last line is skipped."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a run killed mid-write leaves half a line; the rest is still worth plotting
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def _load_run(folder: Path) -> Run:
