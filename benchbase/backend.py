@@ -110,25 +110,45 @@ class Batch(Inputs):
 class DevicePlan:
     """Where and how wide a backend trains, resolved from the hardware profile.
 
-    - ``kind`` "cpu" or "cuda"; ``count`` devices of that kind. The global batch is split
-      into ``count`` equal, contiguous slices of ``batch_per_device`` rows, slice i for
-      device i, and the devices' gradients are averaged (synchronous data-parallel SGD), so
-      one step on ``count`` devices is one step on the global batch.
+    - ``kind`` "cpu" or "cuda"; ``count`` devices of that kind in the whole run. The global
+      batch is split into ``count`` equal, contiguous slices of ``batch_per_device`` rows,
+      slice i for device i, and the devices' gradients are averaged (synchronous
+      data-parallel SGD), so one step on ``count`` devices is one step on the global batch:
+      BatchNorm's statistics are the global batch's (all-reduced across devices), as are the
+      loss and the gradient.
     - A backend trains on exactly the devices the plan names: never fewer (a profile naming
       four GPUs is not trained on one), and never silently more. A backend that cannot span
       ``count`` devices says so in its ``Capabilities`` and the harness refuses the run
       before the clock starts.
-    - ``threads`` is the thread budget: at most this many CPU threads may compute at once
-      (intra-op and inter-op pools, XLA's and BLAS's included). None: the framework's
-      default. The harness measures the process's CPU time during ``train_step()`` against
-      the wall time; result.json records the cores used and `benchbase check` flags a run
-      over its budget.
+    - ``world_size`` processes train together, this one being ``rank`` (``local_rank`` on
+      its machine). A ``single_process`` backend always sees a world of one and drives all
+      ``count`` devices itself. A ``process_per_device`` backend runs in ``count`` processes
+      (torch's launcher starts them, or ``torchrun``); the default process group of
+      torch.distributed is initialized before ``build()`` (gloo on CPUs, NCCL on GPUs), each
+      process trains on device ``local_rank`` and its ``train_step`` receives only its own
+      slice of the global batch (``batch_per_device`` rows).
+    - ``threads`` is this process's thread budget: at most this many CPU threads may compute
+      at once (intra-op and inter-op pools, XLA's and BLAS's included). None: the
+      framework's default. The harness measures the process's CPU time during
+      ``train_step()`` against the wall time; result.json records the cores used and
+      `benchbase check` flags a run over its budget.
+    - ``overridden``: the device count is the user's ``--devices``, not the profile's; the
+      log says so.
     """
 
     kind: DeviceKind
     count: int
     batch_per_device: int
     threads: int | None = None
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    overridden: bool = False
+
+    @property
+    def distributed(self) -> bool:
+        """More than one process trains: the backend wraps its model for torch.distributed."""
+        return self.world_size > 1
 
 
 @dataclass(frozen=True)
@@ -173,9 +193,8 @@ class Capabilities:
     still returns float32 log-probabilities and ``export_weights`` float32 master weights."""
     process_model: ProcessModel = "single_process"
     """single_process: one process drives every device (tf.distribute's MirroredStrategy).
-    process_per_device: one process per device, started by torch's launcher. The harness
-    runs every backend in one process today, so a process_per_device backend is refused a
-    plan of more than one device before the clock starts."""
+    process_per_device: one process per device under torch.distributed, started by torch's
+    launcher (``benchbase run`` starts it itself, or the user runs ``torchrun``)."""
 
 
 class Backend(ABC):
@@ -212,6 +231,10 @@ class Backend(ABC):
     @abstractmethod
     def train_step(self, batch: Batch) -> float:
         """One optimizer step on the global batch; returns its loss as a Python ``float``.
+
+        A process-per-device backend in a world of several processes receives only its own
+        slice of the global batch and returns the loss of the whole global batch (reduced
+        across processes), the same number on every rank.
 
         The loss is the CTC negative log-likelihood of each utterance summed over its frames,
         averaged over the batch (``ModelSpec.ctc_reduction``), computed before the update.
@@ -265,13 +288,51 @@ class Backend(ABC):
         backend with the reference on the same weights.
         """
 
+    @classmethod
+    def visible_devices(cls, kind: DeviceKind) -> int | None:
+        """How many devices of ``kind`` this machine offers the backend (``CUDA_VISIBLE_DEVICES``
+        respected); None when any number can be had (CPU devices are the backend's to split).
+
+        Asked before the clock starts, so that a plan the machine cannot satisfy (``--hw sys1``
+        on a machine with one GPU) is refused with a one-line error instead of failing in
+        ``build()``. The default knows of no accelerator.
+        """
+        return None if kind == "cpu" else 0
+
     def devices_in_use(self) -> tuple[str, ...]:
-        """The devices the backend trains on, one string each (e.g. "cuda:0 NVIDIA H100")."""
+        """The devices this process trains on, one string each (e.g. "cuda:0 NVIDIA H100").
+
+        The harness checks them against the plan after ``build()``: as many as the plan gives
+        this process (``count`` for a single-process backend, one per process otherwise).
+        """
         return ()
 
     def device_description(self) -> str:
         """Human-readable description of the devices in use (for the log and the report)."""
         return ", ".join(self.devices_in_use())
+
+    def step_timings(self) -> Mapping[str, float]:
+        """Where the last ``train_step`` spent its time, for the phases the backend can measure.
+
+        "communication": seconds of gradient all-reduce in the step (a DDP communication hook,
+        say), whether or not it overlapped the backward pass. The harness writes it per batch
+        beside its own data-wait and step times, so a user can see the balance of communication
+        and computation. Empty (the default) when the backend measures nothing.
+        """
+        return {}
+
+    def start_profiler(self, directory: Path) -> None:
+        """Start the framework's own profiler (torch.profiler, tf.profiler) writing into ``directory``.
+
+        ``benchbase run --profile STEPS`` calls this before a few training steps and
+        ``stop_profiler()`` after them. A backend that does not override both is refused
+        ``--profile`` before the clock starts.
+        """
+        raise NotImplementedError
+
+    def stop_profiler(self) -> None:
+        """Stop the profiler started by ``start_profiler`` and write its trace."""
+        raise NotImplementedError
 
     def close(self) -> None:  # noqa: B027  (optional: a backend with nothing to release keeps it)
         """Release the framework's resources (device memory, thread pools, compiled caches).

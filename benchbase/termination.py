@@ -22,17 +22,21 @@ __all__ = ["deferred_termination", "install_sigterm_handler", "termination_reque
 class _State(threading.local):
     deferring = 0
     requested = False
+    always_defer = False
 
 
 _state = _State()
 
 
-def install_sigterm_handler() -> None:
+def install_sigterm_handler(always_defer: bool = False) -> None:
+    """``always_defer``: one rank of a run of several processes, where every rank must stop at the
+    same point (the verdict after a batch), so SIGTERM is only ever remembered."""
+    _state.always_defer = always_defer
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signal_number, frame) -> None:
-    if _state.deferring:
+    if _state.deferring or _state.always_defer:
         _state.requested = True
         return
     raise Terminated()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -22,7 +23,10 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM (a preempted job, `kill`) unwinds like Ctrl-C once no update is half done: a run
     # checkpoints and logs run_stop, child processes stop, partial files are removed; then exit
     # 143 as the shell would report it.
-    install_sigterm_handler()
+    rank = _rank()
+    install_sigterm_handler(always_defer=rank is not None)
+    global _prefix
+    _prefix = f"rank {rank}: " if rank is not None else ""
     try:
         # Without standalone mode, click returns a command's Exit code instead of exiting with it.
         code = cli.main(args=argv, standalone_mode=False)
@@ -53,6 +57,17 @@ def _describe_os_error(error: OSError) -> str:
     return f"{where}: {error.strerror or type(error).__name__}"
 
 
+_prefix = ""
+
+
+def _rank() -> int | None:
+    """This process's rank when torch's launcher started it as one of several (torchrun), else None."""
+    try:
+        return int(os.environ["RANK"]) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    except (KeyError, ValueError):
+        return None
+
+
 def _fail(message: str, code: int) -> None:
-    click.echo(f"benchbase: error: {message}", err=True)
+    click.echo(f"benchbase: error: {_prefix}{message}", err=True)
     sys.exit(code)

@@ -13,15 +13,23 @@ from rich.progress import Progress
 from benchbase.cli.app import cli
 from benchbase.cli.reporter import RunReporter
 from benchbase.data.workload_data import default_cache, ensure_workload_data
-from benchbase.errors import InputError, describe_validation_error
+from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
 from benchbase.harness import run_benchmark
-from benchbase.harness.plan import check_capabilities, device_plan
+from benchbase.harness.launch import launch_workers
+from benchbase.harness.plan import checked_plan
+from benchbase.harness.run_folder import RunFolder
+from benchbase.harness.world import World, coordinator_for
 from benchbase.plugins import get_plugin_manager
+from benchbase.process_guard import end_with_parent
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig, WorkloadSpec
 from benchbase.specs.workload import PRECISIONS
 
 __all__ = ["run", "with_overrides"]
+
+# A collective waits at most the run's time limit plus this: rank 0's untimed work (an evaluation
+# finishing past the limit) must not time the others out, and a dead rank is noticed at once anyway.
+COLLECTIVE_SLACK_S = 3600
 
 
 @cli.command()
@@ -45,42 +53,123 @@ __all__ = ["run", "with_overrides"]
               help="Skip the untimed evaluation of every dev and test subset after run_stop (quick runs).")
 @click.option("--runs", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Seeded runs (seed, seed+1, ...) into OUT/run-0, OUT/run-1, ... for `benchbase score`.")
+@click.option("--devices", type=click.IntRange(1, 1024),
+              help="Train on N devices instead of the profile's count (an override the log records).")
+@click.option("--profile", "profile_steps", type=click.IntRange(1, 1000), default=None, metavar="STEPS",
+              help="Trace STEPS training steps (from the 3rd) with the framework's profiler into RUN_DIR/profile.")
 def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, precision,
-        cache, no_final_eval, runs):
+        cache, no_final_eval, runs, devices, profile_steps):
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
+
+    A backend that trains one process per device (torch) on several devices runs in that many
+    processes, started through torch's launcher; under `torchrun` (one machine or several) each
+    process joins the run torchrun describes.
 
     Exit status: 0 when every run reached every target, 3 when a run stopped at a limit
     first (status aborted), 2 for bad input.
     """
+    world = World.from_environment()
     manager = get_plugin_manager()
     registry = collect_registry(manager)
-    for failure in manager.failures:
+    for failure in manager.failures if world.leader else ():
         click.echo(f"benchbase: warning: {failure.describe()}", err=True)
     backend_class = registry.backend(backend_name)
     workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets, precision)
     profile = registry.profile(hardware)
-    # Before any data is synthesized or prepared: a run the backend cannot do fails in a second.
-    check_capabilities(backend_class, backend_name, workload, profile, device_plan(profile, device))
-    console = Console(stderr=False)
-    store = _prepare_data(console, workload, data, cache or default_cache())
+    # Before any data is synthesized or prepared: a run the backend or this machine cannot do fails in a second.
+    plan = checked_plan(backend_class, backend_name, workload, profile, device=device, devices=devices,
+                        profile_steps=profile_steps or 0, world=world)
+    console = Console(stderr=False, quiet=not world.leader)
     # A precision other than the workload's own is in the default folder's name: it is a different run.
     chosen = f"-{precision}" if precision and precision != registry.workload(workload_name).model.precision else ""
     out = out or Path("runs") / (f"{workload.name}-{backend_name}-{profile.name}{chosen}-"
                                  f"{time.strftime('%Y%m%d-%H%M%S')}")
-    reporter = RunReporter(console)
-    manager.register(reporter, name="benchbase-reporter")
-    statuses = []
-    for index in range(runs):
-        folder = out if runs == 1 else out / f"run-{index}"
-        config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index, out=folder,
-                           data=store, device=device, final_evaluation=not no_final_eval)
-        try:
-            statuses.append(run_benchmark(config, manager, backend_class).status)
-        finally:
-            reporter.close()
-        console.print(f"run folder: {folder}")
+    folders = [out if runs == 1 else out / f"run-{index}" for index in range(runs)]
+    if backend_class.capabilities.process_model == "process_per_device" and plan.count > 1 and not world.distributed:
+        for folder in folders:  # the workers would each find out; one line here instead
+            RunFolder.check_available(folder)
+        store = _prepare_data(console, workload, data, cache or default_cache())
+        arguments = _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets,
+                                      store, device, precision, cache, no_final_eval, devices, profile_steps)
+        statuses = [_launch_run(plan.count, arguments, folder, seed + index, profile.pipeline.threads, console)
+                    for index, folder in enumerate(folders)]
+    else:
+        statuses = _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed,
+                             data, cache, device, devices, profile_steps, no_final_eval, console)
     if any(status != "success" for status in statuses):
         raise click.exceptions.Exit(3)
+
+
+def _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed, data, cache,
+              device, devices, profile_steps, no_final_eval, console) -> list[str]:
+    """The runs in this process: alone, or as one rank of a torch.distributed world."""
+    coordinator = coordinator_for(world, plan.kind, timeout_seconds=workload.max_minutes * 60 + COLLECTIVE_SLACK_S)
+    try:
+        if world.distributed:
+            end_with_parent()  # the launcher's agent is the parent: a worker never outlives it
+        store = _prepare_in_turns(world, coordinator, console, workload, data, cache or default_cache())
+        reporter = RunReporter(console)
+        if world.leader:  # rank 0 owns the lifecycle hooks, the reporter among them
+            manager.register(reporter, name="benchbase-reporter")
+        statuses = []
+        for index, folder in enumerate(folders):
+            config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index,
+                               out=folder, data=store, device=device, devices=devices,
+                               profile_steps=profile_steps or 0, final_evaluation=not no_final_eval)
+            try:
+                result = run_benchmark(config, manager, backend_class, coordinator)
+            finally:
+                reporter.close()
+            if result is not None:
+                statuses.append(result.status)
+                console.print(f"run folder: {folder}")
+        # The other ranks leave with 0: rank 0 alone reports the run's status.
+        return statuses if world.leader else ["success"] * len(folders)
+    finally:
+        coordinator.close()
+
+
+def _prepare_in_turns(world: World, coordinator, console: Console, workload: WorkloadSpec, data: Path | None,
+                      cache: Path) -> Path:
+    """Rank 0 synthesizes or checks the data first, then each machine's first rank, then the rest:
+    never two processes writing one cache (ranks on one machine, or machines sharing a disk)."""
+    store = None
+    for turn in (world.leader, world.local_rank == 0, True):
+        if turn and store is None:
+            store = _prepare_data(console, workload, data, cache)
+        coordinator.barrier()
+    assert store is not None
+    return store
+
+
+def _launch_run(processes: int, arguments: list[str], folder: Path, seed: int, threads: int | None,
+                console: Console) -> str:
+    """One run in ``processes`` workers through torch's launcher; its status from rank 0's result."""
+    failures = launch_workers(processes, [*arguments, "--out", str(folder), "--seed", str(seed)], threads)
+    if any(failure.exit_code == Terminated.exit_code for failure in failures):
+        raise Terminated()
+    # Rank 0 exits 3 when the run ended aborted at a limit: a status, not a failure.
+    broken = [failure for failure in failures if not (failure.rank == 0 and failure.exit_code == 3)]
+    if broken:
+        described = "; ".join(f"rank {failure.rank} exited with code {failure.exit_code}" for failure in broken)
+        raise BenchbaseError(f"{described} (each rank's own error is above; run folder {folder})")
+    return "aborted" if failures else "success"
+
+
+def _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets, store, device,
+                      precision, cache, no_final_eval, devices, profile_steps) -> list[str]:
+    """`benchbase run` as each worker runs it: the same choices, the prepared store (--out and --seed per run)."""
+    arguments = ["run", "--workload", workload_name, "--backend", backend_name, "--hw", hardware,
+                 "--data", str(store), "--device", device]
+    for option, value in (("--max-minutes", max_minutes), ("--max-epochs", max_epochs), ("--precision", precision),
+                          ("--cache", cache), ("--devices", devices), ("--profile", profile_steps)):
+        if value is not None:
+            arguments += [option, str(value)]
+    for target in targets:
+        arguments += ["--target", target]
+    if no_final_eval:
+        arguments.append("--no-final-eval")
+    return arguments
 
 
 def with_overrides(workload: WorkloadSpec, max_minutes: float | None, max_epochs: int | None,

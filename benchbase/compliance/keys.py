@@ -14,6 +14,7 @@ __all__ = [
     "CPU_CORES_IN_STEPS",
     "DECODED",
     "DEVICES",
+    "DEVICE_PLAN",
     "ERROR",
     "EVAL_BEAM_WIDTH",
     "EVAL_DECODER",
@@ -70,7 +71,11 @@ FINAL_ACCURACY_FP32 = "benchbase_final_accuracy_fp32"
 BACKEND_CONTRACT = "benchbase_backend_contract"
 DEVICES = "benchbase_devices"
 """Value: the devices the backend reports it trains on (list of strings)."""
+DEVICE_PLAN = "benchbase_device_plan"
+"""Value: the plan the run trained on (kind, count, batch_per_device, world_size) and the profile's
+own device kind and count; ``overridden`` when --device or --devices departed from the profile."""
 WORLD_SIZE = "benchbase_world_size"
+"""Value: the processes that trained (1, or one per device under torch.distributed)."""
 CPU_CORES_IN_STEPS = "benchbase_cpu_cores_in_steps"
 """Value: process CPU seconds / wall seconds over every train_step; metadata THREAD_BUDGET."""
 THREAD_BUDGET = "thread_budget"

@@ -73,5 +73,11 @@ class RunResult:
     device: str = ""
     devices: list[str] = field(default_factory=list)
     """The devices the backend reported it trained on."""
+    world_size: int = 1
+    """Processes that trained (one per device for a process-per-device backend)."""
+    device_plan: dict = field(default_factory=dict)
+    """The plan trained on and the profile's devices (the log's benchbase_device_plan)."""
+    step_breakdown: dict = field(default_factory=dict)
+    """data_wait_s, step_s and, where the backend measures it, communication_s and its share."""
     cpu: dict = field(default_factory=dict)
     """cores_in_steps (process CPU s / wall s during train_step), thread_budget, within_budget."""

@@ -9,6 +9,7 @@ evaluation after run_stop still needs the model, and the harness closes the back
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 
 from benchbase.compliance import ComplianceLog
@@ -16,13 +17,18 @@ from benchbase.compliance.keys import ERROR, STOP_REASON, constants
 from benchbase.errors import NonFiniteError, Terminated
 from benchbase.harness.stop import StopReason
 from benchbase.telemetry import TelemetrySampler
+from benchbase.termination import deferred_termination
 
 __all__ = ["TimedRun"]
 
 
 class TimedRun:
-    def __init__(self, log: ComplianceLog, sampler: TelemetrySampler) -> None:
+    def __init__(self, log: ComplianceLog, sampler: TelemetrySampler,
+                 explain_failure: Callable[[], str | None] = lambda: None) -> None:
+        """``explain_failure``: in a run of several processes, another rank's account of an error
+        that reached this one as a broken collective (rank 0's coordinator asks the others)."""
         self.log = log
+        self.explain_failure = explain_failure
         self.sampler = sampler
         self.reason: StopReason | None = None
         self.error: str | None = None
@@ -45,9 +51,13 @@ class TimedRun:
         if error is not None:
             self.reason = _reason_for(error)
             self.error = f"{type(error).__name__}: {error}"
+            peer = self.explain_failure()
+            if peer:
+                self.reason, self.error = StopReason.ERROR, f"{peer} (rank 0 saw {self.error[:300]})"
         elif self.reason is None:
             self.reason, self.error = StopReason.ERROR, "the run ended without a stop reason"
-        failures = _attempt_each(self._log_run_stop, self._stop_sampler)
+        with deferred_termination():  # a SIGTERM now must not tear run_stop in half
+            failures = _attempt_each(self._log_run_stop, self._stop_sampler)
         if failures and error is None:
             raise failures[0]
 

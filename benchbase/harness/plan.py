@@ -4,21 +4,44 @@ from __future__ import annotations
 
 import dataclasses
 
-from benchbase.backend import Backend, BuildContext, DevicePlan
+from benchbase.backend import Backend, Batch, BuildContext, DevicePlan, ProcessModel
+from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
-from benchbase.errors import InputError
+from benchbase.errors import BenchbaseError, InputError
+from benchbase.harness.world import World
 from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
 from benchbase.specs.workload import GPU_ONLY_PRECISIONS
 
-__all__ = ["build_context", "check_capabilities", "device_plan", "fp32_context"]
+__all__ = ["build_context", "check_capabilities", "check_visible_devices", "check_world", "check_devices_in_use", "checked_plan", "config_plan", "device_plan",
+           "fp32_context", "own_slice", "plan_record", "run_pipeline"]
 
 
-def device_plan(hardware: HardwareProfile, device: str = "auto") -> DevicePlan:
-    """The plan for ``--device`` (auto: the profile's device kind) on the profile's devices."""
-    kind = "cuda" if device == "cuda" or (device == "auto" and hardware.devices.kind == "gpu") else "cpu"
-    count = hardware.devices.count if kind == "cuda" else 1
-    batch_per_device = hardware.pipeline.global_batch // count
-    return DevicePlan(kind=kind, count=count, batch_per_device=batch_per_device, threads=hardware.pipeline.threads)
+def device_plan(hardware: HardwareProfile, device: str = "auto", *, devices: int | None = None,
+                process_model: ProcessModel = "single_process", world: World | None = None) -> DevicePlan:
+    """The plan for ``--device`` (auto: the profile's device kind) and ``--devices`` (None: the profile's count).
+
+    Training on another kind or number of devices than the profile names is an override the
+    plan records (``overridden``) and the log states. ``pipeline.threads`` is per device: a
+    process driving several devices gets that many times the budget.
+    """
+    world = world or World()
+    profile_kind = "cuda" if hardware.devices.kind == "gpu" else "cpu"
+    kind = profile_kind if device == "auto" else device
+    if devices is not None:
+        count = devices
+    elif kind == profile_kind:
+        count = hardware.devices.count
+    else:
+        count = 1  # --device cpu on a GPU profile: one CPU device
+    global_batch = hardware.pipeline.global_batch
+    if global_batch % count:
+        raise InputError(f"hardware profile {hardware.name!r}: its global batch of {global_batch} does not split "
+                         f"evenly over {count} devices")
+    per_process = 1 if process_model == "process_per_device" else count
+    threads = hardware.pipeline.threads * per_process if hardware.pipeline.threads else None
+    return DevicePlan(kind=kind, count=count, batch_per_device=global_batch // count, threads=threads,
+                      world_size=world.size, rank=world.rank, local_rank=world.local_rank,
+                      overridden=kind != profile_kind or count != hardware.devices.count)
 
 
 def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec, hardware: HardwareProfile,
@@ -31,10 +54,7 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
     if plan.count > capabilities.max_devices:
         raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} devices, but "
                          f"backend {name!r} trains on at most {capabilities.max_devices}; choose a profile with "
-                         f"{capabilities.max_devices} or pass --device cpu")
-    if capabilities.process_model == "process_per_device" and plan.count > 1:
-        raise InputError(f"backend {name!r} trains one process per device, and benchbase runs one process; "
-                         f"choose a profile with one device or pass --device cpu")
+                         f"{capabilities.max_devices} or pass --devices {capabilities.max_devices}")
     precision = workload.model.precision
     if precision not in capabilities.precisions:
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "
@@ -42,6 +62,104 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
     if precision in GPU_ONLY_PRECISIONS and plan.kind != "cuda":
         raise InputError(f"precision {precision!r} needs a GPU's tensor cores, and this run trains on "
                          f"{plan.kind}; choose fp32, bf16 or int8-emulated, or a GPU profile")
+
+
+def check_world(backend: type[Backend], name: str, hardware: HardwareProfile, plan: DevicePlan,
+                world: World) -> None:
+    """The processes torchrun started fit the plan: one per device for a process-per-device backend."""
+    if backend.capabilities.process_model == "single_process":
+        if world.distributed:
+            raise InputError(f"backend {name!r} drives all its devices from one process; run it without torchrun "
+                             f"(this is rank {world.rank} of {world.size})")
+        return
+    if world.distributed and world.size != plan.count:
+        raise InputError(f"torchrun started {world.size} processes, but hardware profile {hardware.name!r} plans "
+                         f"{plan.count} {plan.kind} devices, one process each; pass --devices {world.size} to "
+                         f"train on {world.size} (the log records the override)")
+
+
+def check_visible_devices(backend: type[Backend], name: str, hardware: HardwareProfile, plan: DevicePlan,
+                          world: World) -> None:
+    """This machine has the devices the plan puts on it: ``--hw sys1`` without 4 GPUs stops here."""
+    visible = backend.visible_devices(plan.kind)
+    if visible is None:
+        return
+    on_this_machine = world.local_size if world.distributed else plan.count
+    if backend.capabilities.process_model == "single_process":
+        on_this_machine = plan.count
+    if visible < on_this_machine:
+        raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} device(s)"
+                         f"{' on this machine' if world.distributed else ''}, but backend {name!r} sees {visible} "
+                         f"here; pass --devices N to train on fewer (the log records the override), or --device cpu")
+
+
+def own_slice(batch: Batch, plan: DevicePlan) -> Batch:
+    """This process's rows of the global batch: all of them, or slice ``rank`` of a process-per-device world."""
+    if not plan.distributed:
+        return batch
+    start, stop = plan.rank * plan.batch_per_device, (plan.rank + 1) * plan.batch_per_device
+    return dataclasses.replace(
+        batch, features=batch.features[start:stop], feature_lengths=batch.feature_lengths[start:stop],
+        output_lengths=batch.output_lengths[start:stop], labels=batch.labels[start:stop],
+        label_lengths=batch.label_lengths[start:stop], utterance_ids=batch.utterance_ids[start:stop],
+        transcripts=batch.transcripts[start:stop])
+
+
+def checked_plan(backend: type[Backend], name: str, workload: WorkloadSpec, hardware: HardwareProfile, *,
+                 device: str = "auto", devices: int | None = None, profile_steps: int = 0,
+                 world: World | None = None) -> DevicePlan:
+    """The run's device plan, after every check that can refuse it before the clock starts."""
+    world = world or World()
+    process_model = backend.capabilities.process_model
+    plan = device_plan(hardware, device, devices=devices, process_model=process_model,
+                       world=world if process_model == "process_per_device" else None)
+    check_capabilities(backend, name, workload, hardware, plan)
+    check_world(backend, name, hardware, plan, world)
+    check_visible_devices(backend, name, hardware, plan, world)
+    if profile_steps and not overrides_profiler(backend):
+        raise InputError(f"backend {name!r} has no profiler hooks (start_profiler, stop_profiler); "
+                         "run without --profile")
+    return plan
+
+
+def config_plan(config: RunConfig, backend: type[Backend], world: World) -> DevicePlan:
+    """``checked_plan`` for a run's config."""
+    return checked_plan(backend, config.backend, config.workload, config.hardware, device=config.device,
+                        devices=config.devices, profile_steps=config.profile_steps, world=world)
+
+
+def overrides_profiler(backend: type[Backend]) -> bool:
+    return backend.start_profiler is not Backend.start_profiler and backend.stop_profiler is not Backend.stop_profiler
+
+
+def check_devices_in_use(per_rank: list[list[str]], plan: DevicePlan, name: str) -> None:
+    """After build(): the backend trains on the devices the plan gives each process, no fewer, no more."""
+    expected = 1 if plan.distributed else plan.count
+    for rank, devices in enumerate(per_rank):
+        if devices and len(devices) != expected:
+            where = f"rank {rank} of backend {name!r}" if plan.distributed else f"backend {name!r}"
+            raise BenchbaseError(f"{where} trains on {len(devices)} device(s) ({', '.join(devices)}), but the plan "
+                                 f"gives it {expected} {plan.kind} device(s)")
+
+
+def plan_record(plan: DevicePlan, hardware: HardwareProfile) -> dict:
+    """The plan as the log records it, beside the profile's own devices."""
+    return {"kind": plan.kind, "count": plan.count, "batch_per_device": plan.batch_per_device,
+            "world_size": plan.world_size, "profile_kind": "cuda" if hardware.devices.kind == "gpu" else "cpu",
+            "profile_count": hardware.devices.count, "overridden": plan.overridden}
+
+
+def run_pipeline(config: RunConfig, store: FeatureStore, subsets: tuple[str, ...], training: bool) -> BatchPipeline:
+    """The harness's batches: every rank builds the same pipeline, so all see the same global batches."""
+    pipeline, data, model = config.hardware.pipeline, config.workload.data, config.workload.model
+    if training:
+        return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
+                             prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
+                             drop_last=True, seed=config.seed, length_buckets=data.length_buckets,
+                             pad_to_frames=data.pad_to_frames)
+    return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
+                         prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=config.seed,
+                         pad_to_frames=data.pad_to_frames)
 
 
 def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> BuildContext:
@@ -59,4 +177,6 @@ def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> B
 
 def fp32_context(context: BuildContext) -> BuildContext:
     """The same build at fp32: what the final evaluation's FP32 twin of a lower-precision run gets."""
-    return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}))
+    # Rank 0 evaluates it alone, after the other processes have left: a world of one device.
+    plan = dataclasses.replace(context.plan, count=1, world_size=1, rank=0) if context.plan.distributed else context.plan
+    return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}), plan=plan)

@@ -8,7 +8,7 @@ atomically.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,12 +33,17 @@ class RunRecorder:
         self._metrics.close()
         self._sentences.close()
 
-    def batch(self, progress: BatchProgress, step: float, utterances: int) -> None:
-        write_json_line(self._metrics, {
+    def batch(self, progress: BatchProgress, step: float, utterances: int,
+              timings: Mapping[str, float] | None = None) -> None:
+        """One line per batch; ``timings`` are the backend's own (step_timings), e.g. communication -> comm_s."""
+        record = {
             "kind": "batch", "epoch": progress.epoch, "batch": progress.batch_index, "t": round(progress.seconds, 4),
             "loss": progress.loss, "step_s": round(step, 5), "wait_s": round(progress.data_wait, 5),
             "throughput": round(progress.throughput, 3), "utterances": utterances,
-        })
+        }
+        if timings and timings.get("communication") is not None:
+            record["comm_s"] = round(float(timings["communication"]), 5)
+        write_json_line(self._metrics, record)
 
     def evaluation(self, epoch: int, seconds: float, scored_subset: str, subsets: dict[str, dict],
                    eval_seconds: float) -> None:

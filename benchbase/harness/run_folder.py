@@ -20,10 +20,14 @@ class RunFolder:
     @classmethod
     def create(cls, root: Path) -> RunFolder:
         """A new, empty run folder; an existing finished run is never overwritten."""
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
-            raise InputError(f"{root}: run folder exists and is not empty; choose another --out")
+        cls.check_available(root)
         (root / "checkpoints").mkdir(parents=True, exist_ok=True)
         return cls(root)
+
+    @staticmethod
+    def check_available(root: Path) -> None:
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise InputError(f"{root}: run folder exists and is not empty; choose another --out")
 
     config = property(lambda self: self.root / "config.json")
     compliance_log = property(lambda self: self.root / "mllog.log")

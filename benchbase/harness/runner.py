@@ -35,12 +35,24 @@ from benchbase.errors import BenchbaseError, InputError, NonFiniteError, Termina
 from benchbase.harness.clock import RunClock
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.events import BatchProgress, Evaluation, RunResult
+from benchbase.harness.follower import follow
 from benchbase.harness.lifecycle import TimedRun
-from benchbase.harness.plan import build_context, check_capabilities, device_plan, fp32_context
+from benchbase.harness.plan import (
+    build_context,
+    check_devices_in_use,
+    config_plan,
+    device_plan,
+    fp32_context,
+    own_slice,
+    plan_record,
+    run_pipeline,
+)
+from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.recorder import RunRecorder
 from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
 from benchbase.harness.stop import StopReason
+from benchbase.harness.world import Solo, Verdict
 from benchbase.metrics import TargetTracker
 from benchbase.specs import RunConfig
 from benchbase.telemetry import TelemetrySampler
@@ -52,13 +64,22 @@ __all__ = ["Harness", "device_plan", "run_benchmark"]
 SENTENCES_PER_LOG = 3
 
 
-def run_benchmark(config: RunConfig, manager: pluggy.PluginManager, backend_class: type[Backend]) -> RunResult:
-    return Harness(config, manager, backend_class).run()
+def run_benchmark(config: RunConfig, manager: pluggy.PluginManager, backend_class: type[Backend],
+                  coordinator: Solo | None = None) -> RunResult | None:
+    """One run; in a process-per-device world, rank 0 runs the harness (and gets the result) and
+    the other ranks train beside it (and get None)."""
+    if coordinator is not None and not coordinator.world.leader:
+        follow(config, backend_class, coordinator)
+        return None
+    return Harness(config, manager, backend_class, coordinator).run()
 
 
 class Harness:
-    def __init__(self, config: RunConfig, manager: pluggy.PluginManager, backend_class: type[Backend]) -> None:
+    def __init__(self, config: RunConfig, manager: pluggy.PluginManager, backend_class: type[Backend],
+                 coordinator: Solo | None = None) -> None:
         self.config = config
+        self.coordinator = coordinator or Solo()
+        self.world = self.coordinator.world
         self.workload = config.workload
         self.hook = manager.hook
         self.backend_class = backend_class
@@ -106,13 +127,15 @@ class Harness:
         try:
             init_seconds = time.perf_counter() - init_started
             self.log.end(constants.INIT_STOP)
+            self.coordinator.barrier()  # every rank is ready: the clock starts for all of them at once
             self.clock.start()
             self.log.start(constants.RUN_START)
             self.timed = True
             sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
-            with TimedRun(self.log, sampler) as timed:
+            with TimedRun(self.log, sampler, explain_failure=self.coordinator.peer_failure) as timed:
                 self.hook.run_started(config=self.config, run_dir=self.folder.root)
                 self.backend.build(self.context)
+                self._check_devices()
                 try:
                     reason, epochs = self._train()
                 except Terminated:
@@ -141,8 +164,7 @@ class Harness:
         self.log.event(constants.CACHE_CLEAR, value=drop_from_page_cache(self.config.data))
         self.log.start(constants.INIT_START)
         self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
-        self.plan = device_plan(self.config.hardware, self.config.device)
-        check_capabilities(self.backend_class, self.config.backend, self.workload, self.config.hardware, self.plan)
+        self.plan = config_plan(self.config, self.backend_class, self.world)
         self.context = build_context(self.config, self.store, self.plan)
         self.train_data = self._pipeline(self.workload.data.train, training=True)
         if len(self.train_data) == 0:
@@ -158,6 +180,7 @@ class Harness:
                                           blank=self.workload.model.ctc_blank_index)
         self._log_submission()
         self.backend = self.backend_class()
+        self.profiler = StepProfiler(self.backend, self.config.profile_steps, self.folder.root / "profile")
 
     def _check_store(self) -> None:
         """Before the clock: the store is what was prepared (checksums) and fits the workload."""
@@ -168,15 +191,7 @@ class Harness:
                              f"workload {self.workload.name!r} expects {expected}")
 
     def _pipeline(self, subsets: tuple[str, ...], training: bool) -> BatchPipeline:
-        pipeline, data, model = self.config.hardware.pipeline, self.workload.data, self.workload.model
-        if training:
-            return BatchPipeline(self.store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
-                                 prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
-                                 drop_last=True, seed=self.config.seed, length_buckets=data.length_buckets,
-                                 pad_to_frames=data.pad_to_frames)
-        return BatchPipeline(self.store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
-                             prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=self.config.seed,
-                             pad_to_frames=data.pad_to_frames)
+        return run_pipeline(self.config, self.store, subsets, training)
 
     def _log_submission(self) -> None:
         hardware, optimizer, evaluation = self.config.hardware, self.workload.optimizer, self.workload.evaluation
@@ -207,16 +222,23 @@ class Harness:
             (own_keys.EVAL_LM_MODE, evaluation.lm_mode),
             (own_keys.EVAL_LM_ALPHA, evaluation.lm_alpha),
             (own_keys.EVAL_LM_BETA, evaluation.lm_beta),
-            (own_keys.WORLD_SIZE, 1),
+            (own_keys.WORLD_SIZE, self.plan.world_size),
+            (own_keys.DEVICE_PLAN, plan_record(self.plan, hardware)),
         ):
             self.log.event(key, value=value)
 
+    def _check_devices(self) -> None:
+        """Right after build(): the devices every rank trains on, on the record and as the plan says."""
+        per_rank = self.coordinator.gather(list(self.backend.devices_in_use()))
+        self.devices = [device for devices in per_rank for device in devices] if len(per_rank) == 1 else [
+            f"rank {rank}: {device}" for rank, devices in enumerate(per_rank) for device in devices]
+        self.log.event(own_keys.DEVICES, value=self.devices)
+        check_devices_in_use(per_rank, self.plan, self.config.backend)
+
     def _log_training_footprint(self) -> None:
-        """After training, before the backend closes: its devices, size and the CPU cores its steps kept busy."""
-        self.devices = list(self.backend.devices_in_use())
+        """After training, before the backend closes: its description, size and the CPU cores its steps kept busy."""
         self.device_description = self.backend.device_description()
         self.parameter_count = self.backend.parameter_count()
-        self.log.event(own_keys.DEVICES, value=self.devices)
         self.log.event(own_keys.CPU_CORES_IN_STEPS, value=self.statistics.cpu_cores_in_steps(),
                        metadata={own_keys.THREAD_BUDGET: self._thread_budget()})
 
@@ -243,10 +265,14 @@ class Harness:
                     return StopReason.MAX_MINUTES, epoch
                 if epoch % self.workload.evaluation.every_epochs == 0:
                     self._evaluate(epoch)
-                    if self.tracker.all_reached:
-                        return StopReason.TARGETS_REACHED, epoch
-                if self._out_of_time():
-                    return StopReason.MAX_MINUTES, epoch
+                reason = (StopReason.TARGETS_REACHED if self.tracker.all_reached else
+                          StopReason.MAX_MINUTES if self._out_of_time() else None)
+                # The other ranks waited here while this one evaluated; now they learn whether to go on.
+                verdict = self.coordinator.agree(Verdict.CONTINUE if reason is None else Verdict.STOP)
+                if verdict == Verdict.TERMINATED:
+                    raise Terminated()
+                if reason is not None:
+                    return reason, epoch
             return StopReason.MAX_EPOCHS, self.workload.max_epochs
         finally:
             if upcoming is not None:
@@ -260,8 +286,9 @@ class Harness:
             if batch is None:
                 break
             step_from, cpu_from = time.perf_counter(), time.process_time()
-            with deferred_termination():  # SIGTERM waits for the update to complete
-                loss = self.backend.train_step(batch)
+            with deferred_termination(), self.profiler.around(self.batch_index + 1):
+                # SIGTERM waits for the update to complete
+                loss = self.backend.train_step(own_slice(batch, self.plan))
             step, cpu = time.perf_counter() - step_from, time.process_time() - cpu_from
             if not isinstance(loss, float):
                 raise BenchbaseError(f"backend {self.config.backend!r}: train_step returned a "
@@ -271,9 +298,11 @@ class Harness:
                 raise NonFiniteError(f"batch {self.batch_index + 1} (epoch {epoch}): train_step returned a loss of "
                                      f"{loss} on utterances {_named(batch.utterance_ids)}")
             self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step, cpu)
-            if termination_requested():
+            verdict = self.coordinator.agree(Verdict.TERMINATED if termination_requested() else
+                                             Verdict.STOP if self._out_of_time() else Verdict.CONTINUE)
+            if verdict == Verdict.TERMINATED:
                 raise Terminated()
-            if self._out_of_time():
+            if verdict == Verdict.STOP:
                 return False
         return True
 
@@ -284,7 +313,9 @@ class Harness:
         throughput = self.statistics.record(batch.size, wait, step, cpu)
         progress = BatchProgress(epoch, batch_in_epoch, len(self.train_data), self.batch_index, self.clock.seconds(),
                                  loss, throughput, wait)
-        self.recorder.batch(progress, step, batch.size)
+        timings = self.backend.step_timings()
+        self.statistics.record_communication(timings.get("communication"))
+        self.recorder.batch(progress, step, batch.size, timings)
         evaluation = self.workload.evaluation
         if self.batch_index % evaluation.log_sentences_every == 0:
             self._log_sentences(epoch, batch)
@@ -425,7 +456,9 @@ class Harness:
                                                         "subsets": last.subsets},
             final_evaluation=self.final_evaluation,
             telemetry=timed.telemetry, device=self.device_description,
-            devices=self.devices, cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
+            devices=self.devices, world_size=self.plan.world_size,
+            device_plan=plan_record(self.plan, self.config.hardware), step_breakdown=self.statistics.step_breakdown(),
+            cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
                                               "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE},
         )
 

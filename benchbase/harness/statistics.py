@@ -18,6 +18,8 @@ class TrainingStatistics:
     data_waits: list[float] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
     step_cpu_seconds: float = 0.0
+    communication_seconds: list[float] = field(default_factory=list)
+    """Per batch, the backend's measured gradient all-reduce time (step_timings), where it measures one."""
 
     def record(self, utterances: int, wait: float, step: float, cpu: float) -> float:
         """One batch: wait and step in wall seconds, cpu in process CPU seconds; returns its throughput."""
@@ -27,6 +29,24 @@ class TrainingStatistics:
         self.step_seconds.append(step)
         self.step_cpu_seconds += cpu
         return throughput
+
+    def record_communication(self, seconds: float | None) -> None:
+        if seconds is not None:
+            self.communication_seconds.append(float(seconds))
+
+    def step_breakdown(self) -> dict[str, float]:
+        """Where the steps' time went: data wait and step time (the harness's clock), and of the step
+        time, the gradient communication the backend measured (it may overlap the backward pass)."""
+        if not self.step_seconds:
+            return {}
+        waiting, stepping = sum(self.data_waits), sum(self.step_seconds)
+        breakdown = {"data_wait_s": round(waiting, 3), "step_s": round(stepping, 3)}
+        if self.communication_seconds:
+            communicating = sum(self.communication_seconds)
+            breakdown |= {"communication_s": round(communicating, 3),
+                          "communication_share_of_step": round(communicating / stepping, 4),
+                          "communication_median_s": round(statistics.median(self.communication_seconds), 5)}
+        return breakdown
 
     def throughput(self) -> dict[str, float]:
         if not self.throughputs:

@@ -21,5 +21,9 @@ class RunConfig(Spec):
     out: Path = Field(description="Run folder.")
     data: Path = Field(description="Prepared feature store the run reads.")
     device: str = Field("auto", max_length=32, description="Device the backend trains on: auto, cpu, cuda.")
+    devices: int | None = Field(None, ge=1, le=1024, description="Devices to train on instead of the profile's "
+                                "count (--devices; an override the log records).")
+    profile_steps: int = Field(0, ge=0, le=1000, description="Training steps to trace with the framework's profiler "
+                               "(--profile; 0: none).")
     final_evaluation: bool = Field(True, description="Evaluate every dev and test subset after run_stop (untimed).")
     submitter: str = Field("benchbase", min_length=1, max_length=120, description="submission_org in the log.")

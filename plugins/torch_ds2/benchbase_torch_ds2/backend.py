@@ -1,8 +1,17 @@
-"""The PyTorch backend: builds the model, runs AdaDelta steps with CTC, returns log-probs."""
+"""The PyTorch backend: builds the model, runs AdaDelta steps with CTC, returns log-probs.
+
+On several devices it is DistributedDataParallel, one process per device (torch's launcher
+starts them; the harness has initialized the default process group: gloo on CPUs, NCCL on
+GPUs). Each process trains its slice of the global batch; DDP averages the gradients, and the
+BatchNorm layers all-reduce their statistics, so that a step on N processes is the step on the
+global batch that one process would take (up to the all-reduce's rounding).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,13 +26,19 @@ from benchbase_torch_ds2.model import DeepSpeech2
 
 __all__ = ["TorchBackend"]
 
+DROPOUT_SEED_STRIDE = 1_000_003
+
 
 class TorchBackend(Backend):
     name = "torch"
     description = f"PyTorch {torch.__version__}: DS2 with cuDNN/oneDNN LSTMs, CTC, AdaDelta"
-    # One device per run until DistributedDataParallel lands: the harness refuses a plan for more.
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1,
-                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}))
+    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1024,
+                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
+                                process_model="process_per_device")
+
+    @classmethod
+    def visible_devices(cls, kind: str) -> int | None:
+        return None if kind == "cpu" else torch.cuda.device_count()  # CUDA_VISIBLE_DEVICES respected
 
     def build(self, context: BuildContext) -> None:
         self.context = context
@@ -40,15 +55,39 @@ class TorchBackend(Backend):
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
         torch.manual_seed(context.seed)
         self.spec = context.model
-        self.model = DeepSpeech2(context.model, context.feature_dimension).to(self.device)
-        self.model.train()
+        self.world_size = context.plan.world_size
+        self.network = DeepSpeech2(context.model, context.feature_dimension,
+                                   distributed=context.plan.distributed).to(self.device)
+        self.network.train()
+        self.communication = CommunicationClock()
+        self.model = self._data_parallel(self.network) if context.plan.distributed else self.network
+        if context.plan.rank:
+            # Every rank starts from the same weights (the seed above; DDP also broadcasts rank 0's),
+            # but draws its own dropout masks: the same masks on every slice would correlate them.
+            torch.manual_seed(context.seed + DROPOUT_SEED_STRIDE * context.plan.rank)
         optimizer = context.optimizer
         self.optimizer = torch.optim.Adadelta(
-            [p for p in self.model.parameters() if p.requires_grad],
+            [p for p in self.network.parameters() if p.requires_grad],
             lr=optimizer.learning_rate, rho=optimizer.rho, eps=optimizer.epsilon,
         )
 
+    def _data_parallel(self, network: torch.nn.Module) -> torch.nn.Module:
+        """DDP over the default process group; its gradient all-reduce timed by a communication hook."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        # The BatchNorm layers use torch.distributed.nn's differentiable all_reduce, which PyTorch
+        # marks deprecated in favour of a private module; it is the public one that works on gloo.
+        warnings.filterwarnings("ignore", message="torch.distributed.nn.functional.all_reduce is deprecated")
+
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        # BatchNorm's running statistics are identical on every rank (computed from all-reduced
+        # batch statistics), so DDP need not synchronize buffers before each forward pass.
+        model = DistributedDataParallel(network, device_ids=device_ids, forward_sync_buffers=False)
+        model.register_comm_hook(self.communication, timed_allreduce)
+        return model
+
     def train_step(self, batch: Batch) -> float:
+        self.communication.seconds = 0.0
         features = self._tensor(batch.features)
         labels = self._tensor(batch.labels)
         output_lengths = self._tensor(batch.output_lengths).long()
@@ -75,20 +114,42 @@ class TorchBackend(Backend):
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.scaler.step(self.optimizer)  # skipped when a gradient overflowed
             self.scaler.update()
+        if self.world_size > 1:
+            # This slice's loss is its own mean; the global batch's is the mean of the equal slices'.
+            loss = loss.detach().clone()
+            torch.distributed.all_reduce(loss)
+            loss /= self.world_size
         return float(loss.detach())  # .item() waits for the device: the update is complete
+
+    def step_timings(self) -> dict[str, float]:
+        return {"communication": self.communication.seconds} if self.world_size > 1 else {}
+
+    def start_profiler(self, directory: Path) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profiler = torch.profiler.profile(activities=activities)
+        self.profiler.start()
+        self.trace = Path(directory) / "torch-trace.json"
+
+    def stop_profiler(self) -> None:
+        self.profiler.stop()
+        self.profiler.export_chrome_trace(str(self.trace))
+        del self.profiler
 
     def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
         features = self._tensor(inputs.features)
-        self.model.eval()
+        # The module itself, not its DDP wrapper: rank 0 predicts alone, with nothing to synchronize.
+        self.network.eval()
         try:
             with torch.inference_mode(), self._autocast():
-                log_probs = self.model(features)
+                log_probs = self.network(features)
         finally:
-            self.model.train()
+            self.network.train()
         return log_probs.float().cpu().numpy(), np.asarray(inputs.output_lengths, dtype=np.int32)
 
     def save_checkpoint(self, path: Path) -> None:
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        state = {"model": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "rng": torch.get_rng_state()}
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
@@ -100,7 +161,7 @@ class TorchBackend(Backend):
     def load_checkpoint(self, path: Path) -> None:
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
-            self.model.load_state_dict(state["model"])
+            self.network.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             if self.scaler is not None:
                 self.scaler.load_state_dict(state["loss_scale"])
@@ -112,14 +173,14 @@ class TorchBackend(Backend):
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
 
     def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        return sum(p.numel() for p in self.network.parameters() if p.requires_grad)
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        return weights.export_weights(self.model)
+        return weights.export_weights(self.network)
 
     def import_weights(self, neutral: Mapping[str, np.ndarray]) -> None:
         validate_weights(neutral, self.spec, self.context.feature_dimension)
-        weights.import_weights(self.model, neutral)
+        weights.import_weights(self.network, neutral)
 
     def devices_in_use(self) -> tuple[str, ...]:
         if self.device.type == "cuda":
@@ -128,7 +189,7 @@ class TorchBackend(Backend):
 
     def close(self) -> None:
         on_gpu = getattr(self, "device", None) is not None and self.device.type == "cuda"
-        for attribute in ("model", "optimizer", "scaler"):
+        for attribute in ("model", "network", "optimizer", "scaler", "profiler"):
             self.__dict__.pop(attribute, None)
         if on_gpu:
             torch.cuda.empty_cache()
@@ -143,12 +204,37 @@ class TorchBackend(Backend):
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
+class CommunicationClock:
+    """Seconds of gradient all-reduce in the current step, summed over DDP's buckets."""
+
+    seconds = 0.0
+
+
+def timed_allreduce(clock: CommunicationClock, bucket):  # noqa: ANN201
+    """DDP's own all-reduce hook, timed from the moment a bucket's gradients are ready to the
+    moment they are averaged: communication that may overlap the rest of the backward pass.
+
+    No return annotation: DDP accepts only the evaluated Future[Tensor] type there, and this
+    module's annotations are strings."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    started = time.perf_counter()
+
+    def finished(future: torch.futures.Future) -> torch.Tensor:
+        clock.seconds += time.perf_counter() - started
+        return future.value()
+
+    return allreduce_hook(None, bucket).then(finished)
+
+
 def _select_device(plan: DevicePlan) -> torch.device:
     if plan.kind == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise BenchbaseError("the hardware profile asks for CUDA, but PyTorch sees no GPU; pass --device cpu")
-    return torch.device("cuda", 0)
+    device = torch.device("cuda", plan.local_rank)  # one process per GPU: this rank's own
+    torch.cuda.set_device(device)
+    return device
 
 
 def _configure_threads(threads: int | None) -> None:

@@ -29,33 +29,62 @@ class SpecBatchNorm1d(nn.BatchNorm1d):
     padded batch); the running statistics are updated here, from the detached input.
     """
 
-    def __init__(self, channels: int, spec: ModelSpec) -> None:
+    def __init__(self, channels: int, spec: ModelSpec, synchronized: bool = False) -> None:
         super().__init__(channels, eps=spec.batchnorm_epsilon, momentum=None)
         self.keep = spec.batchnorm_momentum  # Keras convention: the share of the old estimate kept
+        self.synchronized = synchronized
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return super().forward(x)
+        if self.synchronized:
+            return self._global_batch_forward(x)
         with torch.no_grad():
             variance, mean = torch.var_mean(x.detach().float(), dim=(0, 2), correction=0)
             self.running_mean.mul_(self.keep).add_(mean, alpha=1.0 - self.keep)
             self.running_var.mul_(self.keep).add_(variance, alpha=1.0 - self.keep)
         return nn.functional.batch_norm(x, None, None, self.weight, self.bias, training=True, eps=self.eps)
 
+    def _global_batch_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Training across processes: the statistics of every frame of the whole global batch.
+
+        The slices are equal (same rows, same padded frames), so the global mean and biased
+        variance are all-reduced sums over one count. torch.distributed.nn's all_reduce is
+        differentiable (its backward all-reduces the gradients), so every rank's loss reaches
+        every rank's activations, as in one process. Two passes (mean, then squared deviations)
+        rather than E[x^2] - E[x]^2, which cancels badly in float32. PyTorch's SyncBatchNorm
+        does the same, but on GPUs only; this runs on gloo too.
+        """
+        from torch.distributed.nn.functional import all_reduce
+
+        values = x.float()
+        count = values.shape[0] * values.shape[2] * torch.distributed.get_world_size()
+        mean = all_reduce(values.sum(dim=(0, 2))) / count
+        centered = values - mean[None, :, None]
+        variance = all_reduce(centered.square().sum(dim=(0, 2))) / count
+        with torch.no_grad():
+            self.running_mean.mul_(self.keep).add_(mean.detach(), alpha=1.0 - self.keep)
+            self.running_var.mul_(self.keep).add_(variance.detach(), alpha=1.0 - self.keep)
+        normalized = centered * torch.rsqrt(variance + self.eps)[None, :, None]
+        return (normalized * self.weight[None, :, None] + self.bias[None, :, None]).to(x.dtype)
+
 
 class DeepSpeech2(nn.Module):
-    def __init__(self, spec: ModelSpec, feature_dimension: int) -> None:
+    def __init__(self, spec: ModelSpec, feature_dimension: int, distributed: bool = False) -> None:
+        """``distributed``: one of several processes training together (BatchNorm statistics and
+        int8-emulated's activation ranges are then the global batch's)."""
         super().__init__()
         self.spec = spec
         self.conv = nn.Conv1d(feature_dimension, spec.conv_channels, spec.conv_width, stride=spec.conv_stride,
                               bias=False)
-        self.conv_norm = SpecBatchNorm1d(spec.conv_channels, spec)
+        self.conv_norm = SpecBatchNorm1d(spec.conv_channels, spec, synchronized=distributed)
         sizes = [spec.conv_channels] + [spec.lstm_units] * spec.lstm_layers
         self.lstms = nn.ModuleList(nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(spec.lstm_layers))
-        self.lstm_norms = nn.ModuleList(SpecBatchNorm1d(spec.lstm_units, spec) for _ in range(spec.lstm_layers))
+        self.lstm_norms = nn.ModuleList(SpecBatchNorm1d(spec.lstm_units, spec, synchronized=distributed)
+                                        for _ in range(spec.lstm_layers))
         self.dropout = nn.Dropout(spec.dropout)
         self.output = nn.Linear(spec.lstm_units, spec.symbols)
-        self.quantizer = FakeQuantizer(spec.quantization) if is_quantized(spec) else None
+        self.quantizer = FakeQuantizer(spec.quantization, global_max=distributed) if is_quantized(spec) else None
         if self.quantizer is not None:
             # int8-emulated's moving-average input ranges: buffers, so state_dict (the checkpoint)
             # holds them as it holds BatchNorm's statistics; 0 until the first training step.

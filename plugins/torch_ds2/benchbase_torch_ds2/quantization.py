@@ -25,9 +25,12 @@ def fake_quantize(x: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch.Tens
 class FakeQuantizer:
     """The quantization points of one model: weights, layer inputs with their ranges, h(t-1)."""
 
-    def __init__(self, spec: QuantizationSpec) -> None:
+    def __init__(self, spec: QuantizationSpec, global_max: bool = False) -> None:
+        """``global_max``: training across processes, where a batch's range is that of the whole
+        global batch (a MAX all-reduce), so every rank keeps the same ranges as one process would."""
         self.spec = spec
         self.qmax = spec.qmax
+        self.global_max = global_max
 
     def weight(self, tensor: str, weight: torch.Tensor) -> torch.Tensor:
         if not self.spec.quantizes(tensor):
@@ -49,6 +52,8 @@ class FakeQuantizer:
         with torch.no_grad():
             batch = x.detach().abs().max().float()
             if layer.training:
+                if self.global_max:
+                    torch.distributed.all_reduce(batch, op=torch.distributed.ReduceOp.MAX)
                 momentum = self.spec.range_momentum
                 stored.copy_(torch.where(stored == 0, batch, stored * momentum + batch * (1.0 - momentum)))
                 used = stored.clone()

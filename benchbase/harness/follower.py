@@ -1,0 +1,71 @@
+"""What a rank other than 0 does in a process-per-device run: train its slice, nothing else.
+
+It builds the same pipeline as rank 0 (same store, seed and order, so the same global batches),
+trains its own slice of each batch, and meets rank 0 at the same points: the barrier before the
+clock, the device roll call after build(), the verdict after every batch and after every epoch
+(while it waits there, rank 0 evaluates). Rank 0 writes the log, the checkpoints and the result;
+a follower writes nothing, and leaves its error in the process group's store for rank 0 to log.
+"""
+
+from __future__ import annotations
+
+from benchbase.backend import Backend
+from benchbase.data.store import FeatureStore
+from benchbase.errors import Terminated
+from benchbase.harness.plan import build_context, config_plan, own_slice, run_pipeline
+from benchbase.harness.world import Solo, Verdict
+from benchbase.specs import RunConfig
+from benchbase.termination import deferred_termination, termination_requested
+
+__all__ = ["follow"]
+
+
+def follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -> None:
+    try:
+        _follow(config, backend_class, coordinator)
+    except Terminated:
+        raise  # every rank stops at the same verdict; rank 0 logs it as the interruption it is
+    except BaseException as error:
+        coordinator.report_failure(f"{type(error).__name__}: {error}")
+        raise
+
+
+def _follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -> None:
+    plan = config_plan(config, backend_class, coordinator.world)
+    store = FeatureStore(config.data)
+    context = build_context(config, store, plan)
+    train_data = run_pipeline(config, store, config.workload.data.train, training=True)
+    backend = backend_class()
+    try:
+        coordinator.barrier()  # rank 0 starts the clock
+        backend.build(context)
+        coordinator.gather(list(backend.devices_in_use()))
+        for epoch in range(1, config.workload.max_epochs + 1):
+            batches = train_data.epoch(epoch)
+            try:
+                for batch in batches:
+                    with deferred_termination():
+                        backend.train_step(own_slice(batch, plan))
+                    _obey(coordinator.agree(_own_verdict()))
+            finally:
+                batches.close()
+            _obey(coordinator.agree(_own_verdict()))  # rank 0 evaluated meanwhile
+    except _Stop:
+        pass
+    finally:
+        backend.close()
+
+
+class _Stop(Exception):
+    """Rank 0 ended the run (a limit, every target reached)."""
+
+
+def _own_verdict() -> Verdict:
+    return Verdict.TERMINATED if termination_requested() else Verdict.CONTINUE
+
+
+def _obey(verdict: Verdict) -> None:
+    if verdict == Verdict.TERMINATED:
+        raise Terminated()
+    if verdict == Verdict.STOP:
+        raise _Stop()

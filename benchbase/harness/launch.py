@@ -1,0 +1,62 @@
+"""`benchbase run` of a process-per-device backend on several devices: the workers are started
+by torch's own launcher, the engine behind ``torchrun`` (``torch.distributed.launcher``), with
+a standalone rendezvous on this machine. Each worker runs ``python -m benchbase run`` with the
+same arguments and finds its rank in the launcher's environment; rank 0 writes the run folder.
+
+``torchrun --nnodes N --nproc-per-node G -m benchbase run ...`` is the same thing across machines
+(benchbase then starts nothing itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+
+__all__ = ["WorkerFailure", "launch_workers"]
+
+# The launcher's grace period between SIGTERM and SIGKILL when it stops workers (one failed,
+# or it was itself interrupted): long enough for rank 0 to checkpoint and close its log.
+SHUTDOWN_GRACE_SECONDS = 60
+
+
+def _quiet_launcher_logs() -> None:
+    """The launcher logs each worker's exit and every SIGTERM it sends; benchbase reports failures
+    itself, one line per rank. LOGLEVEL (torch's own switch) set by the user keeps them."""
+    if "LOGLEVEL" in os.environ:
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    rank: int
+    exit_code: int
+    message: str
+
+
+def launch_workers(processes: int, arguments: list[str], threads_per_process: int | None) -> list[WorkerFailure]:
+    """Run ``python -m benchbase ARGUMENTS`` in ``processes`` workers until all end; their failures."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    _quiet_launcher_logs()
+    if threads_per_process:
+        # torchrun sets OMP_NUM_THREADS=1 for every worker unless told; the plan's budget is the truth.
+        os.environ["OMP_NUM_THREADS"] = str(threads_per_process)
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=f"benchbase-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",  # torchrun --standalone: a free port here
+        max_restarts=0,  # a failed run is not restarted behind the user's back: it ends, logged
+        monitor_interval=0.1, start_method="spawn", shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+    )
+    try:
+        elastic_launch(config, sys.executable)("-m", "benchbase", *arguments)
+    except ChildFailedError as error:
+        return [WorkerFailure(rank, failure.exitcode, failure.message or "")
+                for rank, failure in sorted(error.failures.items())]
+    return []
