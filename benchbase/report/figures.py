@@ -188,7 +188,8 @@ def _metric_name(metric: str) -> str:
 # Figure 8 ---------------------------------------------------------------------------------------
 
 def draw_utilization(groups: list[RunGroup], window: tuple[float, float] | None = None):
-    """Figure 8: per group (its first run), CPU solid and each GPU dashed over one window."""
+    """Figure 8: per group (its first run), CPU solid (the run's own processes dotted) and each GPU
+    dashed over one window."""
     figure, axes = plt.subplots(len(groups) or 1, 1, figsize=(8, 1 + 2.4 * max(1, len(groups))), squeeze=False)
     for axis, group in zip(axes[:, 0], groups, strict=False):
         run = group.runs[0]
@@ -221,15 +222,25 @@ def utilization_window(run: Run) -> tuple[float, float]:
 def _plot_utilization(axis, samples: list[dict]) -> None:
     times = [sample["t"] for sample in samples]
     axis.plot(times, [sample.get("cpu") for sample in samples], color="black", lw=0.9, label="CPU")
-    for index, (gpu_times, util) in enumerate(_gpu_series(samples)):
+    process_times, process_cpu = _process_cpu_series(samples)
+    if process_times:  # telemetry written before the sampler followed the run's processes has none
+        axis.plot(process_times, process_cpu, color="black", ls=":", lw=0.9, label="CPU, run's processes")
+    gpu_series = _gpu_series(samples)
+    for index, (gpu_times, util) in enumerate(gpu_series):
         axis.plot(gpu_times, util, ls="--", lw=0.9, label=f"GPU {index}")
     if not samples:
         axis.text(0.5, 0.5, "no telemetry in this window", ha="center", va="center", transform=axis.transAxes,
                   fontsize=8)
     # The sampler records no "gpus" without NVML; the legend says so rather than leave the reader guessing.
     # (In the legend, not on the plot: a busy CPU runs along the top where a note would cover it.)
-    no_gpu = "no GPU utilization (NVML unavailable)" if len(axis.lines) == 1 else None
+    no_gpu = "no GPU utilization (NVML unavailable)" if not gpu_series else None
     axis.legend(fontsize=7, title=no_gpu, title_fontsize=7, loc="lower right", ncol=min(len(axis.lines), 5))
+
+
+def _process_cpu_series(samples: list[dict]) -> tuple[list[float], list[float]]:
+    """(times, CPU %) of the run's own processes, on the machine-wide scale of "cpu"."""
+    points = [(sample["t"], sample["proc_cpu"]) for sample in samples if isinstance(sample.get("proc_cpu"), int | float)]
+    return [t for t, _ in points], [cpu for _, cpu in points]
 
 
 def _gpu_series(samples: list[dict]) -> list[tuple[list[float], list[float]]]:
