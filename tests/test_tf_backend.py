@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -194,46 +191,7 @@ def test_training_runs_through_a_mirrored_strategy_with_one_cpu_replica(registry
     assert backend.strategy.num_replicas_in_sync == 1
     assert np.isfinite(backend.train_step(first_batch(small_store)))
     assert "MirroredStrategy" in backend.device_description()
-
-
-
-TWO_REPLICAS = """
-import sys
-from pathlib import Path
-import numpy as np
-import tensorflow as tf
-tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                           [tf.config.LogicalDeviceConfiguration()] * 2)
-from benchbase.backend import BuildContext, DevicePlan
-from benchbase.data.pipeline import BatchPipeline
-from benchbase.data.store import FeatureStore
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
-import benchbase_tf_ds2.backend as tf_backend
-tf_backend._strategy = lambda plan: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2-mini")
-batch = next(iter(BatchPipeline(FeatureStore(Path(sys.argv[1])), ("train",), 8, model=workload.model, seed=0).epoch(0)))
-backend = tf_backend.TensorFlowBackend()
-backend.build(BuildContext(model=workload.model, optimizer=workload.optimizer, feature_dimension=93,
-                           plan=DevicePlan(kind="cpu", count=2, batch_per_device=4), seed=0, max_frames=2000,
-                           max_label_length=400))
-assert backend.strategy.num_replicas_in_sync == 2
-losses = [backend.train_step(batch) for _ in range(3)]
-assert all(np.isfinite(losses)), losses
-for variable in backend.model.trainable_variables:
-    copies = [copy.numpy() for copy in variable.value.values]
-    assert len(copies) == 2 and np.array_equal(copies[0], copies[1]), variable.path
-print("ok", losses)
-"""
-
-
-def test_two_replicas_split_the_batch_and_stay_in_sync(small_store):
-    # Two logical CPUs stand in for two GPUs; TensorFlow fixes its devices at start-up, hence
-    # a fresh interpreter.
-    finished = subprocess.run([sys.executable, "-c", TWO_REPLICAS, str(small_store)], capture_output=True,
-                              text=True, timeout=300)
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert finished.stdout.startswith("ok")
+    # Several replicas (two logical CPUs, in a fresh interpreter): tests/test_tf_distributed.py.
 
 
 def test_gradient_clipping_takes_the_specs_norm(registry, small_store):

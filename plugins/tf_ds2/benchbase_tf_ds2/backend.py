@@ -1,9 +1,14 @@
 """The TensorFlow backend: builds the model, runs AdaDelta steps with CTC, returns log-probs.
 
-Training is data-parallel through tf.distribute: a MirroredStrategy over the devices the
-hardware profile names (one replica on a CPU). The compiled step takes the global batch and
-each replica trains on its own rows, so the harness's pipeline feeds this backend exactly as
-it feeds the PyTorch one.
+Training is data-parallel through tf.distribute, in one process: a MirroredStrategy with one
+replica per device the plan names, GPUs or logical CPU devices (a CPU plan of ``count`` devices
+splits the host CPU into ``count`` logical devices before TensorFlow starts, so it must be the
+process's first TensorFlow work). ``train_step`` receives the global batch and cuts it on the
+host into ``count`` contiguous slices; slice i is replica i's input, so each device receives
+only its own rows. The replicas' losses and gradients add up to the global batch's,
+BatchNorm's statistics and int8-emulated's ranges are all-reduced across replicas
+(benchbase_tf_ds2.cross_replica), and every replica's copy of the model stays identical to
+the others and, rounding aside, to one device's trained on the whole batch.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
+from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.weight_layout import validate_weights
 from benchbase_tf_ds2.model import DeepSpeech2
@@ -44,6 +49,11 @@ class TensorFlowBackend(Backend):
         False forces Keras's own LSTM (a tf.while_loop on a CPU) to measure what fusing gains.
         """
         self.fused_lstm = fused_lstm
+
+    @classmethod
+    def visible_devices(cls, kind: DeviceKind) -> int | None:
+        # Listing physical devices does not start TensorFlow's runtime: the CPU can still be split.
+        return None if kind == "cpu" else len(tf.config.list_physical_devices("GPU"))
 
     def build(self, context: BuildContext) -> None:
         _configure_threads(context.plan.threads)
@@ -78,7 +88,9 @@ class TensorFlowBackend(Backend):
         replicas = self.strategy.num_replicas_in_sync
         if batch.size % replicas:
             raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
-        loss = self._train_function(batch.features, batch.output_lengths, batch.labels, batch.label_lengths)
+        slices = [_replica_slices(array, replicas)
+                  for array in (batch.features, batch.output_lengths, batch.labels, batch.label_lengths)]
+        loss = self._train_function(*slices)
         return float(loss)  # .numpy() waits for the step: the update is complete
 
     def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +141,12 @@ class TensorFlowBackend(Backend):
         threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
         return f"tf.distribute {type(self.strategy).__name__} over {devices}; intra-op threads {threads}"
 
+    def start_profiler(self, directory: Path) -> None:
+        tf.profiler.experimental.start(str(directory))
+
+    def stop_profiler(self) -> None:
+        tf.profiler.experimental.stop()
+
     def close(self) -> None:
         for attribute in ("model", "optimizer", "strategy", "_train_function", "_predict_function"):
             self.__dict__.pop(attribute, None)
@@ -137,34 +155,38 @@ class TensorFlowBackend(Backend):
     # --- the compiled step --------------------------------------------------------------
 
     def _compile_train_step(self, feature_dimension: int):
+        # Each input is a list with one slice per replica, so that each slice is a separate
+        # argument of the compiled step: only replica i's operations read slice i, and only
+        # those rows are copied to its device.
+        replicas = self.strategy.num_replicas_in_sync
         signature = [
-            tf.TensorSpec([None, None, feature_dimension], tf.float32),
-            tf.TensorSpec([None], tf.int32),
-            tf.TensorSpec([None, None], tf.int32),
-            tf.TensorSpec([None], tf.int32),
+            [tf.TensorSpec([None, None, feature_dimension], tf.float32)] * replicas,
+            [tf.TensorSpec([None], tf.int32)] * replicas,
+            [tf.TensorSpec([None, None], tf.int32)] * replicas,
+            [tf.TensorSpec([None], tf.int32)] * replicas,
         ]
 
         # One trace for every batch shape: frames and label lengths vary from batch to batch.
         # No XLA: neither the sparse CTCLoss op nor BlockLSTM has an XLA kernel, and XLA would
         # compile anew for every distinct frame count (docs/BENCHMARKS.md has the numbers).
         @tf.function(input_signature=signature)
-        def train(features, output_lengths, labels, label_lengths):
-            per_replica = self.strategy.run(self._replica_step, args=(features, output_lengths, labels, label_lengths))
+        def train(*slices):
+            per_replica_inputs = self.strategy.experimental_distribute_values_from_function(
+                lambda value_context: tuple(inputs[value_context.replica_id_in_sync_group] for inputs in slices))
+            per_replica = self.strategy.run(self._replica_step, args=per_replica_inputs)
             return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
         return train
 
     def _replica_step(self, features, output_lengths, labels, label_lengths):
-        """One replica's share: its rows of the global batch; returns its part of the batch-mean loss."""
+        """One replica's step on its slice of the global batch; returns its part of the batch-mean loss."""
         context = tf.distribute.get_replica_context()
-        global_size = tf.shape(features)[0]
-        rows = global_size // context.num_replicas_in_sync
-        start = context.replica_id_in_sync_group * rows
-        mine = [tensor[start : start + rows] for tensor in (features, output_lengths, labels, label_lengths)]
+        global_size = tf.shape(features)[0] * context.num_replicas_in_sync  # the slices are equal
         with tf.GradientTape() as tape:
             # Summed over this replica's utterances, divided by the global batch: the replicas'
-            # gradients add up (all-reduce SUM) to those of the batch mean.
-            loss = tf.reduce_sum(self._utterance_losses(*mine)) / tf.cast(global_size, tf.float32)
+            # losses and gradients add up (all-reduce SUM) to those of the batch mean.
+            losses = self._utterance_losses(features, output_lengths, labels, label_lengths)
+            loss = tf.reduce_sum(losses) / tf.cast(global_size, tf.float32)
             scaled = self.optimizer.scale_loss(loss)  # fp16's loss scale; the loss itself otherwise
         variables = self.model.trainable_variables
         gradients = self._clipped(tape.gradient(scaled, variables), context)
@@ -199,6 +221,12 @@ class TensorFlowBackend(Backend):
         gradients, _ = tf.clip_by_global_norm([gradient / scale for gradient in gradients], clip)
         gradients = [gradient * scale for gradient in gradients]
         return [gradient / replicas for gradient in gradients] if replicas > 1 else gradients
+
+
+def _replica_slices(array: np.ndarray, replicas: int) -> list[np.ndarray]:
+    """The plan's split: ``replicas`` equal runs of contiguous rows, slice i for replica i (views, no copy)."""
+    rows = len(array) // replicas
+    return [array[index * rows : (index + 1) * rows] for index in range(replicas)]
 
 
 def _alignable(output_lengths: tf.Tensor, labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
@@ -237,10 +265,40 @@ def _configure_threads(threads: int | None) -> None:
 
 def _strategy(plan: DevicePlan) -> tf.distribute.Strategy:
     if plan.kind == "cpu":
-        return tf.distribute.MirroredStrategy(["/cpu:0"])
+        # Not TensorFlow's default (collective ops): every MirroredStrategy numbers its
+        # collectives from the same keys, and the process remembers each key's tensor shape, so a
+        # later strategy in the same process whose model differs (another precision, another
+        # test) fails on its first all-reduce. Logical CPUs share the host's memory anyway: a sum
+        # on the first device and a broadcast cost no more than a ring.
+        return tf.distribute.MirroredStrategy(_logical_cpus(plan.count),
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         raise BenchbaseError("the hardware profile asks for CUDA, but TensorFlow sees no GPU; pass --device cpu")
     if len(gpus) < plan.count:
         raise BenchbaseError(f"the hardware profile names {plan.count} GPUs, but TensorFlow sees {len(gpus)}")
+    # TensorFlow's default on GPUs, NCCL collectives, with the same shared numbering: one process
+    # trains one model on several GPUs (the harness's --runs repeat the same model, whose
+    # collectives have the same shapes).
     return tf.distribute.MirroredStrategy([f"/gpu:{index}" for index in range(plan.count)])
+
+
+def _logical_cpus(count: int) -> list[str]:
+    """The first ``count`` logical CPU devices, the host CPU split into ``count`` if TensorFlow has not started.
+
+    TensorFlow creates its devices at its first operation and never changes them afterwards.
+    One device needs no split (a process that already has more uses the first). A second
+    build in the same process (``--runs N``) asks for the same split again, which is allowed.
+    """
+    if count > 1:
+        host = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(host, [tf.config.LogicalDeviceConfiguration()] * count)
+        except RuntimeError:
+            present = len(tf.config.list_logical_devices("CPU"))
+            if present < count:
+                raise BenchbaseError(
+                    f"TensorFlow already fixed this process's CPU devices at {present} logical device(s) before "
+                    f"the backend could split the CPU into {count}; run a {count}-device CPU plan in a fresh process"
+                ) from None
+    return [f"/cpu:{index}" for index in range(count)]

@@ -6,6 +6,9 @@ conv (width 11, stride 2, valid) -> BatchNorm -> clipped ReLU -> dropout
 It mirrors benchbase_torch_ds2.model layer for layer. Inputs are right-padded and the LSTMs
 are unidirectional, so the outputs at valid frames never see padding: like the PyTorch model
 it passes no mask, and BatchNorm normalizes over the same (padded) frames in both frameworks.
+Trained on several replicas (tf.distribute), BatchNorm's statistics and the int8-emulated
+ranges are those of the global batch, and each replica draws its own dropout masks
+(benchbase_tf_ds2.cross_replica).
 
 On a GPU the LSTMs take Keras's cuDNN path (tanh/sigmoid, no recurrent dropout, no unroll,
 bias on: every condition of ``keras.backend.cudnn_ok`` holds). On a CPU Keras would fall back
@@ -22,6 +25,7 @@ from tensorflow.python.ops import gen_rnn_ops
 
 from benchbase.quantization import input_range_names, is_quantized
 from benchbase.specs import ModelSpec
+from benchbase_tf_ds2.cross_replica import CrossReplicaBatchNormalization, ReplicaDropout, cross_replica_max
 from benchbase_tf_ds2.quantization import quantize_activation, quantize_weight, quantized_lstm, updated_range
 
 __all__ = ["DeepSpeech2", "ForgetGateBias", "SequenceLSTM"]
@@ -118,7 +122,7 @@ class DeepSpeech2(keras.Model):
             for index in range(spec.lstm_layers)
         ]
         self.lstm_norms = [_batch_norm(spec, f"lstm_norm_{index}", policy) for index in range(spec.lstm_layers)]
-        self.dropout = keras.layers.Dropout(spec.dropout, name="dropout", dtype=policy)
+        self.dropout = ReplicaDropout(spec.dropout, name="dropout", dtype=policy)
         self.output_layer = keras.layers.Dense(spec.symbols, kernel_initializer="glorot_uniform",
                                                bias_initializer="zeros", name="output", dtype=policy)
         self.quantization = spec.quantization if is_quantized(spec) else None
@@ -168,7 +172,9 @@ class DeepSpeech2(keras.Model):
         batch_max = tf.reduce_max(tf.abs(tf.stop_gradient(x)))
         stored = tf.convert_to_tensor(variable)
         if training:
-            used = updated_range(self.quantization, stored, batch_max)
+            # The global batch's max|x|: every replica then stores the same range, the one a
+            # single device training on the whole batch would.
+            used = updated_range(self.quantization, stored, cross_replica_max(batch_max))
             variable.assign(used)
         else:
             used = tf.where(stored > 0, stored, batch_max)
@@ -199,5 +205,6 @@ class DeepSpeech2(keras.Model):
 
 def _batch_norm(spec: ModelSpec, name: str, policy: str = "float32") -> keras.layers.BatchNormalization:
     # Keras's momentum is the share of the running statistics kept: the spec's own convention.
-    return keras.layers.BatchNormalization(momentum=spec.batchnorm_momentum, epsilon=spec.batchnorm_epsilon,
+    # Over several replicas the statistics are the global batch's (CrossReplicaBatchNormalization).
+    return CrossReplicaBatchNormalization(momentum=spec.batchnorm_momentum, epsilon=spec.batchnorm_epsilon,
                                            name=name, dtype=policy)
