@@ -323,6 +323,38 @@ def thread_budget(rule: r.ThreadBudgetRule, evidence: Evidence) -> list[str]:
     return []
 
 
+def device_plan(rule: r.DevicePlanRule, evidence: Evidence) -> list[str]:
+    planned = evidence.log.first(keys.DEVICE_PLAN)
+    if planned is None or not isinstance(planned.value, dict):
+        return [f"no {keys.DEVICE_PLAN} event with the plan's fields: the devices the run trained on are unknown"]
+    plan, where = planned.value, f"line {planned.line}"
+    messages = []
+    profile = _profile_devices(evidence, plan)
+    if not plan.get("overridden") and (plan.get("kind"), plan.get("count")) != profile:
+        messages.append(f"{where}: the run trained on {plan.get('count')} {plan.get('kind')} device(s), but its "
+                        f"hardware profile names {profile[1]} {profile[0]} and the log states no override")
+    world = evidence.log.first(keys.WORLD_SIZE)
+    if world is not None and world.value != plan.get("world_size"):
+        messages.append(f"line {world.line}: {keys.WORLD_SIZE} is {world.value}, the plan's is {plan.get('world_size')}")
+    devices = evidence.log.first(keys.DEVICES)
+    if devices is None:
+        if not _ended_by_error(evidence):
+            messages.append(f"no {keys.DEVICES} event: the backends never reported their devices")
+    elif isinstance(devices.value, list) and devices.value and len(devices.value) != plan.get("count"):
+        messages.append(f"line {devices.line}: the backends reported {len(devices.value)} device(s) "
+                        f"({_short(devices.value)}), the plan has {plan.get('count')}")
+    return messages
+
+
+def _profile_devices(evidence: Evidence, plan: dict) -> tuple[Any, Any]:
+    """(kind, count) of the profile's devices: config.json's profile where the folder has one, else the log's."""
+    hardware = (evidence.config or {}).get("hardware")
+    if isinstance(hardware, dict) and isinstance(hardware.get("devices"), dict):
+        devices = hardware["devices"]
+        return ("cuda" if devices.get("kind") == "gpu" else "cpu"), devices.get("count")
+    return plan.get("profile_kind"), plan.get("profile_count")
+
+
 CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "lines_parse": lines_parse,
     "monotonic_time": monotonic_time,
@@ -344,6 +376,7 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "eval_counts": cross_examination.eval_counts,
     "timeline": cross_examination.timeline,
     "artifacts": cross_examination.artifacts,
+    "device_plan": device_plan,
 }
 
 

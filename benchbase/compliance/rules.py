@@ -20,6 +20,7 @@ from benchbase.yaml_specs import load_spec_file, load_spec_text
 
 __all__ = [
     "AccuracyValueRule",
+    "DevicePlanRule",
     "EvalCadenceRule",
     "EventMetadataRule",
     "FixedHyperparametersRule",
@@ -40,7 +41,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.2"
+DEFAULT_RULESET = "1.3"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -96,6 +97,10 @@ class ThreadBudgetRule(_RuleBase):
     check: Literal["thread_budget"] = Field(description="Training stayed within the plan's CPU threads.")
     allowance: float = Field(ge=0.0, le=64.0,
                              description="Cores allowed above the budget (the harness's own reader threads).")
+
+
+class DevicePlanRule(_RuleBase):
+    check: Literal["device_plan"] = Field(description="The devices trained on agree with the profile and the plan.")
 
 
 class MonotonicTimeRule(_RuleBase):
@@ -204,7 +209,7 @@ Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
     | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
-    | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule,
+    | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule | DevicePlanRule,
     Field(discriminator="check"),
 ]
 

@@ -131,7 +131,8 @@ class Harness:
             self.clock.start()
             self.log.start(constants.RUN_START)
             self.timed = True
-            sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin)
+            sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin,
+                                       processes=self.coordinator.local_processes(), gpus=self._gpus_in_use())
             with TimedRun(self.log, sampler, explain_failure=self.coordinator.peer_failure) as timed:
                 self.hook.run_started(config=self.config, run_dir=self.folder.root)
                 self.backend.build(self.context)
@@ -241,6 +242,16 @@ class Harness:
         self.parameter_count = self.backend.parameter_count()
         self.log.event(own_keys.CPU_CORES_IN_STEPS, value=self.statistics.cpu_cores_in_steps(),
                        metadata={own_keys.THREAD_BUDGET: self._thread_budget()})
+
+    def _gpus_in_use(self) -> list[str] | None:
+        """The GPUs this machine's processes train on, as CUDA_VISIBLE_DEVICES entries (None: a CPU run)."""
+        if self.plan.kind != "cuda":
+            return None
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entries = [entry.strip() for entry in visible.split(",")] if visible is not None else [
+            str(index) for index in range(self.plan.count)]
+        here = self.world.local_size if self.plan.distributed else self.plan.count
+        return entries[:here]  # rank r of this machine trains on the r-th visible GPU
 
     def _thread_budget(self) -> int:
         return self.plan.threads or os.cpu_count() or 1

@@ -108,6 +108,10 @@ class Solo:
     def peer_failure(self) -> str | None:
         return None
 
+    def local_processes(self) -> list[int]:
+        """The run's processes on this machine (the telemetry sampler follows them)."""
+        return [os.getpid()]
+
     def close(self) -> None:
         pass
 
@@ -183,6 +187,10 @@ class Coordinator(Solo):
         if gone:
             return "; ".join(f"rank {rank}: the process ended without a report (killed?)" for rank in gone)
         return None
+
+    def local_processes(self) -> list[int]:
+        here = socket.gethostname()
+        return [pid for host, pid in self.peers if host == here]
 
     def _reported_failures(self) -> dict[int, str]:
         failures = {}

@@ -142,9 +142,25 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
                      _mean(_percent((result.get("data_wait") or {}).get("share_of_step_time"), 1) for result in results),
                      _mean((result.get("telemetry") or {}).get("cpu_percent_mean") for result in results),
                      _mean((result.get("telemetry") or {}).get("gpu_percent_mean") for result in results),
-                     _mean((result.get("telemetry") or {}).get("sampler_cpu_seconds") for result in results)])
+                     _mean((result.get("telemetry") or {}).get("sampler_cpu_seconds") for result in results),
+                     _devices(results),
+                     _mean(_percent((result.get("step_breakdown") or {}).get("communication_share_of_step"), 1)
+                           for result in results)])
     return ReportTable("throughput and utilization (mean over runs)",
-                       ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s"], rows, name="throughput-utilization")
+                       ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s", "devices",
+                        "all-reduce % of step"], rows, name="throughput-utilization",
+                       notes=["devices: the plan trained on (kind x count, processes); * marks an override of the "
+                              "profile's devices. all-reduce: the backend's measured gradient communication, which "
+                              "may overlap the backward pass; NA where the backend measures none."])
+
+
+def _devices(results: list[dict]) -> str:
+    plans = {(plan.get("kind"), plan.get("count"), plan.get("world_size"), plan.get("overridden"))
+             for plan in (result.get("device_plan") or {} for result in results) if plan}
+    if len(plans) != 1:
+        return "NA" if not plans else "mixed"
+    kind, count, processes, overridden = plans.pop()
+    return f"{kind} x{count}, {processes} proc{'' if processes == 1 else 's'}{' *' if overridden else ''}"
 
 
 def cost_table(scored: list[Scored], labels: list[str], cost: CostModel) -> ReportTable:

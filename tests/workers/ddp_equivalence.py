@@ -1,0 +1,63 @@
+"""One rank of the data-parallel equivalence test, started by torch's launcher (torchrun).
+
+Trains the PyTorch backend on the first BATCHES global batches of the harness's own pipeline,
+each rank on its own slice (the harness's own_slice), and rank 0 writes the losses and the
+final weights to OUT. Run with 1 and with 2 processes, the two files must agree to within
+the all-reduce's rounding. Dropout is 0: with dropout each rank draws its own masks, which a
+single process draws differently, and the comparison would measure that instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from benchbase_torch_ds2.backend import TorchBackend
+
+from benchbase.data.store import FeatureStore
+from benchbase.harness.plan import build_context, device_plan, own_slice, run_pipeline
+from benchbase.harness.world import World, coordinator_for
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
+from benchbase.specs import RunConfig
+
+GLOBAL_BATCH = 8
+
+
+def main(store_path: str, out: str, batches: int, precision: str) -> None:
+    world = World.from_environment()
+    coordinator = coordinator_for(world, "cpu", timeout_seconds=300)
+    registry = collect_registry(get_plugin_manager(load_entrypoints=False))
+    workload = registry.workload("ds2-mini")
+    workload = workload.model_copy(update={"model": workload.model.model_copy(
+        update={"dropout": 0.0, "precision": precision})})
+    hardware = registry.profile("cpu2").model_copy(update={"pipeline": registry.profile("cpu2").pipeline.model_copy(
+        update={"global_batch": GLOBAL_BATCH, "batch_per_device": GLOBAL_BATCH // 2})})
+    config = RunConfig(workload=workload, backend="torch", hardware=hardware, out=Path(out), data=Path(store_path))
+    plan = device_plan(hardware, devices=world.size, process_model="process_per_device", world=world)
+    store = FeatureStore(config.data)
+    pipeline = run_pipeline(config, store, workload.data.train, training=True)
+    backend = TorchBackend()
+    backend.build(build_context(config, store, plan))
+    losses, shapes, epoch = [], [], 0
+    while len(losses) < batches:
+        epoch += 1
+        for batch in pipeline.epoch(epoch):
+            mine = own_slice(batch, plan)
+            shapes.append(list(mine.features.shape))
+            losses.append(backend.train_step(mine))
+            if len(losses) == batches:
+                break
+    if world.leader:
+        weights = backend.export_weights()
+        np.savez(Path(out) / "weights.npz", **weights)
+        (Path(out) / "losses.json").write_text(json.dumps({"losses": losses, "slice_shapes": shapes,
+                                                            "devices": list(backend.devices_in_use())}))
+    backend.close()
+    coordinator.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "fp32")
