@@ -53,7 +53,7 @@ __all__ = [
 CONTRACT_VERSION = 2
 
 DeviceKind = Literal["cpu", "cuda"]
-ProcessModel = Literal["single_process", "process_per_device"]
+ProcessModel = Literal["single_process", "process_per_device", "process_per_machine"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +121,17 @@ class DevicePlan:
       ``count`` devices says so in its ``Capabilities`` and the harness refuses the run
       before the clock starts.
     - ``world_size`` processes train together, this one being ``rank`` (``local_rank`` on
-      its machine). A ``single_process`` backend always sees a world of one and drives all
-      ``count`` devices itself. A ``process_per_device`` backend runs in ``count`` processes
-      (torch's launcher starts them, or ``torchrun``); the default process group of
-      torch.distributed is initialized before ``build()`` (gloo on CPUs, NCCL on GPUs), each
-      process trains on device ``local_rank`` and its ``train_step`` receives only its own
-      slice of the global batch (``batch_per_device`` rows).
+      its machine), each on ``devices_per_process`` of the devices; its ``train_step``
+      receives only its own slice of the global batch (``batch_per_device *
+      devices_per_process`` rows: the slices of its devices, in order). A ``single_process``
+      backend always sees a world of one and drives all ``count`` devices itself. A
+      ``process_per_device`` backend runs in ``count`` processes (torch's launcher starts them,
+      or ``torchrun``); the default process group of torch.distributed is initialized before
+      ``build()`` (gloo on CPUs, NCCL on GPUs) and each process trains on device
+      ``local_rank``. A ``process_per_machine`` backend runs alone on one machine, or in one
+      process per machine under ``torchrun --nproc-per-node 1``, each driving its machine's
+      ``devices_per_process`` devices; ``peer_addresses`` then holds one free "host:port" per
+      rank, reserved for the framework's own cluster (tf.distribute's TF_CONFIG).
     - ``threads`` is this process's thread budget: at most this many CPU threads may compute
       at once (intra-op and inter-op pools, XLA's and BLAS's included). None: the
       framework's default. The harness measures the process's CPU time during
@@ -144,6 +149,14 @@ class DevicePlan:
     rank: int = 0
     local_rank: int = 0
     overridden: bool = False
+    devices_per_process: int | None = None
+    """None: ``count`` (a world of one)."""
+    peer_addresses: tuple[str, ...] = ()
+
+    @property
+    def process_devices(self) -> int:
+        """The devices this process trains on."""
+        return self.count if self.devices_per_process is None else self.devices_per_process
 
     @property
     def distributed(self) -> bool:
@@ -194,7 +207,9 @@ class Capabilities:
     process_model: ProcessModel = "single_process"
     """single_process: one process drives every device (tf.distribute's MirroredStrategy).
     process_per_device: one process per device under torch.distributed, started by torch's
-    launcher (``benchbase run`` starts it itself, or the user runs ``torchrun``)."""
+    launcher (``benchbase run`` starts it itself, or the user runs ``torchrun``).
+    process_per_machine: one process drives its machine's devices; across machines, one
+    process per machine under ``torchrun`` (tf.distribute's MultiWorkerMirroredStrategy)."""
 
 
 class Backend(ABC):

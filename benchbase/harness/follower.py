@@ -31,7 +31,7 @@ def follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -
 
 
 def _follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -> None:
-    plan = config_plan(config, backend_class, coordinator.world)
+    plan = config_plan(config, backend_class, coordinator.world, coordinator.service_addresses)
     store = FeatureStore(config.data)
     context = build_context(config, store, plan)
     train_data = run_pipeline(config, store, config.workload.data.train, training=True)

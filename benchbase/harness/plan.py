@@ -37,11 +37,12 @@ def device_plan(hardware: HardwareProfile, device: str = "auto", *, devices: int
     if global_batch % count:
         raise InputError(f"hardware profile {hardware.name!r}: its global batch of {global_batch} does not split "
                          f"evenly over {count} devices")
-    per_process = 1 if process_model == "process_per_device" else count
+    per_process = 1 if process_model == "process_per_device" else max(1, count // world.size)
     threads = hardware.pipeline.threads * per_process if hardware.pipeline.threads else None
     return DevicePlan(kind=kind, count=count, batch_per_device=global_batch // count, threads=threads,
                       world_size=world.size, rank=world.rank, local_rank=world.local_rank,
-                      overridden=kind != profile_kind or count != hardware.devices.count)
+                      overridden=kind != profile_kind or count != hardware.devices.count,
+                      devices_per_process=per_process if world.distributed else None)
 
 
 def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec, hardware: HardwareProfile,
@@ -67,10 +68,19 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
 def check_world(backend: type[Backend], name: str, hardware: HardwareProfile, plan: DevicePlan,
                 world: World) -> None:
     """The processes torchrun started fit the plan: one per device for a process-per-device backend."""
-    if backend.capabilities.process_model == "single_process":
+    process_model = backend.capabilities.process_model
+    if process_model == "single_process":
         if world.distributed:
             raise InputError(f"backend {name!r} drives all its devices from one process; run it without torchrun "
                              f"(this is rank {world.rank} of {world.size})")
+        return
+    if process_model == "process_per_machine":
+        if world.local_size > 1:
+            raise InputError(f"backend {name!r} drives all of a machine's devices from one process; run torchrun "
+                             f"with --nproc-per-node 1 (it started {world.local_size} here)")
+        if world.distributed and plan.count % world.size:
+            raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} devices, which do "
+                             f"not split evenly over torchrun's {world.size} machines; pass --devices N")
         return
     if world.distributed and world.size != plan.count:
         raise InputError(f"torchrun started {world.size} processes, but hardware profile {hardware.name!r} plans "
@@ -84,9 +94,10 @@ def check_visible_devices(backend: type[Backend], name: str, hardware: HardwareP
     visible = backend.visible_devices(plan.kind)
     if visible is None:
         return
-    on_this_machine = world.local_size if world.distributed else plan.count
-    if backend.capabilities.process_model == "single_process":
-        on_this_machine = plan.count
+    if backend.capabilities.process_model == "process_per_device":
+        on_this_machine = world.local_size if world.distributed else plan.count
+    else:
+        on_this_machine = plan.process_devices
     if visible < on_this_machine:
         raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} device(s)"
                          f"{' on this machine' if world.distributed else ''}, but backend {name!r} sees {visible} "
@@ -97,7 +108,8 @@ def own_slice(batch: Batch, plan: DevicePlan) -> Batch:
     """This process's rows of the global batch: all of them, or slice ``rank`` of a process-per-device world."""
     if not plan.distributed:
         return batch
-    start, stop = plan.rank * plan.batch_per_device, (plan.rank + 1) * plan.batch_per_device
+    rows = plan.batch_per_device * plan.process_devices
+    start, stop = plan.rank * rows, (plan.rank + 1) * rows
     return dataclasses.replace(
         batch, features=batch.features[start:stop], feature_lengths=batch.feature_lengths[start:stop],
         output_lengths=batch.output_lengths[start:stop], labels=batch.labels[start:stop],
@@ -112,7 +124,7 @@ def checked_plan(backend: type[Backend], name: str, workload: WorkloadSpec, hard
     world = world or World()
     process_model = backend.capabilities.process_model
     plan = device_plan(hardware, device, devices=devices, process_model=process_model,
-                       world=world if process_model == "process_per_device" else None)
+                       world=world if process_model != "single_process" else None)
     check_capabilities(backend, name, workload, hardware, plan)
     check_world(backend, name, hardware, plan, world)
     check_visible_devices(backend, name, hardware, plan, world)
@@ -122,10 +134,14 @@ def checked_plan(backend: type[Backend], name: str, workload: WorkloadSpec, hard
     return plan
 
 
-def config_plan(config: RunConfig, backend: type[Backend], world: World) -> DevicePlan:
-    """``checked_plan`` for a run's config."""
-    return checked_plan(backend, config.backend, config.workload, config.hardware, device=config.device,
+def config_plan(config: RunConfig, backend: type[Backend], world: World,
+                peer_addresses: tuple[str, ...] = ()) -> DevicePlan:
+    """``checked_plan`` for a run's config; a process-per-machine world gets its peers' addresses."""
+    plan = checked_plan(backend, config.backend, config.workload, config.hardware, device=config.device,
                         devices=config.devices, profile_steps=config.profile_steps, world=world)
+    if backend.capabilities.process_model == "process_per_machine" and plan.distributed:
+        plan = dataclasses.replace(plan, peer_addresses=peer_addresses)
+    return plan
 
 
 def overrides_profiler(backend: type[Backend]) -> bool:
@@ -134,7 +150,7 @@ def overrides_profiler(backend: type[Backend]) -> bool:
 
 def check_devices_in_use(per_rank: list[list[str]], plan: DevicePlan, name: str) -> None:
     """After build(): the backend trains on the devices the plan gives each process, no fewer, no more."""
-    expected = 1 if plan.distributed else plan.count
+    expected = plan.process_devices
     for rank, devices in enumerate(per_rank):
         if devices and len(devices) != expected:
             where = f"rank {rank} of backend {name!r}" if plan.distributed else f"backend {name!r}"
@@ -178,5 +194,8 @@ def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> B
 def fp32_context(context: BuildContext) -> BuildContext:
     """The same build at fp32: what the final evaluation's FP32 twin of a lower-precision run gets."""
     # Rank 0 evaluates it alone, after the other processes have left: a world of one device.
-    plan = dataclasses.replace(context.plan, count=1, world_size=1, rank=0) if context.plan.distributed else context.plan
+    plan = context.plan
+    if plan.distributed:
+        plan = dataclasses.replace(plan, count=plan.process_devices, world_size=1, rank=0, devices_per_process=None,
+                                   peer_addresses=())
     return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}), plan=plan)

@@ -165,7 +165,8 @@ class Harness:
         self.log.event(constants.CACHE_CLEAR, value=drop_from_page_cache(self.config.data))
         self.log.start(constants.INIT_START)
         self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
-        self.plan = config_plan(self.config, self.backend_class, self.world)
+        self.plan = config_plan(self.config, self.backend_class, self.world,
+                                self.coordinator.service_addresses)
         self.context = build_context(self.config, self.store, self.plan)
         self.train_data = self._pipeline(self.workload.data.train, training=True)
         if len(self.train_data) == 0:
@@ -250,7 +251,8 @@ class Harness:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         entries = [entry.strip() for entry in visible.split(",")] if visible is not None else [
             str(index) for index in range(self.plan.count)]
-        here = self.world.local_size if self.plan.distributed else self.plan.count
+        per_device = self.backend_class.capabilities.process_model == "process_per_device"
+        here = self.world.local_size if per_device and self.plan.distributed else self.plan.process_devices
         return entries[:here]  # rank r of this machine trains on the r-th visible GPU
 
     def _thread_budget(self) -> int:

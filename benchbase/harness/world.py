@@ -92,6 +92,7 @@ class Solo:
     """A world of one: every coordination is a no-op."""
 
     world = World()
+    service_addresses: tuple[str, ...] = ()
 
     def barrier(self) -> None:
         pass
@@ -138,6 +139,9 @@ class Coordinator(Solo):
         self._verdict = torch.zeros(1, dtype=torch.int64)
         # Where every rank runs, so that rank 0 can name a peer that died without a word.
         self.peers: list[tuple[str, int]] = self.gather((socket.gethostname(), os.getpid()))
+        # One free port per rank on an address the others can reach, for a framework that forms
+        # its own cluster (tf.distribute's MultiWorkerMirroredStrategy).
+        self.service_addresses: tuple[str, ...] = tuple(self.gather(_reachable_free_address()))
 
     def barrier(self) -> None:
         with self._peers_lost():
@@ -208,6 +212,20 @@ class Coordinator(Solo):
             self._distributed.destroy_process_group()
         except Exception:  # noqa: BLE001, S110  (a group broken by a failed peer cannot be torn down cleanly)
             pass
+
+
+def _reachable_free_address() -> str:
+    """host:port with a port free right now, on the interface that routes to the rendezvous host."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master, int(os.environ.get("MASTER_PORT", "29500"))))  # UDP: nothing is sent
+            host = probe.getsockname()[0]
+    except OSError:
+        host = "127.0.0.1"
+    with socket.socket() as listener:
+        listener.bind((host, 0))
+        return f"{host}:{listener.getsockname()[1]}"
 
 
 def coordinator_for(world: World, device_kind: str, timeout_seconds: float) -> Solo:
