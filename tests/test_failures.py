@@ -162,7 +162,7 @@ def test_a_failed_checkpoint_write_leaves_no_temporary_file(tmp_path):
         raise OSError(28, "No space left on device", str(path))
 
     with pytest.raises(OSError, match="No space left"):
-        recorder.checkpoint(250, full_disk)
+        recorder.checkpoint(250, full_disk, {})
     recorder.close()
     assert list((tmp_path / "run" / "checkpoints").iterdir()) == []
 

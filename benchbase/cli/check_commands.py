@@ -43,6 +43,8 @@ def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> 
         console = Console()
         for report in reports:
             console.print(report_table(report, verbose))
+            for note in report.notes:
+                console.print(f"  {note}")
         passed = sum(report.passed for report in reports)
         console.print(f"{passed}/{len(reports)} log(s) pass rule set {ruleset.version}")
     failed = sum(not report.passed for report in reports)

@@ -14,9 +14,10 @@ from benchbase.cli.app import cli
 from benchbase.cli.reporter import RunReporter
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
-from benchbase.harness import run_benchmark
+from benchbase.harness import Harness, run_benchmark
 from benchbase.harness.launch import launch_workers
 from benchbase.harness.plan import checked_plan
+from benchbase.harness.resume import find_resume_point
 from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugins import get_plugin_manager
@@ -33,9 +34,9 @@ COLLECTIVE_SLACK_S = 3600
 
 
 @cli.command()
-@click.option("--workload", "workload_name", required=True, help="Workload name (see `benchbase workloads`).")
-@click.option("--backend", "backend_name", required=True, help="Backend name (see `benchbase plugins`).")
-@click.option("--hw", "hardware", required=True, help="Hardware profile name or a YAML file.")
+@click.option("--workload", "workload_name", help="Workload name (see `benchbase workloads`).")
+@click.option("--backend", "backend_name", help="Backend name (see `benchbase plugins`).")
+@click.option("--hw", "hardware", help="Hardware profile name or a YAML file.")
 @click.option("--out", type=click.Path(path_type=Path), help="Run folder (default: runs/WORKLOAD-BACKEND-HW-TIME).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--max-minutes", type=click.FloatRange(min=0.01), help="Override the workload's time limit.")
@@ -57,8 +58,14 @@ COLLECTIVE_SLACK_S = 3600
               help="Train on N devices instead of the profile's count (an override the log records).")
 @click.option("--profile", "profile_steps", type=click.IntRange(1, 1000), default=None, metavar="STEPS",
               help="Trace STEPS training steps (from the 3rd) with the framework's profiler into RUN_DIR/profile.")
-def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device, precision,
-        cache, no_final_eval, runs, devices, profile_steps):
+@click.option("--checkpoint-every", type=click.IntRange(1, 10_000_000), metavar="BATCHES",
+              help="Checkpoint every BATCHES batches instead of the workload's cadence (preemptible machines).")
+@click.option("--resume", "resume", type=click.Path(path_type=Path), metavar="RUN_DIR",
+              help="Continue a killed or preempted run from its newest complete checkpoint (its settings come "
+                   "from RUN_DIR/config.json; no other option applies).")
+@click.pass_context
+def run(context, workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device,
+        precision, cache, no_final_eval, runs, devices, profile_steps, checkpoint_every, resume):
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
 
     A backend that trains one process per device (torch) on several devices runs in that many
@@ -68,6 +75,14 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
     Exit status: 0 when every run reached every target, 3 when a run stopped at a limit
     first (status aborted), 2 for bad input.
     """
+    if resume is not None:
+        _refuse_other_options(context)
+        if _resume(resume) != "success":
+            raise click.exceptions.Exit(3)
+        return
+    for option, value in (("--workload", workload_name), ("--backend", backend_name), ("--hw", hardware)):
+        if value is None:
+            raise InputError(f"{option} is required (or --resume RUN_DIR)")
     world = World.from_environment()
     manager = get_plugin_manager()
     registry = collect_registry(manager)
@@ -90,18 +105,19 @@ def run(workload_name, backend_name, hardware, out, seed, max_minutes, max_epoch
             RunFolder.check_available(folder)
         store = _prepare_data(console, workload, data, cache or default_cache())
         arguments = _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets,
-                                      store, device, precision, cache, no_final_eval, devices, profile_steps)
+                                      store, device, precision, cache, no_final_eval, devices, profile_steps,
+                                      checkpoint_every)
         statuses = [_launch_run(plan.count, arguments, folder, seed + index, profile.pipeline.threads, console)
                     for index, folder in enumerate(folders)]
     else:
         statuses = _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed,
-                             data, cache, device, devices, profile_steps, no_final_eval, console)
+                             data, cache, device, devices, profile_steps, checkpoint_every, no_final_eval, console)
     if any(status != "success" for status in statuses):
         raise click.exceptions.Exit(3)
 
 
 def _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed, data, cache,
-              device, devices, profile_steps, no_final_eval, console) -> list[str]:
+              device, devices, profile_steps, checkpoint_every, no_final_eval, console) -> list[str]:
     """The runs in this process: alone, or as one rank of a torch.distributed world."""
     coordinator = coordinator_for(world, plan.kind, timeout_seconds=workload.max_minutes * 60 + COLLECTIVE_SLACK_S)
     try:
@@ -115,7 +131,8 @@ def _run_here(world, plan, manager, backend_class, backend_name, workload, profi
         for index, folder in enumerate(folders):
             config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index,
                                out=folder, data=store, device=device, devices=devices,
-                               profile_steps=profile_steps or 0, final_evaluation=not no_final_eval)
+                               profile_steps=profile_steps or 0, checkpoint_every=checkpoint_every,
+                               final_evaluation=not no_final_eval)
             try:
                 result = run_benchmark(config, manager, backend_class, coordinator)
             finally:
@@ -157,12 +174,13 @@ def _launch_run(processes: int, arguments: list[str], folder: Path, seed: int, t
 
 
 def _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets, store, device,
-                      precision, cache, no_final_eval, devices, profile_steps) -> list[str]:
+                      precision, cache, no_final_eval, devices, profile_steps, checkpoint_every) -> list[str]:
     """`benchbase run` as each worker runs it: the same choices, the prepared store (--out and --seed per run)."""
     arguments = ["run", "--workload", workload_name, "--backend", backend_name, "--hw", hardware,
                  "--data", str(store), "--device", device]
     for option, value in (("--max-minutes", max_minutes), ("--max-epochs", max_epochs), ("--precision", precision),
-                          ("--cache", cache), ("--devices", devices), ("--profile", profile_steps)):
+                          ("--cache", cache), ("--devices", devices), ("--profile", profile_steps),
+                          ("--checkpoint-every", checkpoint_every)):
         if value is not None:
             arguments += [option, str(value)]
     for target in targets:
@@ -170,6 +188,46 @@ def _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, 
     if no_final_eval:
         arguments.append("--no-final-eval")
     return arguments
+
+
+def _refuse_other_options(context: click.Context) -> None:
+    given = [f"--{name.replace('_', '-')}" for name, value in context.params.items()
+             if name != "resume" and context.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise InputError(f"--resume takes every setting from the run's config.json; drop {', '.join(given)}")
+
+
+def _resume(folder_path: Path) -> str:
+    """`benchbase run --resume RUN_DIR`: the run goes on from its newest complete checkpoint."""
+    folder = RunFolder(folder_path)
+    if not folder.config.is_file():
+        raise InputError(f"{folder.config}: not found; --resume needs the folder of a run that started")
+    if folder.result.exists():
+        raise InputError(f"{folder.root}: the run finished (result.json exists); there is nothing to resume")
+    try:
+        config = RunConfig.model_validate_json(folder.config.read_bytes())
+    except ValidationError as error:
+        raise InputError(describe_validation_error(str(folder.config), error)) from None
+    manager = get_plugin_manager()
+    backend_class = collect_registry(manager).backend(config.backend)
+    plan = checked_plan(backend_class, config.backend, config.workload, config.hardware, device=config.device,
+                        devices=config.devices)
+    if plan.count > 1 and backend_class.capabilities.process_model != "single_process":
+        raise InputError(f"{folder.root}: resuming a run of {plan.count} processes is not supported yet "
+                         "(only rank 0's state is in its checkpoints)")
+    point = find_resume_point(folder)
+    for reason in point.skipped:
+        click.echo(f"benchbase: warning: passed over {reason}", err=True)
+    console = Console(stderr=False)
+    console.print(f"resuming {folder.root} from {folder.relative(point.checkpoint)} (batch {point.batch_index})")
+    reporter = RunReporter(console)
+    manager.register(reporter, name="benchbase-reporter")
+    try:
+        result = Harness(config, manager, backend_class, resume=point).run()
+    finally:
+        reporter.close()
+    console.print(f"run folder: {folder.root}")
+    return result.status
 
 
 def with_overrides(workload: WorkloadSpec, max_minutes: float | None, max_epochs: int | None,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchbase.compliance.checks import CHECKS, MESSAGES_PER_RULE, Evidence, Skip
-from benchbase.compliance.parse import read_log
+from benchbase.compliance.parse import ParsedLog, read_log
 from benchbase.compliance.rules import Rule, RuleSet, load_ruleset
 from benchbase.compliance.runs import LOG_NAME, find_run_folders
 from benchbase.errors import InputError
@@ -42,6 +42,8 @@ class CheckReport:
     source: str
     ruleset: str
     findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What a reader should know beside the verdict (a resumed run says so here)."""
 
     @property
     def passed(self) -> bool:
@@ -54,7 +56,7 @@ class CheckReport:
                 for message in finding.messages]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "ruleset": self.ruleset, "passed": self.passed,
+        return {"source": self.source, "ruleset": self.ruleset, "passed": self.passed, "notes": self.notes,
                 "findings": [asdict(finding) for finding in self.findings]}
 
 
@@ -90,10 +92,22 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
 
 
 def check_evidence(evidence: Evidence, ruleset: RuleSet) -> CheckReport:
-    report = CheckReport(source=evidence.source, ruleset=ruleset.version)
+    report = CheckReport(source=evidence.source, ruleset=ruleset.version, notes=resume_notes(evidence.log))
     for rule in ruleset.rules:
         report.findings.append(_apply(rule, evidence))
     return report
+
+
+def resume_notes(log: ParsedLog) -> list[str]:
+    """One line per resume the log records: where it went on from, and what the clock counts."""
+    notes = []
+    for event, downtime in log.resumes():
+        value = event.value
+        notes.append(f"resumed (line {event.line}) from {value.get('checkpoint')} at batch {value.get('batch')}: "
+                     f"interrupted at {value.get('interrupted_at_s')} s on the run clock, "
+                     f"{value.get('lost_s')} s of work lost since the checkpoint (counted), down {downtime:.1f} s "
+                     "(not counted)")
+    return notes
 
 
 def _apply(rule: Rule, evidence: Evidence) -> Finding:

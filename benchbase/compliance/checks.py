@@ -346,6 +346,39 @@ def device_plan(rule: r.DevicePlanRule, evidence: Evidence) -> list[str]:
     return messages
 
 
+def resumes(rule: r.ResumesRule, evidence: Evidence) -> list[str]:
+    """A resumed run's account holds together: each resume goes on from a checkpoint the log wrote
+    before it, after that checkpoint's time and after its own interruption, with the interrupted
+    segment kept in the folder and result.json counting the same resumes."""
+    log, messages = evidence.log, []
+    checkpoints = {event.value: event for event in log.keyed(keys.CHECKPOINT) if isinstance(event.value, str)}
+    recorded = log.resumes()
+    for event in log.keyed(keys.RESUME):
+        value = event.value if isinstance(event.value, dict) else {}
+        where = f"line {event.line}"
+        if not (isinstance(value.get("checkpoint"), str) and is_number(value.get("interrupted_at_s"))):
+            messages.append(f"{where}: {keys.RESUME} needs a checkpoint and a numeric interrupted_at_s")
+            continue
+        named = checkpoints.get(value["checkpoint"])
+        if named is None or named.line > event.line:
+            messages.append(f"{where}: resumes from {value['checkpoint']!r}, which the log never wrote before it")
+        elif named.metadata.get("batch") != value.get("batch"):
+            messages.append(f"{where}: resumes at batch {value.get('batch')}, but {value['checkpoint']} was "
+                            f"written at batch {named.metadata.get('batch')}")
+        elif (log.run_clock(named.time_ms) or 0.0) > value["interrupted_at_s"] + rule.tolerance_seconds:
+            messages.append(f"{where}: interrupted at {value['interrupted_at_s']} s, before its own checkpoint was "
+                            f"written at {log.run_clock(named.time_ms):.3f} s")
+        if evidence.folder is not None and not (evidence.folder / "segments" / str(value.get("segment")) /
+                                                "mllog.log").is_file():
+            messages.append(f"{where}: the interrupted segment segments/{value.get('segment')}/ is not in the folder")
+    messages += [f"line {event.line}: the run resumed {-downtime:.3f} s before its own interruption"
+                 for event, downtime in recorded if downtime < -rule.tolerance_seconds]
+    if evidence.result is not None and len(evidence.result.get("resumes") or []) != len(log.keyed(keys.RESUME)):
+        messages.append(f"result.json lists {len(evidence.result.get('resumes') or [])} resume(s), the log "
+                        f"{len(log.keyed(keys.RESUME))}")
+    return messages
+
+
 def _profile_devices(evidence: Evidence, plan: dict) -> tuple[Any, Any]:
     """(kind, count) of the profile's devices: config.json's profile where the folder has one, else the log's."""
     hardware = (evidence.config or {}).get("hardware")
@@ -377,6 +410,7 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "timeline": cross_examination.timeline,
     "artifacts": cross_examination.artifacts,
     "device_plan": device_plan,
+    "resumes": resumes,
 }
 
 

@@ -99,7 +99,7 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
         if stop is None or not is_number(record.get("t")):
             messages.append(f"metrics.jsonl has an evaluation of epoch {record.get('epoch')!r} the log does not")
             continue
-        logged = (stop.time_ms - run_start.time_ms) / 1000
+        logged = evidence.log.run_clock(stop.time_ms)
         allowed = rule.allowed(logged)
         if abs(record["t"] - logged) > allowed:
             messages.append(f"epoch {record['epoch']}: the log ends its evaluation at {logged:.3f} s, metrics.jsonl "
@@ -107,7 +107,7 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
     run_stop = evidence.log.first("run_stop")
     batches = [record["t"] for record in records if record.get("kind") == "batch" and is_number(record.get("t"))]
     if run_stop is not None and batches:
-        stopped = (run_stop.time_ms - run_start.time_ms) / 1000
+        stopped = evidence.log.run_clock(run_stop.time_ms)
         if max(batches) > stopped + rule.allowed(stopped):
             messages.append(f"metrics.jsonl has a batch at {max(batches):.3f} s, after run_stop at {stopped:.3f} s")
     return messages[:MESSAGES]

@@ -11,6 +11,7 @@ from mlperf_logging.mllog import constants
 __all__ = [
     "BACKEND_CONTRACT",
     "CHECKPOINT",
+    "RESUME",
     "CPU_CORES_IN_STEPS",
     "DECODED",
     "DEVICES",
@@ -66,6 +67,11 @@ EVAL_DECODER, EVAL_BEAM_WIDTH, utterances); not timed."""
 FINAL_ACCURACY_FP32 = "benchbase_final_accuracy_fp32"
 """After FINAL_ACCURACY, for a run whose precision is not fp32: the same weights evaluated in fp32
 (metadata as FINAL_ACCURACY's, PRECISION "fp32"), so the cost of the precision shows; not timed."""
+
+RESUME = "benchbase_resume"
+"""A resumed run (benchbase run --resume): value {checkpoint, batch, epoch, segment,
+interrupted_at_s (the run clock when the interrupted segment ended), downtime_s}. Events after
+it are on the run clock at their wall time less every resume's downtime."""
 
 # What the run was made of and how it behaved.
 BACKEND_CONTRACT = "benchbase_backend_contract"

@@ -36,6 +36,7 @@ __all__ = ["PROBLEMS_KEPT", "LineProblem", "LogEvent", "ParsedLog", "is_number",
            "parse_log_text", "read_log"]
 
 PREFIX = ":::MLLOG"
+RESUME_KEY = "benchbase_resume"  # keys.RESUME (keys imports mllog, which this module does without)
 EVENT_TYPES = ("POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END")
 PROBLEMS_KEPT = 100
 """Problems kept with their messages; the rest of a log's problems are only counted."""
@@ -85,6 +86,36 @@ class ParsedLog:
     def first(self, key: str) -> LogEvent | None:
         found = self._index().get(key)
         return found[0] if found else None
+
+    def run_clock(self, time_ms: float) -> float | None:
+        """The run clock (seconds) at wall time ``time_ms``: since run_start, less the downtime of
+        every resume at or before it (None without run_start)."""
+        start = self.first("run_start")
+        if start is None:
+            return None
+        seconds = (time_ms - start.time_ms) / 1000
+        for resume, downtime in self.resumes():
+            if resume.time_ms <= time_ms:
+                seconds -= max(0.0, downtime)
+        return seconds
+
+    def resumes(self) -> list[tuple[LogEvent, float]]:
+        """Every resume with its downtime in seconds: what its wall time adds beyond the run-clock time
+        its segment's interruption had reached (value ``interrupted_at_s``), computed from the log's
+        own times, not read from the value. Negative for a log whose resume precedes its interruption."""
+        start = self.first("run_start")
+        found: list[tuple[LogEvent, float]] = []
+        if start is None:
+            return found
+        before = 0.0
+        for event in self.keyed(RESUME_KEY):
+            reached = event.value.get("interrupted_at_s") if isinstance(event.value, dict) else None
+            if not is_number(reached):
+                continue
+            downtime = (event.time_ms - start.time_ms) / 1000 - before - reached
+            found.append((event, downtime))
+            before += max(0.0, downtime)
+        return found
 
     def _index(self) -> dict[str, list[LogEvent]]:
         # Events by key, built on first use (the checks ask for a few keys many times); rebuilt if

@@ -32,6 +32,7 @@ __all__ = [
     "OrderRule",
     "ResultConsistencyRule",
     "ResultTTARule",
+    "ResumesRule",
     "Rule",
     "RuleSet",
     "RunStopRule",
@@ -101,6 +102,12 @@ class ThreadBudgetRule(_RuleBase):
 
 class DevicePlanRule(_RuleBase):
     check: Literal["device_plan"] = Field(description="The devices trained on agree with the profile and the plan.")
+
+
+class ResumesRule(_RuleBase):
+    check: Literal["resumes"] = Field(description="A resumed run's resumes hold together.")
+    tolerance_seconds: float = Field(0.5, ge=0.0, le=3600.0,
+                                     description="Slack between the log's millisecond wall clock and the run clock.")
 
 
 class MonotonicTimeRule(_RuleBase):
@@ -209,7 +216,8 @@ Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
     | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
-    | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule | DevicePlanRule,
+    | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule | DevicePlanRule
+    | ResumesRule,
     Field(discriminator="check"),
 ]
 

@@ -5,8 +5,8 @@ Only the evaluations of the subset the TTA rule names count (eval_accuracy's ``s
 metadata); a log written before subsets existed has none, and all its evaluations count.
 
 An evaluation's time is its eval_stop (the harness reads its clock right after logging
-eval_stop) minus run_start, from the log's time_ms; eval_accuracy's own time stands in when
-eval_stop is missing. The harness measures TTA with perf_counter while time_ms is wall-clock
+eval_stop) minus run_start, from the log's time_ms, less the downtime of a resumed run
+(ParsedLog.run_clock); eval_accuracy's own time stands in when eval_stop is missing. The harness measures TTA with perf_counter while time_ms is wall-clock
 milliseconds, so the two agree only to within a tolerance the rule set states.
 """
 
@@ -35,7 +35,7 @@ def recompute_tta(log: ParsedLog, rule: TTARule, subset: str | None = None) -> d
         return {target.label: None for target in rule.targets}
     for event, finished_ms in _evaluations(log, subset):
         rates = {metric: rate for metric, rate in event.value.items() if is_number(rate)}
-        tracker.update(event.epoch() or 0, (finished_ms - run_start.time_ms) / 1000, rates)
+        tracker.update(event.epoch() or 0, log.run_clock(finished_ms) or 0.0, rates)
     return {target.label: (tracker.reached[target.label], tracker.reached_epoch[target.label])
             if target.label in tracker.reached else None for target in rule.targets}
 

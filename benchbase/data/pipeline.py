@@ -19,6 +19,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 
@@ -70,16 +71,22 @@ class BatchPipeline:
         return sum(count // self.batch_size + (1 if count % self.batch_size and not self.drop_last else 0)
                    for count in groups)
 
-    def epoch(self, epoch: int) -> EpochBatches:
+    def epoch(self, epoch: int, skip: int = 0) -> EpochBatches:
         """The batches of one epoch. Production starts now, in a background thread that keeps
-        ``prefetch`` batches ready, so a caller can start the next epoch before it needs it."""
-        return EpochBatches(self._produce, epoch, self.prefetch)
+        ``prefetch`` batches ready, so a caller can start the next epoch before it needs it.
 
-    def _produce(self, epoch: int, batches: queue.Queue, stop: threading.Event) -> None:
+        ``skip``: leave out the epoch's first batches (a resumed run has trained them). The order
+        depends on the seed and the epoch only, so the rest are the batches an uninterrupted
+        run trains; the skipped ones are still read (the shuffle needs them) but not padded."""
+        return EpochBatches(partial(self._produce, skip=skip), epoch, self.prefetch)
+
+    def _produce(self, epoch: int, batches: queue.Queue, stop: threading.Event, skip: int = 0) -> None:
         try:
             rng = np.random.default_rng([self.seed, epoch])
             groups = self._bucketed_batches(rng, stop) if self.length_buckets else self._streamed_batches(rng, stop)
-            for group in groups:
+            for index, group in enumerate(groups):
+                if index < skip:
+                    continue
                 _put(batches, pad_batch(group, self.model, self.pad_to_frames), stop)
             _put(batches, _END, stop)
         except BaseException as error:  # handed to the consumer, which re-raises it

@@ -1,4 +1,4 @@
-"""The run clock: monotonic seconds since run_start (model creation)."""
+"""The run clock: monotonic seconds since run_start (model creation), plus the time before an interruption."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ class RunClock:
     def __init__(self) -> None:
         self._started: float | None = None
 
-    def start(self) -> None:
-        self._started = time.perf_counter()
+    def start(self, offset: float = 0.0) -> None:
+        """``offset``: seconds already on the clock (a resumed run goes on from its interruption)."""
+        self._started = time.perf_counter() - offset
 
     @property
     def origin(self) -> float:

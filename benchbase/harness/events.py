@@ -73,6 +73,8 @@ class RunResult:
     device: str = ""
     devices: list[str] = field(default_factory=list)
     """The devices the backend reported it trained on."""
+    resumes: list[dict] = field(default_factory=list)
+    """One per resume (benchbase run --resume): segment, checkpoint, batch, interrupted_at_s, lost_s."""
     world_size: int = 1
     """Processes that trained (one per device for a process-per-device backend)."""
     device_plan: dict = field(default_factory=dict)

@@ -15,6 +15,7 @@ from pathlib import Path
 from benchbase.atomic import atomic_write_text
 from benchbase.errors import BenchbaseError
 from benchbase.harness.events import BatchProgress, RunResult
+from benchbase.harness.resume import checkpoint_sidecar, write_sidecar
 from benchbase.harness.run_folder import RunFolder, write_json_line
 
 __all__ = ["CHECKPOINTS_KEPT", "FINAL_CHECKPOINT", "RunRecorder"]
@@ -62,11 +63,14 @@ class RunRecorder:
                                         for reference, hypothesis in zip(references, hypotheses)))
         return path
 
-    def checkpoint(self, batch_index: int, save: Callable[[Path], None]) -> Path:
-        """``save`` writes a temporary file that is renamed into place; older checkpoints are pruned."""
+    def checkpoint(self, batch_index: int, save: Callable[[Path], None], state: dict) -> Path:
+        """``save`` writes a temporary file that is renamed into place, then its sidecar (checksum and
+        the harness ``state``) follows; older checkpoints are pruned with their sidecars."""
         final = self.folder.checkpoints / f"batch-{batch_index:07d}.ckpt"
         _save_atomically(save, final)
+        write_sidecar(final, state)
         for stale in sorted(self.folder.checkpoints.glob("batch-*.ckpt"))[:-CHECKPOINTS_KEPT]:
+            checkpoint_sidecar(stale).unlink(missing_ok=True)
             stale.unlink()
         return final
 

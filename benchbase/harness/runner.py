@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pluggy
@@ -49,6 +50,7 @@ from benchbase.harness.plan import (
 )
 from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.recorder import RunRecorder
+from benchbase.harness.resume import ResumePoint, interrupted_at, restart_segment
 from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
 from benchbase.harness.stop import StopReason
@@ -76,25 +78,35 @@ def run_benchmark(config: RunConfig, manager: pluggy.PluginManager, backend_clas
 
 class Harness:
     def __init__(self, config: RunConfig, manager: pluggy.PluginManager, backend_class: type[Backend],
-                 coordinator: Solo | None = None) -> None:
+                 coordinator: Solo | None = None, resume: ResumePoint | None = None) -> None:
+        """``resume``: continue the run in ``config.out`` from this checkpoint (benchbase run --resume)."""
         self.config = config
+        self.resume = resume
         self.coordinator = coordinator or Solo()
         self.world = self.coordinator.world
         self.workload = config.workload
         self.hook = manager.hook
         self.backend_class = backend_class
         self.clock = RunClock()
-        self.folder = RunFolder.create(config.out)
+        self.folder = RunFolder(config.out) if resume else RunFolder.create(config.out)
         self.tracker = TargetTracker(self.workload.tta)
         self.statistics = TrainingStatistics()
         self.batch_index = 0
         self.train_samples = 0
         self.last_evaluation: Evaluation | None = None
         self.final_evaluation: dict | None = None
+        self.position = (1, 0)
+        """(epoch, batches done in it) after the last batch: where a checkpoint resumes."""
+        self.resumes: list[dict] = []
 
     # --- the run ------------------------------------------------------------------------
 
     def run(self) -> RunResult:
+        if self.resume is not None:
+            # Before any file is opened: when the run was interrupted, then its files restart
+            # from the checkpoint and the interrupted segment moves aside.
+            self.interrupted_at = interrupted_at(self.folder)
+            self.segment = restart_segment(self.folder, self.resume)
         self.log = ComplianceLog(self.folder.compliance_log)
         self.recorder = RunRecorder(self.folder)
         self.timed = False
@@ -102,7 +114,7 @@ class Harness:
             result = self._run()
         except BaseException as error:
             self._close_files(quietly=True)  # the error on its way out is the one to report
-            if not self.timed:
+            if not self.timed and self.resume is None:
                 # Setup failed before run_start: nothing was measured, and the folder must not
                 # block the same --out on the next attempt.
                 shutil.rmtree(self.folder.root, ignore_errors=True)
@@ -126,10 +138,14 @@ class Harness:
         self._initialize()
         try:
             init_seconds = time.perf_counter() - init_started
-            self.log.end(constants.INIT_STOP)
+            if self.resume is None:
+                self.log.end(constants.INIT_STOP)
             self.coordinator.barrier()  # every rank is ready: the clock starts for all of them at once
-            self.clock.start()
-            self.log.start(constants.RUN_START)
+            if self.resume is None:
+                self.clock.start()
+                self.log.start(constants.RUN_START)
+            else:
+                self._start_resumed_clock()
             self.timed = True
             sampler = TelemetrySampler(self.folder.telemetry, self.clock.origin,
                                        processes=self.coordinator.local_processes(), gpus=self._gpus_in_use())
@@ -137,6 +153,8 @@ class Harness:
                 self.hook.run_started(config=self.config, run_dir=self.folder.root)
                 self.backend.build(self.context)
                 self._check_devices()
+                if self.resume is not None:
+                    self._restore()
                 try:
                     reason, epochs = self._train()
                 except Terminated:
@@ -162,9 +180,11 @@ class Harness:
         self._check_store()
         # MLPerf's cache_clear: the store's files leave the OS page cache, so the first epoch
         # reads from disk as a fresh machine's would. False where the OS refused.
-        self.log.event(constants.CACHE_CLEAR, value=drop_from_page_cache(self.config.data))
-        self.log.start(constants.INIT_START)
-        self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
+        dropped = drop_from_page_cache(self.config.data)
+        if self.resume is None:  # a resumed run's log already holds its init
+            self.log.event(constants.CACHE_CLEAR, value=dropped)
+            self.log.start(constants.INIT_START)
+            self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
         self.plan = config_plan(self.config, self.backend_class, self.world,
                                 self.coordinator.service_addresses)
         self.context = build_context(self.config, self.store, self.plan)
@@ -180,7 +200,8 @@ class Harness:
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         self.decoder = evaluation_decoder(self.workload.evaluation, self.config.data, self.workload.data.train,
                                           blank=self.workload.model.ctc_blank_index)
-        self._log_submission()
+        if self.resume is None:
+            self._log_submission()
         self.backend = self.backend_class()
         self.profiler = StepProfiler(self.backend, self.config.profile_steps, self.folder.root / "profile")
 
@@ -261,13 +282,16 @@ class Harness:
     # --- training -----------------------------------------------------------------------
 
     def _train(self) -> tuple[StopReason, int]:
-        upcoming: EpochBatches | None = self.train_data.epoch(1)
+        first_epoch, done_in_first = self.position if self.resume is not None else (1, 0)
+        upcoming: EpochBatches | None = self.train_data.epoch(first_epoch, skip=done_in_first)
         try:
-            for epoch in range(1, self.workload.max_epochs + 1):
-                self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
+            for epoch in range(first_epoch, self.workload.max_epochs + 1):
+                resumed_epoch = self.resume is not None and epoch == first_epoch
+                if not resumed_epoch:  # a resumed epoch's start is in the log already
+                    self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
                 batches, upcoming = upcoming, None
                 try:
-                    finished_epoch = self._train_epoch(epoch, batches)
+                    finished_epoch = self._train_epoch(epoch, batches, done_in_first if resumed_epoch else 0)
                 finally:
                     batches.close()  # also when training raised: its readers stop now, not at exit
                 if finished_epoch and epoch < self.workload.max_epochs:
@@ -291,9 +315,9 @@ class Harness:
             if upcoming is not None:
                 upcoming.close()
 
-    def _train_epoch(self, epoch: int, batches: EpochBatches) -> bool:
-        """Train one epoch; False when the time limit stopped it early."""
-        for batch_in_epoch in range(1, len(self.train_data) + 1):
+    def _train_epoch(self, epoch: int, batches: EpochBatches, done: int = 0) -> bool:
+        """Train one epoch (``done`` of its batches trained already); False when the time limit stopped it early."""
+        for batch_in_epoch in range(done + 1, len(self.train_data) + 1):
             waited_from = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
@@ -323,6 +347,7 @@ class Harness:
                      cpu: float) -> None:
         self.batch_index += 1
         self.train_samples += batch.size
+        self.position = (epoch, batch_in_epoch)
         throughput = self.statistics.record(batch.size, wait, step, cpu)
         progress = BatchProgress(epoch, batch_in_epoch, len(self.train_data), self.batch_index, self.clock.seconds(),
                                  loss, throughput, wait)
@@ -332,8 +357,8 @@ class Harness:
         evaluation = self.workload.evaluation
         if self.batch_index % evaluation.log_sentences_every == 0:
             self._log_sentences(epoch, batch)
-        if self.batch_index % evaluation.checkpoint_every == 0:
-            path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
+        if self.batch_index % (self.config.checkpoint_every or evaluation.checkpoint_every) == 0:
+            path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint, self._harness_state())
             self._log_checkpoint(path, {constants.EPOCH_NUM: epoch})
         self.hook.batch_completed(progress=progress)
 
@@ -349,8 +374,54 @@ class Harness:
         if self.batch_index == 0:
             return
         with deferred_termination():  # a second SIGTERM must not tear this checkpoint
-            path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint)
+            path = self.recorder.checkpoint(self.batch_index, self.backend.save_checkpoint, self._harness_state())
             self._log_checkpoint(path, {"terminated": True})
+
+    # --- resuming -----------------------------------------------------------------------
+
+    def _harness_state(self) -> dict:
+        """What a checkpoint's sidecar holds beside the backend's file: enough to go on exactly."""
+        epoch, done = self.position
+        return {"batch_index": self.batch_index, "epoch": epoch, "batches_done_in_epoch": done,
+                "train_samples": self.train_samples, "clock_s": round(self.clock.seconds(), 4),
+                "step_cpu_seconds": self.statistics.step_cpu_seconds,
+                "tracker": {"history": self.tracker.history, "reached": self.tracker.reached,
+                            "reached_epoch": self.tracker.reached_epoch},
+                "last_evaluation": None if self.last_evaluation is None else asdict(self.last_evaluation),
+                "resumes": self.resumes}
+
+    def _start_resumed_clock(self) -> None:
+        """The clock goes on from the interruption (the restart's init was not timed), and the log says so."""
+        point = self.resume
+        assert point is not None
+        self.clock.start(offset=self.interrupted_at)
+        segment = self.segment
+        self.log.event(own_keys.RESUME, value={
+            "checkpoint": self.folder.relative(point.checkpoint), "batch": point.batch_index,
+            "epoch": point.state["epoch"], "segment": segment, "interrupted_at_s": round(self.interrupted_at, 4),
+            "lost_s": round(self.interrupted_at - point.state["clock_s"], 4),
+            "skipped": list(point.skipped)})
+
+    def _restore(self) -> None:
+        """Right after build(): the backend's state from the checkpoint, the harness's from its sidecar."""
+        point = self.resume
+        assert point is not None
+        self.backend.load_checkpoint(point.checkpoint)
+        state = point.state
+        self.batch_index, self.train_samples = int(state["batch_index"]), int(state["train_samples"])
+        self.position = (int(state["epoch"]), int(state["batches_done_in_epoch"]))
+        tracker = state["tracker"]
+        self.tracker.history = {metric: list(values) for metric, values in tracker["history"].items()}
+        self.tracker.reached = dict(tracker["reached"])
+        self.tracker.reached_epoch = dict(tracker["reached_epoch"])
+        if state["last_evaluation"] is not None:
+            self.last_evaluation = Evaluation(**{**state["last_evaluation"],
+                                                 "targets": tuple(state["last_evaluation"]["targets"])})
+        self.statistics = TrainingStatistics.from_metrics(self.folder.metrics, state["step_cpu_seconds"])
+        self.resumes = [*state.get("resumes", []), {
+            "segment": self.segment, "checkpoint": self.folder.relative(point.checkpoint),
+            "batch": point.batch_index, "interrupted_at_s": round(self.interrupted_at, 4),
+            "lost_s": round(self.interrupted_at - state["clock_s"], 4)}]
 
     def _save_final_checkpoint(self, epoch: int) -> None:
         """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase
@@ -469,7 +540,7 @@ class Harness:
                                                         "subsets": last.subsets},
             final_evaluation=self.final_evaluation,
             telemetry=timed.telemetry, device=self.device_description,
-            devices=self.devices, world_size=self.plan.world_size,
+            devices=self.devices, world_size=self.plan.world_size, resumes=self.resumes,
             device_plan=plan_record(self.plan, self.config.hardware), step_breakdown=self.statistics.step_breakdown(),
             cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
                                               "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE},

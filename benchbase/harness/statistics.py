@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchbase.compliance.runs import read_json_lines
 
 __all__ = ["THREAD_BUDGET_ALLOWANCE", "TrainingStatistics"]
 
@@ -20,6 +23,19 @@ class TrainingStatistics:
     step_cpu_seconds: float = 0.0
     communication_seconds: list[float] = field(default_factory=list)
     """Per batch, the backend's measured gradient all-reduce time (step_timings), where it measures one."""
+
+    @classmethod
+    def from_metrics(cls, metrics: Path, step_cpu_seconds: float) -> TrainingStatistics:
+        """The statistics of the batches metrics.jsonl records (a resumed run's first segment)."""
+        statistics = cls(step_cpu_seconds=step_cpu_seconds)
+        for record in read_json_lines(metrics):
+            if record.get("kind") != "batch":
+                continue
+            statistics.throughputs.append(record["throughput"])
+            statistics.data_waits.append(record["wait_s"])
+            statistics.step_seconds.append(record["step_s"])
+            statistics.record_communication(record.get("comm_s"))
+        return statistics
 
     def record(self, utterances: int, wait: float, step: float, cpu: float) -> float:
         """One batch: wait and step in wall seconds, cpu in process CPU seconds; returns its throughput."""

@@ -183,8 +183,14 @@ def score_table(scored: list[Scored]) -> ReportTable:
         for label, score in item.scores.items():
             rows.append([item.group.name, label, score.runs, score.converged, score.minutes,
                          _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev), score.note])
+    resumed = [f"{item.group.name}: {run.path.name} ({len(run.result['resumes'])}x)" for item in scored
+               for run in item.group.runs if run.result.get("resumes")]
+    notes = [f"Resumed runs (benchbase run --resume): {', '.join(resumed)}. Their TTA counts the time up to each "
+             "interruption, the work lost since its checkpoint and the time after; the restart's init is not "
+             "timed."] if resumed else []
     return ReportTable("olympic score (minutes)", ["group", "target", "runs", "reached", "score", "fastest",
-                                                   "slowest", "stdev (kept)", "note"], rows, name="olympic-scores")
+                                                   "slowest", "stdev (kept)", "note"], rows, name="olympic-scores",
+                       notes=notes)
 
 
 def _energy(item: Scored, label: str) -> float | None:

@@ -25,5 +25,7 @@ class RunConfig(Spec):
                                 "count (--devices; an override the log records).")
     profile_steps: int = Field(0, ge=0, le=1000, description="Training steps to trace with the framework's profiler "
                                "(--profile; 0: none).")
+    checkpoint_every: int | None = Field(None, ge=1, le=10_000_000, description="Batches between checkpoints "
+                                         "instead of the workload's (--checkpoint-every; not part of the score).")
     final_evaluation: bool = Field(True, description="Evaluate every dev and test subset after run_stop (untimed).")
     submitter: str = Field("benchbase", min_length=1, max_length=120, description="submission_org in the log.")

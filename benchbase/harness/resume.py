@@ -1,0 +1,193 @@
+"""Resuming a run that was killed or preempted: `benchbase run --resume RUN_DIR`.
+
+Every periodic checkpoint has a sidecar (``batch-N.ckpt.json``) written after it: the
+checkpoint's SHA-256 and the harness's state at that batch (epoch, batches done in it, utterances
+trained, run-clock seconds, the TTA tracker's history, the last evaluation, the CPU seconds of
+the steps). The backend's own state (weights, optimizer, its random state) is in the checkpoint;
+the data order is a function of the seed and the epoch, so the pipeline resumes by skipping the
+batches already trained.
+
+The clock rule. TTA counts the time up to the interruption, the work lost since the checkpoint
+and the time after resuming; the restart's own init is untimed, like any init. The moment of
+the interruption is the last thing the run wrote: its last telemetry sample (every 30 ms),
+metrics line or log line. The resumed clock starts at that many seconds.
+
+The folder afterwards. The interrupted segment's files move to ``segments/K/`` (the evidence
+of what happened, the lost work included); the run's own files restart from the checkpoint:
+mllog.log and metrics.jsonl keep their lines up to the checkpoint, then the log states the
+resume (``benchbase_resume``: the checkpoint, the interruption's clock time and the downtime),
+and the run goes on. So mllog.log still holds one run_start and one run_stop; `benchbase check`
+subtracts each resume's downtime from the wall clock of the events after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchbase.atomic import atomic_write_text
+from benchbase.compliance.parse import read_log
+from benchbase.errors import InputError
+from benchbase.harness.run_folder import RunFolder
+
+__all__ = ["ResumePoint", "checkpoint_sidecar", "file_sha256", "find_resume_point", "interrupted_at",
+           "restart_segment", "write_sidecar"]
+
+SIDECAR_SUFFIX = ".json"
+SEGMENT_FILES = ("mllog.log", "metrics.jsonl", "telemetry.jsonl", "sentences.jsonl")
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    checkpoint: Path
+    state: dict
+    """The harness state the sidecar holds (see ``Harness._harness_state``)."""
+    skipped: tuple[str, ...] = ()
+    """Why newer checkpoints were passed over (a torn file, a checksum that does not match)."""
+
+    @property
+    def batch_index(self) -> int:
+        return int(self.state["batch_index"])
+
+
+def checkpoint_sidecar(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + SIDECAR_SUFFIX)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_sidecar(checkpoint: Path, state: dict) -> None:
+    """After the checkpoint is in place: its checksum and the harness state, atomically."""
+    atomic_write_text(checkpoint_sidecar(checkpoint),
+                      json.dumps({"sha256": file_sha256(checkpoint), "state": state}, indent=1))
+
+
+def find_resume_point(folder: RunFolder) -> ResumePoint:
+    """The newest checkpoint whose sidecar is complete and whose bytes match it."""
+    skipped = []
+    for checkpoint in sorted(folder.checkpoints.glob("batch-*.ckpt"), reverse=True):
+        problem = _problem_with(checkpoint)
+        if problem is None:
+            state = json.loads(checkpoint_sidecar(checkpoint).read_text(encoding="utf-8"))["state"]
+            return ResumePoint(checkpoint, state, tuple(skipped))
+        skipped.append(f"{folder.relative(checkpoint)}: {problem}")
+    detail = f" ({'; '.join(skipped)})" if skipped else ""
+    raise InputError(f"{folder.checkpoints}: no complete checkpoint to resume from{detail}")
+
+
+def _problem_with(checkpoint: Path) -> str | None:
+    sidecar = checkpoint_sidecar(checkpoint)
+    try:
+        recorded = json.loads(sidecar.read_text(encoding="utf-8"))
+        expected, state = recorded["sha256"], recorded["state"]
+        int(state["batch_index"])
+    except FileNotFoundError:
+        return "no sidecar (the run ended while writing it)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its sidecar {sidecar.name} is unreadable"
+    if file_sha256(checkpoint) != expected:
+        return "its checksum does not match its sidecar (truncated or corrupt)"
+    return None
+
+
+def interrupted_at(folder: RunFolder) -> float:
+    """Run-clock seconds of the last evidence the interrupted run left: its last telemetry sample,
+    metrics line or log event, in the run folder or in the segments moved aside before (a resume
+    that failed during its own setup has already moved the evidence there)."""
+    places = [folder.root, *sorted((folder.root / "segments").glob("*"))]
+    times = []
+    for place in places:
+        times += [_last_t(place / "telemetry.jsonl"), _last_t(place / "metrics.jsonl"),
+                  _last_log_clock(place / "mllog.log")]
+    known = [time for time in times if time is not None]
+    return max(known) if known else 0.0
+
+
+def restart_segment(folder: RunFolder, point: ResumePoint) -> int:
+    """Move the interrupted segment's files to segments/K/ and restart the run's files from the checkpoint.
+
+    Returns K. mllog.log keeps its lines up to the checkpoint's own event, metrics.jsonl and
+    sentences.jsonl theirs up to the checkpoint's batch; telemetry starts afresh.
+    """
+    number = 1 + sum(1 for _ in (folder.root / "segments").glob("*")) if (folder.root / "segments").exists() else 1
+    segment = folder.root / "segments" / str(number)
+    segment.mkdir(parents=True)
+    for name in SEGMENT_FILES:
+        if (folder.root / name).exists():
+            shutil.copy2(folder.root / name, segment / name)
+    checkpoint_name = folder.relative(point.checkpoint)
+    atomic_write_text(folder.compliance_log, _log_prefix(segment / "mllog.log", checkpoint_name))
+    batch = point.batch_index
+    atomic_write_text(folder.metrics, _lines_up_to_batch(segment / "metrics.jsonl", batch))
+    atomic_write_text(folder.sentences, _lines_up_to_batch(segment / "sentences.jsonl", batch))
+    folder.telemetry.unlink(missing_ok=True)
+    for stale in folder.checkpoints.glob("batch-*.ckpt*"):
+        if stale.name.split(".")[0] > point.checkpoint.name.split(".")[0]:
+            stale.unlink()  # torn or unverifiable checkpoints of the lost work
+    return number
+
+
+def _log_prefix(log: Path, checkpoint_name: str) -> str:
+    kept = []
+    for line in log.read_text(encoding="utf-8").splitlines(keepends=True):
+        kept.append(line)
+        record = _parse(line)
+        if record and record.get("key") == "benchbase_checkpoint" and record.get("value") == checkpoint_name:
+            return "".join(kept)
+    raise InputError(f"{log}: the log never names {checkpoint_name}; it does not belong to this run")
+
+
+def _lines_up_to_batch(path: Path, batch: int) -> str:
+    if not path.exists():
+        return ""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break  # a line torn by the kill ends what can be kept
+        if record.get("batch", 0) > batch:
+            break
+        kept.append(line)
+    return "".join(kept)
+
+
+def _last_t(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    last = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            last = float(json.loads(line)["t"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return last
+
+
+def _last_log_clock(log: Path) -> float | None:
+    if not log.exists():
+        return None
+    parsed = read_log(log)
+    if not parsed.events:
+        return None
+    return parsed.run_clock(max(event.time_ms for event in parsed.events))
+
+
+def _parse(line: str) -> dict | None:
+    _, separator, payload = line.partition(":::MLLOG ")
+    if not separator:
+        return None
+    try:
+        record = json.loads(payload)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
