@@ -9,6 +9,7 @@ import pluggy
 
 from benchbase.backend import Backend, BackendReference
 from benchbase.errors import InputError
+from benchbase.hardware_detect import AUTO_PROFILE, detect_profile
 from benchbase.plugins import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.yaml_specs import load_spec_file
@@ -31,12 +32,14 @@ class Registry:
         return _lookup(self.workloads, name, "workload")
 
     def profile(self, name_or_path: str) -> HardwareProfile:
-        """A registered profile by name, or a YAML file when the argument is a path."""
+        """A registered profile by name, a YAML file when the argument is a path, or this machine for "auto"."""
         if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
             path = Path(name_or_path)
             if not path.is_file():
                 raise InputError(f"{path}: hardware profile file not found")
             return load_spec_file(HardwareProfile, path)
+        if name_or_path == AUTO_PROFILE and AUTO_PROFILE not in self.profiles:
+            return detect_profile()  # this machine, as it is now
         return _lookup(self.profiles, name_or_path, "hardware profile")
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+import yaml
 from rich.console import Console
 from rich.table import Table
 
+from benchbase.atomic import atomic_write_text
 from benchbase.backend import BackendReference
 from benchbase.cli.app import cli
 from benchbase.cli.spec_view import spec_rows
@@ -85,8 +89,16 @@ def _deviations_table(spec: WorkloadSpec) -> Table:
 
 
 @cli.command()
-def profiles() -> None:
-    """List registered hardware profiles."""
+@click.option("--detect", is_flag=True, help="Describe this machine as a profile (what `--hw auto` uses).")
+@click.option("--write", "write_to", type=click.Path(path_type=Path),
+              help="With --detect: write the profile as YAML to this file (edit it, then pass it to --hw).")
+def profiles(detect: bool, write_to: Path | None) -> None:
+    """List registered hardware profiles; --detect describes this machine."""
+    if write_to is not None and not detect:
+        raise click.UsageError("--write needs --detect")
+    if detect:
+        _detect(write_to)
+        return
     registry = collect_registry(get_plugin_manager())
     table = Table(title="hardware profiles")
     for column in ("name", "devices", "CPU", "batch (per device)", "readers", "buffer", "price $"):
@@ -98,3 +110,15 @@ def profiles() -> None:
                       f"{pipeline.global_batch} ({pipeline.batch_per_device})", str(pipeline.readers),
                       str(pipeline.buffer), "-" if price is None else f"{price:,.2f}")
     Console().print(table)
+
+
+def _detect(write_to: Path | None) -> None:
+    from benchbase.hardware_detect import detect_profile
+
+    profile = detect_profile()
+    text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=100)
+    if write_to is None:
+        click.echo(text, nl=False)
+        return
+    atomic_write_text(write_to, text)
+    click.echo(f"wrote {write_to}: {profile.devices.count}x {profile.devices.model}; use it with --hw {write_to}")

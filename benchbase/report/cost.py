@@ -1,8 +1,8 @@
 """Beyond the paper: what reaching a target costs, in dollars and in energy.
 
-Cost-to-accuracy = an hourly price x TTA. The hourly price is either stated (a cloud price
-per hour) or the hardware profile's purchase price amortized over a stated lifetime of
-round-the-clock use. Energy-to-accuracy integrates the GPUs' power draw that NVML reported
+Cost-to-accuracy = an hourly price x TTA. The hourly price is stated on the command line, or
+the hardware profile's rental price per hour (a cloud machine, as DAWNBench reports cost), or
+its purchase price amortized over a stated lifetime of round-the-clock use. Energy-to-accuracy integrates the GPUs' power draw that NVML reported
 (telemetry.jsonl) from the start of the run clock to TTA; it covers the GPUs only, and is
 absent where NVML gave no power (no GPU, or a board that does not report it).
 """
@@ -26,9 +26,13 @@ class CostModel:
     """When given, used for every run instead of the amortized hardware price."""
 
     def hourly(self, hardware: dict) -> float | None:
+        """The stated price per hour, else the profile's rental price, else its purchase price amortized."""
         if self.price_per_hour is not None:
             return self.price_per_hour
-        total = (hardware.get("price") or {}).get("total_usd")
+        price = hardware.get("price") or {}
+        if is_number(price.get("hourly_usd")):
+            return price["hourly_usd"]
+        total = price.get("total_usd")
         return total / (self.lifetime_years * HOURS_PER_YEAR) if is_number(total) else None
 
     def cost(self, hardware: dict, seconds: float | None) -> float | None:
@@ -38,7 +42,8 @@ class CostModel:
     def describe(self) -> str:
         if self.price_per_hour is not None:
             return f"${self.price_per_hour:g} per hour"
-        return f"hardware price amortized over {self.lifetime_years:g} years of continuous use"
+        return (f"the profile's rental price per hour where it states one (DAWNBench's measure), else its purchase "
+                f"price amortized over {self.lifetime_years:g} years of continuous use")
 
 
 def gpu_power_watts(sample: dict) -> float | None:

@@ -32,6 +32,8 @@ class PriceSpec(Spec):
     total_usd: float | None = Field(None, ge=0, le=1e9, description="Whole system price.")
     gpus_usd: float | None = Field(None, ge=0, le=1e9, description="Price of the GPUs.")
     cpus_usd: float | None = Field(None, ge=0, le=1e9, description="Price of the CPUs.")
+    hourly_usd: float | None = Field(None, ge=0, le=1e6, description="Rental price per hour (a cloud machine); "
+                                     "cost-to-accuracy uses it instead of the amortized purchase price.")
     date: str = Field("", max_length=40, description="When the prices were taken.")
 
 
