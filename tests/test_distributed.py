@@ -104,10 +104,19 @@ def test_torchrun_with_the_wrong_number_of_processes_is_one_line():
 
 def test_a_single_process_backend_under_torchrun_is_refused():
     environment = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    finished = run_benchbase("run", "--workload", "ds2-mini", "--backend", "jax", "--hw", "cpu", env=environment,
+                             timeout=120)
+    assert finished.returncode == 2
+    assert "rank 1: backend 'jax' drives all its devices from one process; run it without torchrun" in finished.stderr
+
+
+def test_a_process_per_machine_backend_wants_one_process_per_machine():
+    environment = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     finished = run_benchbase("run", "--workload", "ds2-mini", "--backend", "tf", "--hw", "cpu2", env=environment,
                              timeout=120)
     assert finished.returncode == 2
-    assert "rank 1: backend 'tf' drives all its devices from one process; run it without torchrun" in finished.stderr
+    assert ("backend 'tf' drives all of a machine's devices from one process; run torchrun with --nproc-per-node 1"
+            in finished.stderr)
 
 
 # --- real processes ----------------------------------------------------------------------------

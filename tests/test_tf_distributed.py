@@ -260,6 +260,33 @@ def test_visible_devices_counts_gpus_and_leaves_cpus_open():
     assert tf_backend.TensorFlowBackend.visible_devices("cuda") == len(tf.config.list_physical_devices("GPU"))
 
 
+def test_a_worker_of_several_offers_its_one_cpu(monkeypatch):
+    # Under torchrun a process is a MultiWorkerMirroredStrategy worker, which has one CPU replica:
+    # a plan giving it more is refused before the clock (check_visible_devices).
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert tf_backend.TensorFlowBackend.visible_devices("cpu") == 1
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert tf_backend.TensorFlowBackend.visible_devices("cpu") is None
+
+
+def test_a_cpu_worker_is_not_split_into_logical_devices():
+    plan = DevicePlan(kind="cpu", count=4, batch_per_device=8, world_size=2, rank=0, devices_per_process=2,
+                      peer_addresses=("127.0.0.1:1", "127.0.0.1:2"))
+    with pytest.raises(BenchbaseError, match="one replica per CPU worker.*pass --devices 2 "):
+        tf_backend._multi_worker_strategy(plan)
+
+
+def test_a_lost_worker_is_named_by_the_collectives_own_status():
+    # The message TensorFlow 2.21 raised on rank 0 when rank 1 was killed during a step.
+    message = ("Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most recent call last):\n"
+               "  File \"<frozen runpy>\", line 198, in _run_module_as_main\n\n"
+               "Collective ops is aborted by: recvmsg:Connection reset by peer\n"
+               "Additional GRPC error information from remote target /job:worker/replica:0/task:1\n"
+               "\t [[{{node CollectiveReduceV2}}]] [Op:__inference_train_1234]")
+    error = tf.errors.UnavailableError(None, None, message)
+    assert tf_backend._status_line(error) == "Collective ops is aborted by: recvmsg:Connection reset by peer"
+
+
 def test_the_profiler_writes_a_trace_into_the_directory(small_store, tmp_path):
     workload = builtin_workload("ds2-mini")
     backend = _build(tf_backend.TensorFlowBackend, workload, workload.model, 1)

@@ -99,9 +99,10 @@ def check_visible_devices(backend: type[Backend], name: str, hardware: HardwareP
     else:
         on_this_machine = plan.process_devices
     if visible < on_this_machine:
-        raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} device(s)"
-                         f"{' on this machine' if world.distributed else ''}, but backend {name!r} sees {visible} "
-                         f"here; pass --devices N to train on fewer (the log records the override), or --device cpu")
+        share = f" ({on_this_machine} on this machine)" if world.distributed else ""
+        raise InputError(f"hardware profile {hardware.name!r} plans {plan.count} {plan.kind} device(s){share}, but "
+                         f"backend {name!r} sees {visible} here; pass --devices N to train on fewer (the log records "
+                         "the override), or --device cpu")
 
 
 def own_slice(batch: Batch, plan: DevicePlan) -> Batch:

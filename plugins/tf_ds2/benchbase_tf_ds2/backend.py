@@ -1,14 +1,26 @@
 """The TensorFlow backend: builds the model, runs AdaDelta steps with CTC, returns log-probs.
 
-Training is data-parallel through tf.distribute, in one process: a MirroredStrategy with one
-replica per device the plan names, GPUs or logical CPU devices (a CPU plan of ``count`` devices
-splits the host CPU into ``count`` logical devices before TensorFlow starts, so it must be the
-process's first TensorFlow work). ``train_step`` receives the global batch and cuts it on the
-host into ``count`` contiguous slices; slice i is replica i's input, so each device receives
-only its own rows. The replicas' losses and gradients add up to the global batch's,
-BatchNorm's statistics and int8-emulated's ranges are all-reduced across replicas
-(benchbase_tf_ds2.cross_replica), and every replica's copy of the model stays identical to
-the others and, rounding aside, to one device's trained on the whole batch.
+Training is data-parallel through tf.distribute. In one process (a plain ``benchbase run``), a
+MirroredStrategy has one replica per device the plan names, GPUs or logical CPU devices (a CPU
+plan of ``count`` devices splits the host CPU into ``count`` logical devices before TensorFlow
+starts, so it must be the process's first TensorFlow work). Across machines, ``torchrun
+--nproc-per-node 1`` starts one process per machine (the backend's process model is
+``process_per_machine``), and each is a worker of a MultiWorkerMirroredStrategy whose cluster
+is the plan's ``peer_addresses``: one replica per GPU the plan gives the process, or its one
+host CPU (a CPU worker cannot be split into logical devices), all-reduced by NCCL on GPUs and
+by TensorFlow's gRPC ring on CPUs. The harness's own torch.distributed group is a separate
+channel; TensorFlow's collectives never use it.
+
+``train_step`` receives this process's rows of the global batch (all of them in one process)
+and cuts them on the host into one contiguous slice per local replica; slice i is the i-th
+local replica's input, so each device receives only its own rows, and replicas are numbered
+worker by worker in the global batch's order. The replicas' losses and gradients add up to the
+global batch's (every worker returns the whole batch's loss), BatchNorm's statistics and
+int8-emulated's ranges are all-reduced across every replica of every worker
+(benchbase_tf_ds2.cross_replica), and every replica's copy of the model stays identical to the
+others and, rounding aside, to one device's trained on the whole batch. ``predict`` and
+``save_checkpoint`` read this process's own copy and never communicate, so rank 0 calls them
+alone.
 """
 
 from __future__ import annotations
@@ -35,12 +47,16 @@ from benchbase_tf_ds2.weights import neutral_variables
 
 __all__ = ["TensorFlowBackend"]
 
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
+"""What a cross-worker collective raises when another worker ends or cannot be reached."""
+
 
 class TensorFlowBackend(Backend):
     name = "tf"
     description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 with fused/cuDNN LSTMs, CTC, AdaDelta"
     capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=8,
-                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}))
+                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
+                                process_model="process_per_machine")
 
     def __init__(self, *, fused_lstm: bool | None = None) -> None:
         """``fused_lstm`` exists for benchmarks/backend_parity.py; a run takes the default.
@@ -52,8 +68,13 @@ class TensorFlowBackend(Backend):
 
     @classmethod
     def visible_devices(cls, kind: DeviceKind) -> int | None:
-        # Listing physical devices does not start TensorFlow's runtime: the CPU can still be split.
-        return None if kind == "cpu" else len(tf.config.list_physical_devices("GPU"))
+        if kind == "cuda":
+            # Listing physical devices does not start TensorFlow's runtime: the CPU can still be split.
+            return len(tf.config.list_physical_devices("GPU"))
+        # One process splits its CPU into as many logical devices as the plan names; a worker of
+        # a cluster (torchrun started several processes) has its host CPU alone, so a plan giving
+        # it more is refused before the clock starts.
+        return 1 if _launched_as_one_of_several() else None
 
     def build(self, context: BuildContext) -> None:
         _configure_threads(context.plan.threads)
@@ -85,13 +106,21 @@ class TensorFlowBackend(Backend):
         )
 
     def train_step(self, batch: Batch) -> float:
-        replicas = self.strategy.num_replicas_in_sync
+        replicas = self._local_replicas()
         if batch.size % replicas:
             raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
         slices = [_replica_slices(array, replicas)
                   for array in (batch.features, batch.output_lengths, batch.labels, batch.label_lengths)]
-        loss = self._train_function(*slices)
-        return float(loss)  # .numpy() waits for the step: the update is complete
+        try:
+            loss = self._train_function(*slices)
+            return float(loss)  # .numpy() waits for the step: the update is complete
+        except _PEER_ERRORS as error:
+            if not self.context.plan.distributed:
+                raise
+            # The harness names the rank that failed; this rank's part is one line, not TensorFlow's
+            # graph traceback.
+            raise BenchbaseError(f"another worker of the run is gone: TensorFlow's all-reduce failed "
+                                 f"({_status_line(error)})") from None
 
     def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
         log_probs = self._predict_function(inputs.features).numpy()
@@ -134,12 +163,19 @@ class TensorFlowBackend(Backend):
             variable.assign(np.asarray(weights[name], dtype=np.float32))
 
     def devices_in_use(self) -> tuple[str, ...]:
+        """This process's devices (its worker's, under MultiWorkerMirroredStrategy)."""
         return tuple(self.strategy.extended.worker_devices)
 
     def device_description(self) -> str:
         devices = ", ".join(self.devices_in_use())
         threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
-        return f"tf.distribute {type(self.strategy).__name__} over {devices}; intra-op threads {threads}"
+        plan = self.context.plan
+        worker = f" (worker {plan.rank} of {plan.world_size})" if plan.distributed else ""
+        return f"tf.distribute {type(self.strategy).__name__} over {devices}{worker}; intra-op threads {threads}"
+
+    def _local_replicas(self) -> int:
+        """The replicas this process runs: all of them in one process, its worker's under several."""
+        return len(self.strategy.extended.worker_devices)
 
     def start_profiler(self, directory: Path) -> None:
         tf.profiler.experimental.start(str(directory))
@@ -155,10 +191,10 @@ class TensorFlowBackend(Backend):
     # --- the compiled step --------------------------------------------------------------
 
     def _compile_train_step(self, feature_dimension: int):
-        # Each input is a list with one slice per replica, so that each slice is a separate
+        # Each input is a list with one slice per local replica, so that each slice is a separate
         # argument of the compiled step: only replica i's operations read slice i, and only
         # those rows are copied to its device.
-        replicas = self.strategy.num_replicas_in_sync
+        replicas = self._local_replicas()
         signature = [
             [tf.TensorSpec([None, None, feature_dimension], tf.float32)] * replicas,
             [tf.TensorSpec([None], tf.int32)] * replicas,
@@ -172,8 +208,9 @@ class TensorFlowBackend(Backend):
         @tf.function(input_signature=signature)
         def train(*slices):
             per_replica_inputs = self.strategy.experimental_distribute_values_from_function(
-                lambda value_context: tuple(inputs[value_context.replica_id_in_sync_group] for inputs in slices))
+                lambda value_context: tuple(inputs[_local_index(value_context, replicas)] for inputs in slices))
             per_replica = self.strategy.run(self._replica_step, args=per_replica_inputs)
+            # Across every replica of every worker: each rank returns the whole global batch's loss.
             return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
         return train
@@ -181,7 +218,8 @@ class TensorFlowBackend(Backend):
     def _replica_step(self, features, output_lengths, labels, label_lengths):
         """One replica's step on its slice of the global batch; returns its part of the batch-mean loss."""
         context = tf.distribute.get_replica_context()
-        global_size = tf.shape(features)[0] * context.num_replicas_in_sync  # the slices are equal
+        # num_replicas_in_sync counts every worker's replicas; the slices are equal.
+        global_size = tf.shape(features)[0] * context.num_replicas_in_sync
         with tf.GradientTape() as tape:
             # Summed over this replica's utterances, divided by the global batch: the replicas'
             # losses and gradients add up (all-reduce SUM) to those of the batch mean.
@@ -221,6 +259,22 @@ class TensorFlowBackend(Backend):
         gradients, _ = tf.clip_by_global_norm([gradient / scale for gradient in gradients], clip)
         gradients = [gradient * scale for gradient in gradients]
         return [gradient / replicas for gradient in gradients] if replicas > 1 else gradients
+
+
+def _status_line(error: tf.errors.OpError) -> str:
+    """The failed operation's own status, without the traceback of where the graph defined it."""
+    lines = [line for line in error.message.splitlines()
+             if line.strip() and not line.startswith((" ", "\t", "Graph execution error", "Detected at node"))]
+    return (lines[0] if lines else type(error).__name__)[:300]
+
+
+def _local_index(value_context: tf.distribute.experimental.ValueContext, local_replicas: int) -> int:
+    """Which of this process's slices a replica takes.
+
+    Replicas are numbered worker by worker (worker w's local replica i is w * local_replicas + i),
+    and this process's rows are already its worker's part of the global batch.
+    """
+    return value_context.replica_id_in_sync_group % local_replicas
 
 
 def _replica_slices(array: np.ndarray, replicas: int) -> list[np.ndarray]:
@@ -263,7 +317,19 @@ def _configure_threads(threads: int | None) -> None:
         pass
 
 
+def _launched_as_one_of_several() -> bool:
+    """torchrun's WORLD_SIZE, read before the harness hands over a plan (visible_devices has none)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False  # the harness refuses a malformed torchrun environment with its own message
+
+
 def _strategy(plan: DevicePlan) -> tf.distribute.Strategy:
+    return _multi_worker_strategy(plan) if plan.distributed else _one_process_strategy(plan)
+
+
+def _one_process_strategy(plan: DevicePlan) -> tf.distribute.MirroredStrategy:
     if plan.kind == "cpu":
         # Not TensorFlow's default (collective ops): every MirroredStrategy numbers its
         # collectives from the same keys, and the process remembers each key's tensor shape, so a
@@ -272,15 +338,59 @@ def _strategy(plan: DevicePlan) -> tf.distribute.Strategy:
         # on the first device and a broadcast cost no more than a ring.
         return tf.distribute.MirroredStrategy(_logical_cpus(plan.count),
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        raise BenchbaseError("the hardware profile asks for CUDA, but TensorFlow sees no GPU; pass --device cpu")
-    if len(gpus) < plan.count:
-        raise BenchbaseError(f"the hardware profile names {plan.count} GPUs, but TensorFlow sees {len(gpus)}")
+    _check_gpus(plan.count)
     # TensorFlow's default on GPUs, NCCL collectives, with the same shared numbering: one process
     # trains one model on several GPUs (the harness's --runs repeat the same model, whose
     # collectives have the same shapes).
     return tf.distribute.MirroredStrategy([f"/gpu:{index}" for index in range(plan.count)])
+
+
+def _multi_worker_strategy(plan: DevicePlan) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """One worker per process of the run, this one driving its ``process_devices`` devices.
+
+    It starts this worker's gRPC server and enables collective ops, which TensorFlow wants done
+    before its runtime starts (afterwards it warns that tensors created earlier may break): the
+    harness does no TensorFlow work before build(), and build() none before this. A second
+    build in the same process (``--runs N``) enables them again on the same cluster, with that
+    warning and nothing else.
+    """
+    if plan.kind == "cpu" and plan.process_devices > 1:
+        # MultiWorkerMirroredStrategy gives a CPU worker exactly one replica, its host CPU.
+        raise BenchbaseError(
+            f"TensorFlow's MultiWorkerMirroredStrategy trains one replica per CPU worker, and this plan gives each "
+            f"of its {plan.world_size} processes {plan.process_devices} CPU devices; pass --devices "
+            f"{plan.world_size} (one per machine)")
+    if plan.kind == "cuda":
+        _check_gpus(plan.process_devices)
+    # RING on CPUs: TensorFlow's own all-reduce over the workers' gRPC connections, the only one
+    # for CPU tensors (NCCL is GPU-only). NCCL on GPUs, named rather than left to AUTO, so that a
+    # GPU cluster's gradients take NVIDIA's all-reduce over NVLink and InfiniBand instead of a
+    # ring through the hosts' memory; TensorFlow still broadcasts the initial weights by ring.
+    implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL if plan.kind == "cuda" else
+                      tf.distribute.experimental.CommunicationImplementation.RING)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=_cluster_resolver(plan),
+        communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
+
+
+def _cluster_resolver(plan: DevicePlan) -> tf.distribute.cluster_resolver.ClusterResolver:
+    """The run's workers at the addresses the harness reserved, one per rank, and this process's devices.
+
+    The same cluster TF_CONFIG would describe, given to the strategy directly: TF_CONFIG's
+    resolver makes a worker take every GPU it sees, where the plan names how many it trains on
+    (the first ``process_devices``), and the process's environment stays as it was.
+    """
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({"worker": list(plan.peer_addresses)}), task_type="worker", task_id=plan.rank,
+        num_accelerators={"GPU": plan.process_devices} if plan.kind == "cuda" else {}, rpc_layer="grpc")
+
+
+def _check_gpus(needed: int) -> None:
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        raise BenchbaseError("the hardware profile asks for CUDA, but TensorFlow sees no GPU; pass --device cpu")
+    if len(gpus) < needed:
+        raise BenchbaseError(f"the hardware profile names {needed} GPUs, but TensorFlow sees {len(gpus)}")
 
 
 def _logical_cpus(count: int) -> list[str]:

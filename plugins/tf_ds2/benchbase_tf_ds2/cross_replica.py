@@ -9,6 +9,11 @@ and its copies stay identical and equal (rounding aside) to what one device trai
 whole batch would hold; dropout draws a different mask on each replica from the shared seed.
 On a single replica, or outside ``strategy.run``, each of them is the plain Keras or TensorFlow
 computation.
+
+Under MultiWorkerMirroredStrategy (one process per machine) the same holds across processes: a
+replica context's all-reduce, ``num_replicas_in_sync`` and ``replica_id_in_sync_group`` span
+every replica of every worker, so the statistics and ranges are the global batch's there too,
+and each replica draws the mask that the replica of the same number in one process would.
 """
 
 from __future__ import annotations
