@@ -18,8 +18,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from benchbase.backend import Backend, BackendReference
-    from benchbase.harness.events import BatchProgress, Evaluation, RunResult
-    from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
+    from benchbase.harness.events import BatchProgress, Evaluation
+    from benchbase.specs import HardwareProfile, RunConfig, RunResult, WorkloadSpec
 
 __all__ = ["hookspec"]
 

@@ -28,8 +28,14 @@ class Registry:
         backend = _lookup(self.backends, name, "backend")
         return backend.load() if isinstance(backend, BackendReference) else backend
 
-    def workload(self, name: str) -> WorkloadSpec:
-        return _lookup(self.workloads, name, "workload")
+    def workload(self, name_or_path: str) -> WorkloadSpec:
+        """A registered workload by name, or a YAML file when the argument is a path."""
+        if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+            path = Path(name_or_path)
+            if not path.is_file():
+                raise InputError(f"{path}: workload file not found")
+            return load_spec_file(WorkloadSpec, path)
+        return _lookup(self.workloads, name_or_path, "workload")
 
     def profile(self, name_or_path: str) -> HardwareProfile:
         """A registered profile by name, a YAML file when the argument is a path, or this machine for "auto"."""

@@ -85,7 +85,9 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
     from benchbase.compliance.rules import load_ruleset
     from benchbase.plugins import get_plugin_manager
     from benchbase.registry import collect_registry
+    from benchbase.run_folder import RunFolder
 
+    folder = RunFolder(path.parent)  # the run folder the log would sit in: what its events name
     workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload(workload_name)
     spec = workload.model_dump(mode="json")
     pinned = next(rule for rule in load_ruleset().rules if rule.check == "fixed_hyperparameters")
@@ -94,8 +96,9 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
     every, checkpoint_every = workload.evaluation.every_epochs, workload.evaluation.checkpoint_every
     batch_line = len(_line(START_MS, "POINT_IN_TIME", "tracked_stats", {"throughput": 153.21, "loss": 187.3412},
                            244, epoch_num=epochs, step=123_456))
-    checkpoint_line = len(_line(START_MS, "POINT_IN_TIME", "benchbase_checkpoint", "checkpoints/batch-00000000.ckpt",
-                                277, epoch_num=epochs, batch=epochs * 10_000))
+    checkpoint_line = len(_line(START_MS, "POINT_IN_TIME", "benchbase_checkpoint",
+                                folder.relative(folder.periodic_checkpoint(0)), 277, epoch_num=epochs,
+                                batch=epochs * 10_000))
     batches_per_epoch = max(1, round(size_mb * MB / epochs / (batch_line + checkpoint_line / checkpoint_every)))
     clock = START_MS
     with path.open("w", encoding="utf-8") as out:
@@ -116,6 +119,10 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
                   "benchbase_tta_subset": workload.scored_subset}
         header.update({key: field_at(spec, path) for key, path in pinned.log_keys.items()})
         header["benchbase_world_size"] = 1
+        header["benchbase_device_plan"] = {"kind": "cpu", "count": 1, "batch_per_device": 32, "world_size": 1,
+                                           "profile_kind": "cpu", "profile_count": 1, "overridden": False}
+        header["benchbase_overrides"] = []
+        header["benchbase_open_changes"] = []
         for key, value in header.items():
             emit("POINT_IN_TIME", key, value, 166, 1)
         emit("INTERVAL_END", "init_stop", None, 84, 1)
@@ -129,8 +136,8 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
                                                         "loss": round(200 * 0.9999 ** step + step % 13 / 10, 4)},
                      244, 240, epoch_num=epoch, step=step)
                 if step % checkpoint_every == 0:
-                    emit("POINT_IN_TIME", "benchbase_checkpoint", f"checkpoints/batch-{step:08d}.ckpt", 277, 30,
-                         epoch_num=epoch, batch=step)
+                    emit("POINT_IN_TIME", "benchbase_checkpoint", folder.relative(folder.periodic_checkpoint(step)),
+                         277, 30, epoch_num=epoch, batch=step)
             emit("INTERVAL_END", "epoch_stop", None, 193, 1, epoch_num=epoch)
             if epoch % every:
                 continue
@@ -140,13 +147,13 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
                 emit("POINT_IN_TIME", "eval_accuracy",
                      {"wer": round(min(100, 2 * rate), 4), "cer": round(rate, 4), "paper_cer": round(rate * 0.99, 4),
                       "loss": round(3 * rate, 4)}, 262, 1500, epoch_num=epoch, subset=subset,
-                     decoded=f"decoded/{subset}-epoch-{epoch:03d}.jsonl", utterances=utterances[subset])
+                     decoded=folder.relative(folder.decoded_evaluation(subset, epoch)), utterances=utterances[subset])
             emit("INTERVAL_END", "eval_stop", None, 264, 1, epoch_num=epoch)
         emit("POINT_IN_TIME", "benchbase_devices", ["cpu (1 threads)"], 173, 1)
         emit("POINT_IN_TIME", "benchbase_cpu_cores_in_steps", 1.004, 174, 0, thread_budget=1)
         emit("INTERVAL_END", "run_stop", None, 58, 1, status="success", stop_reason="targets_reached")
-        emit("POINT_IN_TIME", "benchbase_checkpoint", "checkpoints/final.ckpt", 286, 40, epoch_num=epochs,
-             batch=step, final=True)
+        emit("POINT_IN_TIME", "benchbase_checkpoint", folder.relative(folder.final_checkpoint), 286, 40,
+             epoch_num=epochs, batch=step, final=True)
         for subset in dev + test:
             emit("POINT_IN_TIME", "benchbase_final_accuracy", {"wer": 30.0, "cer": 9.0, "paper_cer": 8.9, "loss": 27.0},
                  348, 1500, subset=subset, eval_decoder="beam", eval_beam_width=8, utterances=utterances[subset])
@@ -223,7 +230,9 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {platform.node()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; trees: {', '.join(f'{name}={tree}' for name, tree in trees)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="check-scaling-") as scratch:
-        log = args.log or Path(scratch) / "mllog.log"
+        from benchbase.run_folder import RunFolder
+
+        log = args.log or RunFolder(Path(scratch)).compliance_log
         log.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         shape = write_log(log, args.workload, args.size_mb, args.epochs)

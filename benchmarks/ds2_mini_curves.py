@@ -18,11 +18,11 @@ import argparse
 import statistics
 from pathlib import Path
 
-from benchbase.compliance.runs import read_json_lines
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.harness import run_benchmark
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
+from benchbase.run_folder import RunFolder, read_json_lines
 from benchbase.specs import RunConfig, TTARule
 
 CANDIDATES = {"paper_cer": (60, 50, 40, 30, 25, 20, 15, 12, 10), "wer": (90, 80, 70, 60, 50, 40, 30)}
@@ -42,7 +42,7 @@ def main() -> None:
                 "tta": UNREACHABLE.model_copy(update={"window": base.tta.window}),
                 "max_minutes": arguments.minutes, "max_epochs": 1000})
             out = arguments.out / f"lr{rate:g}-seed{seed}"
-            if not (out / "result.json").exists():
+            if not RunFolder(out).result.exists():
                 config = RunConfig(workload=workload, backend=arguments.backend, hardware=registry.profile("cpu"),
                                    seed=seed, out=out, data=store, final_evaluation=False)
                 run_benchmark(config, manager, registry.backend(arguments.backend))
@@ -50,7 +50,7 @@ def main() -> None:
 
 
 def _summarize(run: Path, window: int) -> None:
-    evaluations = [record for record in read_json_lines(run / "metrics.jsonl") if record.get("kind") == "eval"]
+    evaluations = [record for record in read_json_lines(RunFolder(run).metrics) if record.get("kind") == "eval"]
     print(f"\n{run.name}: {len(evaluations)} evaluations")
     print("  epoch  minutes  dev-clean CER (median of last 3)  WER (median)  dev-other CER  WER  loss")
     reached: dict[str, float] = {}

@@ -615,7 +615,7 @@ def main() -> None:
 def _run_backend(name: str, args: argparse.Namespace) -> dict:
     """One backend in a process of its own; its finished batch sizes survive a crash or a kill."""
     with tempfile.TemporaryDirectory() as folder:
-        result = Path(folder) / "result.json"
+        result = Path(folder) / "worker-report.json"  # the worker's own report; no run folder is involved
         command = [sys.executable, str(Path(__file__).resolve()), *_worker_arguments(args), "--worker", name,
                    "--result", str(result)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", XLA_PYTHON_CLIENT_PREALLOCATE="false",

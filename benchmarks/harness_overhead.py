@@ -28,6 +28,7 @@ from benchbase.harness import run_benchmark
 from benchbase.harness.plan import build_context, device_plan
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
+from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
 
 MEASURED_EPOCH = 2
@@ -91,7 +92,7 @@ def harness_epoch(manager, registry, workload, profile, store_path, seed):
     with tempfile.TemporaryDirectory() as folder:
         config = _config(workload, profile, Path(folder) / "run", store_path, seed)
         result = run_benchmark(config, manager, registry.backend("torch"))
-        events = [json.loads(line.split(" ", 1)[1]) for line in (config.out / "mllog.log").read_text().splitlines()]
+        events = [json.loads(line.split(" ", 1)[1]) for line in RunFolder(config.out).compliance_log.read_text().splitlines()]
     times = {event["key"]: event["time_ms"] for event in events
              if event["key"] in ("epoch_start", "epoch_stop") and event["metadata"]["epoch_num"] == MEASURED_EPOCH}
     return (times["epoch_stop"] - times["epoch_start"]) / 1000, result

@@ -75,10 +75,10 @@ def test_workloads_show_of_an_unknown_name_is_a_one_line_error():
 
 
 def test_a_profile_with_more_devices_than_the_backend_spans_is_refused_before_any_work():
-    refused = run_benchbase("run", "--workload", "ds2", "--backend", "torch", "--hw", "sys1", "--data", "/nonexistent")
+    refused = run_benchbase("run", "--workload", "ds2", "--backend", "jax", "--hw", "sys1", "--data", "/nonexistent")
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1
-    assert "plans 4 cuda devices, but backend 'torch' trains on at most 1" in refused.stderr
+    assert "plans 4 cuda devices, but backend 'jax' trains on at most 1" in refused.stderr
 
 
 def test_a_filesystem_error_is_one_line_naming_the_path(tmp_path):

@@ -22,7 +22,7 @@ from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
-from benchbase.specs import RunConfig, Target, TTARule
+from benchbase.specs import RunConfig, RunResult, Target, TTARule, read_run_result
 
 REACHED, NEVER = "CER 90", "CER 10"
 
@@ -242,11 +242,15 @@ FAULTS = {
     "tampered result.json": (_edit_json("result.json", _tamper_tta), "result_tta", f"claims {REACHED} at"),
     "unreached target claimed": (_edit_json("result.json", _claim_unreached), "result_tta", "never reach"),
     "wrong optimizer": (_edit_events(_set_value("opt_name", "sgd")), "fixed_hyperparameters",
-                        "opt_name is 'sgd' in the log, but the registered workload pins optimizer.name = 'adadelta'"),
+                        "opt_name is 'sgd' in the log, but the run's own config.json (open division) pins optimizer.name = "
+                        "'adadelta'"),
     "wrong learning rate": (_edit_events(_set_value("opt_base_learning_rate", 0.001)), "fixed_hyperparameters",
                             "opt_base_learning_rate is 0.001"),
+    # The run changed its targets, so it is open and held to its own config.json: an edited
+    # config.json then contradicts its own log.
     "wrong beam width": (_edit_json("config.json", _beam_width), "fixed_hyperparameters",
-                         "workload.evaluation.beam_width = 256"),
+                         "eval_beam_width is 1 in the log, but the run's own config.json (open division) pins "
+                         "evaluation.beam_width = 256"),
     "duplicated key": (_edit_events(_duplicate("seed")), "key_counts", "seed appears 2 times"),
     "duplicated field": (_edit_lines(_duplicate_field), "lines_parse", "duplicated field 'time_ms'"),
     "two run_stops": (_edit_events(_duplicate("run_stop")), "run_stop_status", "run_stop appears 2 times"),
@@ -267,11 +271,11 @@ FAULTS = {
                                 "no benchbase_cpu_cores_in_steps event"),
     "scored subset's rates edited": (_edit_events(_set_subset_rate("dev-clean", "paper_cer", 5.0)), "result_tta",
                                      f"says {NEVER} was never reached, but the log reaches it"),
-    "pooled dev subsets": (_edit_events(_pool_dev), "eval_subsets", "scored dev-clean, but the registered workload"),
+    "pooled dev subsets": (_edit_events(_pool_dev), "eval_subsets", "scored dev-clean, but the run's own config.json"),
     "final evaluation edited": (_edit_json("result.json", _final_wer), "final_evaluation",
                                 "final wer on test-clean is 12.5"),
-    "scored on another subset": (_edit_json("config.json", _tta_subset), "fixed_hyperparameters",
-                                 "workload.tta.subset = 'dev-other'"),
+    "scored on another subset": (_edit_json("config.json", _tta_subset), "eval_subsets",
+                                 "benchbase_tta_subset is 'dev-clean' in the log, but the run's own config.json"),
     "language model weight edited": (_edit_events(_set_value("eval_lm_alpha", 2.0)), "fixed_hyperparameters",
                                      "eval_lm_alpha is 2.0 in the log"),
     "rates edited beside their decoded outputs": (_edit_events(_edit_wer_of_dev_other), "decoded_outputs",
@@ -315,6 +319,15 @@ def test_a_folder_of_runs_is_checked_run_by_run(real_run, tmp_path, workloads):
         shutil.copytree(real_run, tmp_path / "runs" / f"run-{index}")
     reports = check_paths([tmp_path / "runs"], workloads=workloads)
     assert [Path(r.source).parent.name for r in reports] == ["run-0", "run-1"] and all(r.passed for r in reports)
+
+
+def test_a_result_json_that_is_no_run_result_is_one_failure_and_the_result_rules_skip(run_copy, workloads):
+    _edit_json("result.json", lambda result: result["tta"][REACHED].update(seconds="fast"))(run_copy)
+    findings = {finding.rule: finding for finding in check_log(run_copy / "mllog.log", workloads=workloads).findings}
+    assert findings["run_files"].status == "fail"
+    assert findings["run_files"].messages == [
+        f"result.json: not a run result: tta.{REACHED}.seconds: Input should be a valid number"]
+    assert all(findings[rule].status == "skip" for rule in ("result_consistency", "result_tta", "final_evaluation"))
 
 
 def test_a_path_without_a_log_is_unusable_input(tmp_path):
@@ -365,12 +378,20 @@ _LINE_PIECES = st.sampled_from([
     '"POINT_IN_TIME"', '{"wer": 5, "cer": 1}', "NaN", "1e400", "-1", "null", "[", "]", ",", ":", '"', "\\u0000",
 ])
 _GARBAGE_LINE = st.one_of(st.text(max_size=80), st.lists(_LINE_PIECES, max_size=20).map("".join))
+_FINITE = st.floats(allow_nan=False, allow_infinity=False)
+_ANY_JSON = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.dictionaries(st.text(max_size=8), st.none()))
+# What reaches the checks has passed RunResult; its free-form parts may still hold anything.
+_NONSENSE_RESULT = st.builds(
+    RunResult, status=st.text(max_size=8), seed=st.one_of(st.none(), st.integers()),
+    workload=st.one_of(st.none(), st.text(max_size=5)),
+    tta=st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.fixed_dictionaries(
+        {"seconds": _FINITE, "minutes": _FINITE, "epoch": st.integers()}))),
+    final_evaluation=st.one_of(st.none(), st.dictionaries(st.sampled_from(["subsets", "decoder", "epoch"]), _ANY_JSON)),
+    resumes=st.lists(st.dictionaries(st.text(max_size=5), _ANY_JSON), max_size=3))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(_GARBAGE_LINE, max_size=25), result=st.one_of(st.none(), st.dictionaries(
-    st.sampled_from(["tta", "seed", "status", "workload"]),
-    st.one_of(st.none(), st.integers(), st.text(max_size=5), st.dictionaries(st.text(max_size=8), st.none())))))
+@given(lines=st.lists(_GARBAGE_LINE, max_size=25), result=st.one_of(st.none(), _NONSENSE_RESULT))
 def test_the_checker_never_raises_on_garbage(lines, result, workloads):
     evidence = Evidence("garbage", parse_log_text("\n".join(lines)), result=result,
                         config={"workload": workloads["ds2-mini"].model_dump(mode="json")},
@@ -386,7 +407,7 @@ def test_mutated_real_logs_never_make_the_checker_raise(data, real_run, workload
     cut = data.draw(st.integers(0, len(raw)))
     insert = data.draw(st.binary(max_size=12))
     evidence = Evidence("mutated", parse_log(raw[:cut] + insert + raw[cut + len(insert):]),
-                        result=json.loads((real_run / "result.json").read_text()),
+                        result=read_run_result((real_run / "result.json").read_text()),
                         workload=workloads["ds2-mini"].model_dump(mode="json"))
     report = check_evidence(evidence, load_ruleset())
     assert not any("checker error" in line for line in report.failures), report.failures

@@ -239,8 +239,8 @@ def test_decode_sweep_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
 
 
 def test_decode_sweep_refuses_a_run_without_a_checkpoint(tmp_path):
-    from benchbase.cli.decode_commands import newest_checkpoint
     from benchbase.errors import InputError
+    from benchbase.replay import newest_checkpoint
 
     with pytest.raises(InputError, match="no checkpoint"):
         newest_checkpoint(tmp_path)

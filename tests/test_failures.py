@@ -153,7 +153,7 @@ def test_a_killed_synthesis_leaves_no_worker_and_its_leftovers_are_removed(tmp_p
 
 def test_a_failed_checkpoint_write_leaves_no_temporary_file(tmp_path):
     from benchbase.harness.recorder import RunRecorder
-    from benchbase.harness.run_folder import RunFolder
+    from benchbase.run_folder import RunFolder
 
     recorder = RunRecorder(RunFolder.create(tmp_path / "run"))
 

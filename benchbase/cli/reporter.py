@@ -11,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from benchbase import hookimpl
-from benchbase.harness.events import BatchProgress, Evaluation, RunResult
+from benchbase.harness.events import BatchProgress, Evaluation
+from benchbase.specs import RunResult
 
 __all__ = ["RunReporter", "final_evaluation_table", "result_table"]
 

@@ -18,11 +18,12 @@ from benchbase.harness import Harness, run_benchmark
 from benchbase.harness.launch import launch_workers
 from benchbase.harness.plan import checked_plan
 from benchbase.harness.resume import find_resume_point
-from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.world import World, coordinator_for
+from benchbase.overrides import apply_overrides, division_of, open_changes, parse_override
 from benchbase.plugins import get_plugin_manager
 from benchbase.process_guard import end_with_parent
 from benchbase.registry import collect_registry
+from benchbase.run_folder import RunFolder, series_member
 from benchbase.specs import RunConfig, WorkloadSpec
 from benchbase.specs.workload import PRECISIONS
 
@@ -34,7 +35,7 @@ COLLECTIVE_SLACK_S = 3600
 
 
 @cli.command()
-@click.option("--workload", "workload_name", help="Workload name (see `benchbase workloads`).")
+@click.option("--workload", "workload_name", help="Workload name (see `benchbase workloads`) or a YAML file.")
 @click.option("--backend", "backend_name", help="Backend name (see `benchbase plugins`).")
 @click.option("--hw", "hardware", help="Hardware profile name or a YAML file.")
 @click.option("--out", type=click.Path(path_type=Path), help="Run folder (default: runs/WORKLOAD-BACKEND-HW-TIME).")
@@ -63,9 +64,13 @@ COLLECTIVE_SLACK_S = 3600
 @click.option("--resume", "resume", type=click.Path(path_type=Path), metavar="RUN_DIR",
               help="Continue a killed or preempted run from its newest complete checkpoint (its settings come "
                    "from RUN_DIR/config.json; no other option applies).")
+@click.option("--set", "settings", multiple=True, metavar="SPEC.PATH=VALUE",
+              help="Override a field of the workload or the hardware profile, e.g. --set "
+                   "workload.evaluation.beam_width=64 --set hardware.pipeline.global_batch=150 (repeatable). "
+                   "Changing what the workload pins puts the run in the open division.")
 @click.pass_context
 def run(context, workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device,
-        precision, cache, no_final_eval, runs, devices, profile_steps, checkpoint_every, resume):
+        precision, cache, no_final_eval, runs, devices, profile_steps, checkpoint_every, resume, settings):
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
 
     A backend that trains one process per device (torch) on several devices runs in that many
@@ -89,8 +94,16 @@ def run(context, workload_name, backend_name, hardware, out, seed, max_minutes, 
     for failure in manager.failures if world.leader else ():
         click.echo(f"benchbase: warning: {failure.describe()}", err=True)
     backend_class = registry.backend(backend_name)
-    workload = with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets, precision)
-    profile = registry.profile(hardware)
+    parsed = [parse_override(text) for text in settings]
+    workload = apply_overrides(with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets,
+                                              precision),
+                               [(path, value) for root, path, value in parsed if root == "workload"], "workload")
+    profile = apply_overrides(registry.profile(hardware),
+                              [(path, value) for root, path, value in parsed if root == "hardware"], "hardware")
+    registered = registry.workloads.get(workload.name)
+    changes = open_changes(None if registered is None else registered.model_dump(mode="json"),
+                           workload.model_dump(mode="json"))
+    division = {"overrides": tuple(settings), "division": division_of(changes), "open_changes": tuple(changes)}
     # Before any data is synthesized or prepared: a run the backend or this machine cannot do fails in a second.
     plan = checked_plan(backend_class, backend_name, workload, profile, device=device, devices=devices,
                         profile_steps=profile_steps or 0, world=world)
@@ -99,25 +112,26 @@ def run(context, workload_name, backend_name, hardware, out, seed, max_minutes, 
     chosen = f"-{precision}" if precision and precision != registry.workload(workload_name).model.precision else ""
     out = out or Path("runs") / (f"{workload.name}-{backend_name}-{profile.name}{chosen}-"
                                  f"{time.strftime('%Y%m%d-%H%M%S')}")
-    folders = [out if runs == 1 else out / f"run-{index}" for index in range(runs)]
+    folders = [out if runs == 1 else series_member(out, index) for index in range(runs)]
     if backend_class.capabilities.process_model == "process_per_device" and plan.count > 1 and not world.distributed:
         for folder in folders:  # the workers would each find out; one line here instead
             RunFolder.check_available(folder)
         store = _prepare_data(console, workload, data, cache or default_cache())
         arguments = _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets,
                                       store, device, precision, cache, no_final_eval, devices, profile_steps,
-                                      checkpoint_every)
+                                      checkpoint_every, settings)
         statuses = [_launch_run(plan.count, arguments, folder, seed + index, profile.pipeline.threads, console)
                     for index, folder in enumerate(folders)]
     else:
         statuses = _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed,
-                             data, cache, device, devices, profile_steps, checkpoint_every, no_final_eval, console)
+                             data, cache, device, devices, profile_steps, checkpoint_every, no_final_eval, console,
+                             division)
     if any(status != "success" for status in statuses):
         raise click.exceptions.Exit(3)
 
 
 def _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed, data, cache,
-              device, devices, profile_steps, checkpoint_every, no_final_eval, console) -> list[str]:
+              device, devices, profile_steps, checkpoint_every, no_final_eval, console, division) -> list[str]:
     """The runs in this process: alone, or as one rank of a torch.distributed world."""
     coordinator = coordinator_for(world, plan.kind, timeout_seconds=workload.max_minutes * 60 + COLLECTIVE_SLACK_S)
     try:
@@ -132,7 +146,7 @@ def _run_here(world, plan, manager, backend_class, backend_name, workload, profi
             config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index,
                                out=folder, data=store, device=device, devices=devices,
                                profile_steps=profile_steps or 0, checkpoint_every=checkpoint_every,
-                               final_evaluation=not no_final_eval)
+                               final_evaluation=not no_final_eval, **division)
             try:
                 result = run_benchmark(config, manager, backend_class, coordinator)
             finally:
@@ -174,7 +188,8 @@ def _launch_run(processes: int, arguments: list[str], folder: Path, seed: int, t
 
 
 def _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets, store, device,
-                      precision, cache, no_final_eval, devices, profile_steps, checkpoint_every) -> list[str]:
+                      precision, cache, no_final_eval, devices, profile_steps, checkpoint_every,
+                      settings) -> list[str]:
     """`benchbase run` as each worker runs it: the same choices, the prepared store (--out and --seed per run)."""
     arguments = ["run", "--workload", workload_name, "--backend", backend_name, "--hw", hardware,
                  "--data", str(store), "--device", device]
@@ -185,6 +200,8 @@ def _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, 
             arguments += [option, str(value)]
     for target in targets:
         arguments += ["--target", target]
+    for setting in settings:
+        arguments += ["--set", setting]
     if no_final_eval:
         arguments.append("--no-final-eval")
     return arguments
@@ -203,7 +220,7 @@ def _resume(folder_path: Path) -> str:
     if not folder.config.is_file():
         raise InputError(f"{folder.config}: not found; --resume needs the folder of a run that started")
     if folder.result.exists():
-        raise InputError(f"{folder.root}: the run finished (result.json exists); there is nothing to resume")
+        raise InputError(f"{folder.root}: the run finished ({folder.result.name} exists); there is nothing to resume")
     try:
         config = RunConfig.model_validate_json(folder.config.read_bytes())
     except ValidationError as error:

@@ -14,18 +14,14 @@ from pathlib import Path
 import click
 
 from benchbase.cli.app import cli
-from benchbase.cli.decode_commands import load_checkpoint, load_run_config
 from benchbase.compliance import keys
 from benchbase.compliance.parse import parse_log, read_log
-from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
 from benchbase.harness.evaluation import evaluate_subsets
-from benchbase.harness.plan import build_context, device_plan
-from benchbase.harness.recorder import FINAL_CHECKPOINT
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.replay import load_run_config, replay_pipeline, restored_backend
+from benchbase.run_folder import RunFolder
 from benchbase.specs import EvalSpec
 
 __all__ = ["TOLERANCE", "verify"]
@@ -42,7 +38,7 @@ METRICS = ("wer", "paper_cer", "cer")
 def verify(run_dir: Path, data: Path | None) -> None:
     """Re-evaluate RUN_DIR's final checkpoint on the scored dev subset; exit 0 when it matches the log, 1 if not."""
     config = load_run_config(run_dir)
-    checkpoint = run_dir / "checkpoints" / FINAL_CHECKPOINT
+    checkpoint = RunFolder(run_dir).final_checkpoint
     if not checkpoint.is_file():
         raise InputError(f"{checkpoint}: no final checkpoint (the run ended with an error, or predates them)")
     subset = config.workload.scored_subset
@@ -52,15 +48,9 @@ def verify(run_dir: Path, data: Path | None) -> None:
     evaluation = config.workload.evaluation.model_copy(update={"decoder": decoder_name})
     decoder = evaluation_decoder(evaluation, store_root, config.workload.data.train,
                                  blank=config.workload.model.ctc_blank_index, beam_width=beam_width)
-    pipeline = BatchPipeline(store, (subset,), config.hardware.pipeline.global_batch, model=config.workload.model,
-                             shuffle=False, drop_last=False, pad_to_frames=config.workload.data.pad_to_frames)
-    backend = collect_registry(get_plugin_manager()).backend(config.backend)()
-    try:
-        backend.build(build_context(config, store, device_plan(config.hardware, config.device)))
-        load_checkpoint(backend, checkpoint)
+    pipeline = replay_pipeline(config, store, subset)
+    with restored_backend(config, store, checkpoint) as backend:
         measured = evaluate_subsets(backend, {subset: pipeline}, decoder, config.workload.model)[subset].rates()
-    finally:
-        backend.close()
     differences = {metric: abs(measured[metric] - claimed[metric]) for metric in METRICS}
     for metric in METRICS:
         click.echo(f"{subset} {metric}: logged {claimed[metric]:.4f}, re-measured {measured[metric]:.4f}")
@@ -73,12 +63,13 @@ def verify(run_dir: Path, data: Path | None) -> None:
 
 def _claim(run_dir: Path, subset: str, evaluation: EvalSpec) -> tuple[dict, str, int, str]:
     """What the log says the final weights scored on ``subset``: rates, decoder, beam, and which event says so."""
-    log = read_log(run_dir / "mllog.log") if (run_dir / "mllog.log").is_file() else parse_log(b"")
+    path = RunFolder(run_dir).compliance_log
+    log = read_log(path) if path.is_file() else parse_log(b"")
     final = [event for event in log.keyed(keys.FINAL_ACCURACY) if event.metadata.get(keys.SUBSET) == subset]
     if final and _rates_in(final[-1].value):
         event = final[-1]
         return (event.value, str(event.metadata.get(keys.EVAL_DECODER)), int(event.metadata.get(keys.EVAL_BEAM_WIDTH)),
-                f"the final evaluation (mllog.log line {event.line})")
+                f"the final evaluation ({path.name} line {event.line})")
     # Without a final evaluation, the last periodic one describes the final weights only when
     # training ended right after it.
     stop = log.first("run_stop")
@@ -88,7 +79,7 @@ def _claim(run_dir: Path, subset: str, evaluation: EvalSpec) -> tuple[dict, str,
         raise InputError(f"{run_dir}: the log holds no evaluation of the final weights on {subset} to verify against")
     event = periodic[-1]
     return (event.value, evaluation.decoder, evaluation.beam_width,
-            f"the last evaluation (mllog.log line {event.line})")
+            f"the last evaluation ({path.name} line {event.line})")
 
 
 def _rates_in(value) -> bool:

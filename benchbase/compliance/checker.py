@@ -20,9 +20,9 @@ from typing import Any
 from benchbase.compliance.checks import CHECKS, MESSAGES_PER_RULE, Evidence, Skip
 from benchbase.compliance.parse import ParsedLog, read_log
 from benchbase.compliance.rules import Rule, RuleSet, load_ruleset
-from benchbase.compliance.runs import LOG_NAME, find_run_folders
 from benchbase.errors import InputError
-from benchbase.specs import WorkloadSpec
+from benchbase.run_folder import CONFIG_NAME, LOG_NAME, RESULT_NAME, RunFolder, find_run_folders
+from benchbase.specs import ResultProblem, WorkloadSpec, read_run_result
 
 __all__ = ["CheckReport", "Finding", "capped", "check_evidence", "check_log", "check_paths"]
 
@@ -80,14 +80,15 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
     except OSError as error:
         raise InputError(f"{log}: cannot read: {error.strerror or error}") from None
     evidence = Evidence(source=str(log), log=parsed)
-    file_problems = [_attach(evidence, log.parent / name, name) for name in ("result.json", "config.json")]
-    if (log.parent / "result.json").exists() or (log.parent / "config.json").exists():
-        evidence.folder = log.parent
+    folder = RunFolder(log.parent)
+    file_problems = [_attach_result(evidence, folder.result), _attach_config(evidence, folder.config)]
+    if folder.result.exists() or folder.config.exists():
+        evidence.folder = folder
     evidence.workload = _registered_workload(evidence, workloads or {})
     report = check_evidence(evidence, ruleset)
     problems = [problem for problem in file_problems if problem]
     report.findings.insert(0, Finding("run_files", FAIL if problems else PASS, problems,
-                                      "result.json and config.json, where present, are JSON objects"))
+                                      f"{RESULT_NAME}, where present, is a run result; {CONFIG_NAME} a JSON object"))
     return report
 
 
@@ -128,17 +129,32 @@ def capped(messages: list[str], limit: int = MESSAGES_PER_RULE) -> list[str]:
     return [*messages[:limit], f"... and {len(messages) - limit} more (only the first {limit} are listed)"]
 
 
-def _attach(evidence: Evidence, path: Path, name: str) -> str | None:
-    """Read a JSON file beside the log into the evidence; a problem message, or None."""
+def _attach_result(evidence: Evidence, path: Path) -> str | None:
+    """The result beside the log into the evidence; a problem message, or None. A result that is
+    not one is left out, so the rules that need it skip as they do without a result."""
+    if not path.is_file():
+        return None
+    try:
+        evidence.result = read_run_result(path.read_bytes().decode("utf-8", errors="replace"))
+    except OSError as error:
+        return f"{path.name}: cannot be read: {error.strerror or error}"
+    except ResultProblem as problem:
+        return f"{path.name}: {problem}"
+    return None
+
+
+def _attach_config(evidence: Evidence, path: Path) -> str | None:
+    """The run's configuration beside the log into the evidence, as a mapping (the checks read
+    it leniently: it may come from another version); a problem message, or None."""
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
     except (OSError, ValueError, RecursionError) as error:
-        return f"{name} is not valid JSON: {str(error)[:100]}"
+        return f"{path.name} is not valid JSON: {str(error)[:100]}"
     if not isinstance(data, dict):
-        return f"{name} is not a JSON object"
-    setattr(evidence, name.removesuffix(".json"), data)
+        return f"{path.name} is not a JSON object"
+    evidence.config = data
     return None
 
 
@@ -153,7 +169,7 @@ def _logs_under(path: Path) -> list[Path]:
         return [path]
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
-    logs = [folder / LOG_NAME for folder in find_run_folders(path) if (folder / LOG_NAME).is_file()]
+    logs = [log for folder in find_run_folders(path) if (log := RunFolder(folder).compliance_log).is_file()]
     if not logs:
         raise InputError(f"{path}: no {LOG_NAME} in it or in its run folders")
     return logs

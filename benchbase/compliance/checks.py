@@ -12,13 +12,15 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from benchbase.compliance import cross_examination, keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
 from benchbase.compliance.tta_check import recompute_tta_messages
+from benchbase.overrides import open_changes
+from benchbase.run_folder import SEGMENTS_DIR, RunFolder
+from benchbase.specs import RunResult
 
 __all__ = ["CHECKS", "Evidence", "Skip", "field_at"]
 
@@ -34,21 +36,29 @@ class Skip(Exception):
 class Evidence:
     source: str
     log: ParsedLog
-    result: dict | None = None
+    result: RunResult | None = None
+    """result.json, when it is beside the log and holds a run result (else the run_files finding says why not)."""
     config: dict | None = None
     workload: dict | None = None
     """The registered workload the log names (model_dump in JSON mode), when known."""
-    folder: Path | None = None
+    folder: RunFolder | None = None
     """The run folder the log sits in (result.json or config.json beside it); None for a bare log."""
 
     def reference_workload(self) -> tuple[dict, str]:
-        """The workload the run is held to: the registered one, else the run's own config.json."""
-        if self.workload is not None:
-            return self.workload, "the registered workload"
+        """The workload the run is held to: the registered one for a closed run, the run's own
+        config.json for an open one (or where the workload is not registered here)."""
         configured = (self.config or {}).get("workload")
+        if self.workload is not None and not (self.is_open() and isinstance(configured, dict)):
+            return self.workload, "the registered workload"
         if isinstance(configured, dict):
+            if self.workload is not None:
+                return configured, "the run's own config.json (open division)"
             return configured, "config.json (workload not registered here)"
         raise Skip("no workload spec: the log names no registered workload and there is no config.json")
+
+    def is_open(self) -> bool:
+        """The log places the run in the open division (MLPerf's term: its workload departs from the registered one)."""
+        return self.value_of("submission_division") == "open"
 
     def value_of(self, key: str) -> Any:
         event = self.log.first(key)
@@ -182,7 +192,7 @@ def fixed_hyperparameters(rule: r.FixedHyperparametersRule, evidence: Evidence) 
             messages.append(f"{key} is not in the log ({source} pins {path} = {pinned!r})")
         elif pinned is not MISSING and not same_value(logged, pinned):
             messages.append(f"{key} is {logged!r} in the log, but {source} pins {path} = {pinned!r}")
-    if evidence.workload is not None and configured is not None:
+    if evidence.workload is not None and configured is not None and not evidence.is_open():
         registered = _with_values(evidence.workload, chosen)
         for path in rule.config_fields:
             pinned, used = field_at(registered, path), field_at(configured, path)
@@ -230,23 +240,20 @@ def _with_values(data: dict, values: dict[str, Any]) -> dict:
 
 
 def result_consistency(rule: r.ResultConsistencyRule, evidence: Evidence) -> list[str]:
-    if evidence.result is None:
-        raise Skip("no result.json beside the log")
+    result = _result(evidence)
     stops = evidence.log.keyed("run_stop")
-    pairs = [("seed", evidence.value_of("seed"), evidence.result.get("seed")),
-             ("workload", evidence.value_of("submission_benchmark"), evidence.result.get("workload")),
-             ("status", stops[-1].metadata.get("status") if stops else MISSING, evidence.result.get("status"))]
+    pairs = [("seed", evidence.value_of("seed"), result.seed),
+             ("workload", evidence.value_of("submission_benchmark"), result.workload),
+             ("status", stops[-1].metadata.get("status") if stops else MISSING, result.status)]
     messages = [f"result.json says {name} {claimed!r}, the log says {logged!r}"
                 for name, logged, claimed in pairs if logged is not MISSING and logged != claimed]
-    tta = evidence.result.get("tta")
-    if evidence.result.get("status") == "success" and isinstance(tta, dict) and None in tta.values():
+    if result.status == "success" and None in result.tta.values():
         messages.append("result.json says success, but not every target was reached")
     return messages
 
 
 def result_tta(rule: r.ResultTTARule, evidence: Evidence) -> list[str]:
-    if evidence.result is None:
-        raise Skip("no result.json beside the log")
+    _result(evidence)
     messages = recompute_tta_messages(evidence, rule.tolerance_seconds, rule.tolerance_fraction)
     if messages is None:
         raise Skip("no TTA rule: neither config.json nor a registered workload states the targets")
@@ -275,11 +282,10 @@ def eval_subsets(rule: r.EvalSubsetsRule, evidence: Evidence) -> list[str]:
 
 
 def final_evaluation(rule: r.FinalEvaluationRule, evidence: Evidence) -> list[str]:
-    if evidence.result is None:
-        raise Skip("no result.json beside the log")
+    result = _result(evidence)
     workload, source = evidence.reference_workload()
     logged = {event.metadata.get(keys.SUBSET): event for event in evidence.log.keyed(keys.FINAL_ACCURACY)}
-    claimed = evidence.result.get("final_evaluation")
+    claimed = result.final_evaluation
     if claimed is None:
         return [f"result.json has no final evaluation, but the log has {len(logged)}"] if logged else []
     subsets = claimed.get("subsets") if isinstance(claimed, dict) else None
@@ -368,15 +374,55 @@ def resumes(rule: r.ResumesRule, evidence: Evidence) -> list[str]:
         elif (log.run_clock(named.time_ms) or 0.0) > value["interrupted_at_s"] + rule.tolerance_seconds:
             messages.append(f"{where}: interrupted at {value['interrupted_at_s']} s, before its own checkpoint was "
                             f"written at {log.run_clock(named.time_ms):.3f} s")
-        if evidence.folder is not None and not (evidence.folder / "segments" / str(value.get("segment")) /
-                                                "mllog.log").is_file():
-            messages.append(f"{where}: the interrupted segment segments/{value.get('segment')}/ is not in the folder")
+        segment = str(value.get("segment"))
+        if evidence.folder is not None and not evidence.folder.segment(segment).compliance_log.is_file():
+            messages.append(f"{where}: the interrupted segment {SEGMENTS_DIR}/{segment}/ is not in the folder")
     messages += [f"line {event.line}: the run resumed {-downtime:.3f} s before its own interruption"
                  for event, downtime in recorded if downtime < -rule.tolerance_seconds]
-    if evidence.result is not None and len(evidence.result.get("resumes") or []) != len(log.keyed(keys.RESUME)):
-        messages.append(f"result.json lists {len(evidence.result.get('resumes') or [])} resume(s), the log "
+    if evidence.result is not None and len(evidence.result.resumes) != len(log.keyed(keys.RESUME)):
+        messages.append(f"result.json lists {len(evidence.result.resumes)} resume(s), the log "
                         f"{len(log.keyed(keys.RESUME))}")
     return messages
+
+
+def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
+    """A closed run is the registered workload but for its run choices; an open one says what it changed."""
+    stated = evidence.log.first("submission_division")
+    if stated is None:
+        return ["no submission_division: the run states no division"]
+    if stated.value not in ("closed", "open"):
+        return [f"line {stated.line}: submission_division is {stated.value!r}, neither closed nor open"]
+    changes = evidence.log.first(keys.OPEN_CHANGES)
+    logged = changes.value if changes is not None and isinstance(changes.value, list) else []
+    configured = (evidence.config or {}).get("workload")
+    if stated.value == "open":
+        # Held to its own config.json by the rules above. Where the log lists what was changed (benchbase
+        # run does; a run configured in code may not), the list must be config.json's changes.
+        if evidence.workload is None or not isinstance(configured, dict) or not logged:
+            return []
+        unlisted = [change for change in open_changes(evidence.workload, configured) if change not in logged]
+        return [f"config.json departs from the registered workload in what the log's {keys.OPEN_CHANGES} does "
+                f"not list: {'; '.join(unlisted[:5])}"] if unlisted else []
+    messages = []
+    if logged:
+        messages.append(f"line {stated.line}: claims the closed division, but the log lists what the run changed: "
+                        f"{_short(logged)}")
+    if evidence.workload is None:
+        if evidence.config is not None:
+            messages.append(f"line {stated.line}: claims the closed division, but its workload is not registered here")
+        return messages
+    if isinstance(configured, dict):
+        found = open_changes(evidence.workload, configured)
+        if found:
+            messages.append(f"line {stated.line}: claims the closed division, but config.json departs from the "
+                            f"registered workload: {'; '.join(found[:5])}")
+    return messages
+
+
+def _result(evidence: Evidence) -> RunResult:
+    if evidence.result is None:
+        raise Skip("no result.json beside the log, or none that holds a run result")
+    return evidence.result
 
 
 def _profile_devices(evidence: Evidence, plan: dict) -> tuple[Any, Any]:
@@ -411,6 +457,7 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "artifacts": cross_examination.artifacts,
     "device_plan": device_plan,
     "resumes": resumes,
+    "division": division,
 }
 
 

@@ -21,13 +21,11 @@ from typing import Any
 from benchbase.compliance import keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.parse import LogEvent, is_number
-from benchbase.compliance.runs import read_json_lines
+from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT, RunFolder, read_json_lines
 
 __all__ = ["artifacts", "decoded_outputs", "eval_counts", "timeline"]
 
 RATES = ("wer", "cer", "paper_cer")
-CHECKPOINTS_KEPT = 2
-"""The harness keeps the newest two periodic checkpoints (harness.recorder.CHECKPOINTS_KEPT)."""
 MESSAGES = 8
 
 
@@ -35,7 +33,7 @@ def decoded_outputs(rule: r.DecodedOutputsRule, evidence) -> list[str]:
     folder = _folder(evidence)
     messages: list[str] = []
     for event in _accuracy_events(evidence):
-        name = _decoded_name(event)
+        name = _decoded_name(event, folder)
         if name is None:
             messages.append(f"line {event.line}: {event.key} names no decoded outputs")
             continue
@@ -60,7 +58,7 @@ def eval_counts(rule: r.EvalCountsRule, evidence) -> list[str]:
     messages: list[str] = []
     for event in _accuracy_events(evidence):
         subset = event.metadata.get(keys.SUBSET)
-        name = _decoded_name(event)
+        name = _decoded_name(event, folder)
         pairs, problem = _read_decoded(folder, name) if name else ([], "no decoded outputs named")
         if problem:
             continue  # decoded_outputs reports it
@@ -88,7 +86,7 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
         from benchbase.compliance.checks import Skip
 
         raise Skip("no run_start")
-    records = read_json_lines(folder / "metrics.jsonl")
+    records = read_json_lines(folder.metrics)
     evaluations = [record for record in records if record.get("kind") == "eval"]
     stops = {event.epoch(): event for event in evidence.log.keyed("eval_stop")}
     messages: list[str] = []
@@ -117,7 +115,7 @@ def artifacts(rule: r.ArtifactsRule, evidence) -> list[str]:
     folder = _folder(evidence)
     named = evidence.log.keyed(keys.CHECKPOINT)
     periodic = [event for event in named if not event.metadata.get("final")]
-    must_exist = periodic[-CHECKPOINTS_KEPT:] + [event for event in named if event.metadata.get("final")]
+    must_exist = periodic[-PERIODIC_CHECKPOINTS_KEPT:] + [event for event in named if event.metadata.get("final")]
     messages = []
     for event in must_exist:
         path = _inside(folder, event.value)
@@ -129,7 +127,7 @@ def artifacts(rule: r.ArtifactsRule, evidence) -> list[str]:
 # --- evidence from the folder ------------------------------------------------------------------
 
 
-def _folder(evidence) -> Path:
+def _folder(evidence) -> RunFolder:
     from benchbase.compliance.checks import Skip
 
     if evidence.folder is None:
@@ -142,7 +140,7 @@ def _accuracy_events(evidence) -> list[LogEvent]:
             if event.key in ("eval_accuracy", keys.FINAL_ACCURACY) and isinstance(event.value, dict)]
 
 
-def _decoded_name(event: LogEvent) -> str | None:
+def _decoded_name(event: LogEvent, folder: RunFolder) -> str | None:
     named = event.metadata.get(keys.DECODED)
     if isinstance(named, str):
         return named
@@ -151,12 +149,19 @@ def _decoded_name(event: LogEvent) -> str | None:
     if not isinstance(subset, str):
         return None
     if event.key == keys.FINAL_ACCURACY:
-        return f"decoded/final-{subset}.jsonl"
-    epoch = event.epoch()
-    return None if epoch is None else f"decoded/{subset}-epoch-{epoch:03d}.jsonl"
+        path = folder.decoded_final(subset)
+    else:
+        epoch = event.epoch()
+        if epoch is None:
+            return None
+        path = folder.decoded_evaluation(subset, epoch)
+    try:
+        return folder.relative(path)
+    except ValueError:  # a subset named like an absolute path leaves the folder
+        return None
 
 
-def _read_decoded(folder: Path, name: str | None) -> tuple[list[tuple[str, str]], str | None]:
+def _read_decoded(folder: RunFolder, name: str | None) -> tuple[list[tuple[str, str]], str | None]:
     path = _inside(folder, name)
     if path is None:
         return [], f"decoded outputs {name!r} lie outside the run folder"
@@ -195,13 +200,13 @@ def _store_sizes(evidence) -> dict[str, int]:
         return {}
 
 
-def _inside(folder: Path, name: Any) -> Path | None:
-    """``folder / name`` if it stays inside the folder (a log must not point the checker elsewhere)."""
+def _inside(folder: RunFolder, name: Any) -> Path | None:
+    """The folder's file ``name`` if it stays inside the folder (a log must not point the checker elsewhere)."""
     if not isinstance(name, str) or not name:
         return None
     try:
-        path = (folder / name).resolve()
-        path.relative_to(folder.resolve())
+        path = (folder.root / name).resolve()
+        path.relative_to(folder.root.resolve())
     except (ValueError, OSError):
         return None
     return path

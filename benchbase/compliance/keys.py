@@ -12,6 +12,8 @@ __all__ = [
     "BACKEND_CONTRACT",
     "CHECKPOINT",
     "RESUME",
+    "OVERRIDES",
+    "OPEN_CHANGES",
     "CPU_CORES_IN_STEPS",
     "DECODED",
     "DEVICES",
@@ -72,6 +74,11 @@ RESUME = "benchbase_resume"
 """A resumed run (benchbase run --resume): value {checkpoint, batch, epoch, segment,
 interrupted_at_s (the run clock when the interrupted segment ended), downtime_s}. Events after
 it are on the run clock at their wall time less every resume's downtime."""
+
+OVERRIDES = "benchbase_overrides"
+"""Value: the run's --set overrides as given (a list of strings; empty when none)."""
+OPEN_CHANGES = "benchbase_open_changes"
+"""Value: what puts the run in the open division ("path: registered -> used"); empty when closed."""
 
 # What the run was made of and how it behaved.
 BACKEND_CONTRACT = "benchbase_backend_contract"

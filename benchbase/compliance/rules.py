@@ -21,6 +21,7 @@ from benchbase.yaml_specs import load_spec_file, load_spec_text
 __all__ = [
     "AccuracyValueRule",
     "DevicePlanRule",
+    "DivisionRule",
     "EvalCadenceRule",
     "EventMetadataRule",
     "FixedHyperparametersRule",
@@ -108,6 +109,10 @@ class ResumesRule(_RuleBase):
     check: Literal["resumes"] = Field(description="A resumed run's resumes hold together.")
     tolerance_seconds: float = Field(0.5, ge=0.0, le=3600.0,
                                      description="Slack between the log's millisecond wall clock and the run clock.")
+
+
+class DivisionRule(_RuleBase):
+    check: Literal["division"] = Field(description="A closed run is the registered workload but for its run choices.")
 
 
 class MonotonicTimeRule(_RuleBase):
@@ -217,7 +222,7 @@ Rule = Annotated[
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
     | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
     | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule | DevicePlanRule
-    | ResumesRule,
+    | ResumesRule | DivisionRule,
     Field(discriminator="check"),
 ]
 

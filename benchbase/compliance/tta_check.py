@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from benchbase.compliance.keys import SUBSET
 from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
 from benchbase.metrics import TargetTracker
-from benchbase.specs import TTARule
+from benchbase.specs import TargetReached, TTARule
 
 if TYPE_CHECKING:
     from benchbase.compliance.checks import Evidence
@@ -43,9 +43,9 @@ def recompute_tta(log: ParsedLog, rule: TTARule, subset: str | None = None) -> d
 def recompute_tta_messages(evidence: Evidence, tolerance_seconds: float,
                            tolerance_fraction: float) -> list[str] | None:
     """Failure messages, or None when no TTA rule is known for the run."""
-    claimed = evidence.result.get("tta") if evidence.result else None
-    if not isinstance(claimed, dict):
-        return ["result.json has no tta mapping"]
+    if evidence.result is None:
+        return ["no result.json to compare with"]
+    claimed = evidence.result.tta
     found = _tta_rule(evidence)
     if found is None:
         return None
@@ -62,24 +62,22 @@ def recompute_tta_messages(evidence: Evidence, tolerance_seconds: float,
     return messages
 
 
-def _compare(label: str, claim: Any, actual: tuple[float, int] | None, tolerance_seconds: float,
+def _compare(label: str, claim: TargetReached | None, actual: tuple[float, int] | None, tolerance_seconds: float,
              tolerance_fraction: float) -> str | None:
-    if claim is None and actual is None:
-        return None
     if actual is None:
-        return f"result.json claims {label} at {_seconds(claim)}, but the log's evaluations never reach it (tampered)"
+        if claim is None:
+            return None
+        return f"result.json claims {label} at {claim['seconds']} s, but the log's evaluations never reach it (tampered)"
     seconds, epoch = actual
     if claim is None:
         return f"result.json says {label} was never reached, but the log reaches it at {seconds:.3f} s (epoch {epoch})"
-    claimed_seconds = claim.get("seconds") if isinstance(claim, dict) else None
-    if not is_number(claimed_seconds):
-        return f"result.json's {label} has no numeric seconds"
+    # RunResult has checked that the claim's seconds are a finite number and its epoch an integer.
     allowed = max(tolerance_seconds, tolerance_fraction * seconds)
-    if abs(claimed_seconds - seconds) > allowed:
-        return (f"result.json claims {label} at {claimed_seconds:.3f} s, but the log's evaluations reach it at "
+    if abs(claim["seconds"] - seconds) > allowed:
+        return (f"result.json claims {label} at {claim['seconds']:.3f} s, but the log's evaluations reach it at "
                 f"{seconds:.3f} s (epoch {epoch}; tolerance {allowed:.3f} s; tampered TTA)")
-    if claim.get("epoch", epoch) != epoch:
-        return f"result.json claims {label} at epoch {claim.get('epoch')!r}, the log reaches it at epoch {epoch}"
+    if claim["epoch"] != epoch:
+        return f"result.json claims {label} at epoch {claim['epoch']!r}, the log reaches it at epoch {epoch}"
     return None
 
 
@@ -131,8 +129,3 @@ def _first_dev_subset(workload: dict) -> str | None:
 
 def field_at_tta(workload: Any) -> Any:
     return workload.get("tta") if isinstance(workload, dict) else None
-
-
-def _seconds(claim: Any) -> str:
-    seconds = claim.get("seconds") if isinstance(claim, dict) else None
-    return f"{seconds} s" if seconds is not None else repr(claim)[:60]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from benchbase.harness.events import BatchProgress, Evaluation, RunResult
+from benchbase.harness.events import BatchProgress, Evaluation
 from benchbase.harness.runner import Harness, run_benchmark
+from benchbase.specs import RunResult
 
 __all__ = ["BatchProgress", "Evaluation", "Harness", "RunResult", "run_benchmark"]

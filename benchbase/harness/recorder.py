@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
 from pathlib import Path
 
 from benchbase.atomic import atomic_write_text
 from benchbase.errors import BenchbaseError
-from benchbase.harness.events import BatchProgress, RunResult
-from benchbase.harness.resume import checkpoint_sidecar, write_sidecar
-from benchbase.harness.run_folder import RunFolder, write_json_line
+from benchbase.harness.events import BatchProgress
+from benchbase.harness.resume import write_sidecar
+from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT, RunFolder, write_json_line
+from benchbase.specs import RunResult
 
-__all__ = ["CHECKPOINTS_KEPT", "FINAL_CHECKPOINT", "RunRecorder"]
-
-CHECKPOINTS_KEPT = 2
-FINAL_CHECKPOINT = "final.ckpt"
+__all__ = ["RunRecorder"]
 
 
 class RunRecorder:
@@ -56,9 +53,9 @@ class RunRecorder:
     def training_sentence(self, record: dict) -> None:
         write_json_line(self._sentences, record)
 
-    def decoded(self, name: str, references: list[str], hypotheses: list[str]) -> Path:
-        """decoded/NAME.jsonl: each utterance's reference and hypothesis, in the subset's order."""
-        path = self.folder.root / "decoded" / f"{name}.jsonl"
+    def decoded(self, path: Path, references: list[str], hypotheses: list[str]) -> Path:
+        """Each utterance's reference and hypothesis, in the subset's order, at ``path`` (a
+        RunFolder.decoded_* file)."""
         atomic_write_text(path, "".join(json.dumps({"reference": reference, "hypothesis": hypothesis}) + "\n"
                                         for reference, hypothesis in zip(references, hypotheses)))
         return path
@@ -66,22 +63,22 @@ class RunRecorder:
     def checkpoint(self, batch_index: int, save: Callable[[Path], None], state: dict) -> Path:
         """``save`` writes a temporary file that is renamed into place, then its sidecar (checksum and
         the harness ``state``) follows; older checkpoints are pruned with their sidecars."""
-        final = self.folder.checkpoints / f"batch-{batch_index:07d}.ckpt"
+        final = self.folder.periodic_checkpoint(batch_index)
         _save_atomically(save, final)
         write_sidecar(final, state)
-        for stale in sorted(self.folder.checkpoints.glob("batch-*.ckpt"))[:-CHECKPOINTS_KEPT]:
-            checkpoint_sidecar(stale).unlink(missing_ok=True)
+        for stale in self.folder.periodic_checkpoints()[:-PERIODIC_CHECKPOINTS_KEPT]:
+            RunFolder.sidecar(stale).unlink(missing_ok=True)
             stale.unlink()
         return final
 
     def final_checkpoint(self, save: Callable[[Path], None]) -> Path:
-        """checkpoints/final.ckpt: the weights at run_stop, never pruned."""
-        final = self.folder.checkpoints / FINAL_CHECKPOINT
+        """The final checkpoint: the weights at run_stop, never pruned."""
+        final = self.folder.final_checkpoint
         _save_atomically(save, final)
         return final
 
     def result(self, result: RunResult) -> None:
-        self.folder.write_json(self.folder.result, asdict(result))
+        self.folder.write_json(self.folder.result, result.model_dump(mode="json"))
 
 
 def _save_atomically(save: Callable[[Path], None], final: Path) -> None:

@@ -12,7 +12,7 @@ and the time after resuming; the restart's own init is untimed, like any init. T
 the interruption is the last thing the run wrote: its last telemetry sample (every 30 ms),
 metrics line or log line. The resumed clock starts at that many seconds.
 
-The folder afterwards. The interrupted segment's files move to ``segments/K/`` (the evidence
+The folder afterwards. The interrupted segment's files move to segment K (the evidence
 of what happened, the lost work included); the run's own files restart from the checkpoint:
 mllog.log and metrics.jsonl keep their lines up to the checkpoint, then the log states the
 resume (``benchbase_resume``: the checkpoint, the interruption's clock time and the downtime),
@@ -31,13 +31,9 @@ from pathlib import Path
 from benchbase.atomic import atomic_write_text
 from benchbase.compliance.parse import read_log
 from benchbase.errors import InputError
-from benchbase.harness.run_folder import RunFolder
+from benchbase.run_folder import RunFolder
 
-__all__ = ["ResumePoint", "checkpoint_sidecar", "file_sha256", "find_resume_point", "interrupted_at",
-           "restart_segment", "write_sidecar"]
-
-SIDECAR_SUFFIX = ".json"
-SEGMENT_FILES = ("mllog.log", "metrics.jsonl", "telemetry.jsonl", "sentences.jsonl")
+__all__ = ["ResumePoint", "file_sha256", "find_resume_point", "interrupted_at", "restart_segment", "write_sidecar"]
 
 
 @dataclass(frozen=True)
@@ -53,10 +49,6 @@ class ResumePoint:
         return int(self.state["batch_index"])
 
 
-def checkpoint_sidecar(checkpoint: Path) -> Path:
-    return checkpoint.with_name(checkpoint.name + SIDECAR_SUFFIX)
-
-
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -67,17 +59,17 @@ def file_sha256(path: Path) -> str:
 
 def write_sidecar(checkpoint: Path, state: dict) -> None:
     """After the checkpoint is in place: its checksum and the harness state, atomically."""
-    atomic_write_text(checkpoint_sidecar(checkpoint),
+    atomic_write_text(RunFolder.sidecar(checkpoint),
                       json.dumps({"sha256": file_sha256(checkpoint), "state": state}, indent=1))
 
 
 def find_resume_point(folder: RunFolder) -> ResumePoint:
     """The newest checkpoint whose sidecar is complete and whose bytes match it."""
     skipped = []
-    for checkpoint in sorted(folder.checkpoints.glob("batch-*.ckpt"), reverse=True):
+    for checkpoint in reversed(folder.periodic_checkpoints()):
         problem = _problem_with(checkpoint)
         if problem is None:
-            state = json.loads(checkpoint_sidecar(checkpoint).read_text(encoding="utf-8"))["state"]
+            state = json.loads(RunFolder.sidecar(checkpoint).read_text(encoding="utf-8"))["state"]
             return ResumePoint(checkpoint, state, tuple(skipped))
         skipped.append(f"{folder.relative(checkpoint)}: {problem}")
     detail = f" ({'; '.join(skipped)})" if skipped else ""
@@ -85,7 +77,7 @@ def find_resume_point(folder: RunFolder) -> ResumePoint:
 
 
 def _problem_with(checkpoint: Path) -> str | None:
-    sidecar = checkpoint_sidecar(checkpoint)
+    sidecar = RunFolder.sidecar(checkpoint)
     try:
         recorded = json.loads(sidecar.read_text(encoding="utf-8"))
         expected, state = recorded["sha256"], recorded["state"]
@@ -103,34 +95,32 @@ def interrupted_at(folder: RunFolder) -> float:
     """Run-clock seconds of the last evidence the interrupted run left: its last telemetry sample,
     metrics line or log event, in the run folder or in the segments moved aside before (a resume
     that failed during its own setup has already moved the evidence there)."""
-    places = [folder.root, *sorted((folder.root / "segments").glob("*"))]
     times = []
-    for place in places:
-        times += [_last_t(place / "telemetry.jsonl"), _last_t(place / "metrics.jsonl"),
-                  _last_log_clock(place / "mllog.log")]
+    for place in (folder, *folder.segment_folders()):
+        times += [_last_t(place.telemetry), _last_t(place.metrics), _last_log_clock(place.compliance_log)]
     known = [time for time in times if time is not None]
     return max(known) if known else 0.0
 
 
 def restart_segment(folder: RunFolder, point: ResumePoint) -> int:
-    """Move the interrupted segment's files to segments/K/ and restart the run's files from the checkpoint.
+    """Move the interrupted segment's files to segment K and restart the run's files from the checkpoint.
 
-    Returns K. mllog.log keeps its lines up to the checkpoint's own event, metrics.jsonl and
-    sentences.jsonl theirs up to the checkpoint's batch; telemetry starts afresh.
+    Returns K. The log keeps its lines up to the checkpoint's own event, the metrics and
+    sentences theirs up to the checkpoint's batch; telemetry starts afresh.
     """
-    number = 1 + sum(1 for _ in (folder.root / "segments").glob("*")) if (folder.root / "segments").exists() else 1
-    segment = folder.root / "segments" / str(number)
-    segment.mkdir(parents=True)
-    for name in SEGMENT_FILES:
-        if (folder.root / name).exists():
-            shutil.copy2(folder.root / name, segment / name)
+    number = 1 + len(folder.segment_folders())
+    segment = folder.segment(number)
+    segment.root.mkdir(parents=True)
+    for evidence in folder.segment_evidence():
+        if evidence.exists():
+            shutil.copy2(evidence, segment.root / evidence.name)  # a segment names its files as the folder does
     checkpoint_name = folder.relative(point.checkpoint)
-    atomic_write_text(folder.compliance_log, _log_prefix(segment / "mllog.log", checkpoint_name))
+    atomic_write_text(folder.compliance_log, _log_prefix(segment.compliance_log, checkpoint_name))
     batch = point.batch_index
-    atomic_write_text(folder.metrics, _lines_up_to_batch(segment / "metrics.jsonl", batch))
-    atomic_write_text(folder.sentences, _lines_up_to_batch(segment / "sentences.jsonl", batch))
+    atomic_write_text(folder.metrics, _lines_up_to_batch(segment.metrics, batch))
+    atomic_write_text(folder.sentences, _lines_up_to_batch(segment.sentences, batch))
     folder.telemetry.unlink(missing_ok=True)
-    for stale in folder.checkpoints.glob("batch-*.ckpt*"):
+    for stale in folder.periodic_checkpoint_files():
         if stale.name.split(".")[0] > point.checkpoint.name.split(".")[0]:
             stale.unlink()  # torn or unverifiable checkpoints of the lost work
     return number

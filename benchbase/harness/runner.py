@@ -35,7 +35,7 @@ from benchbase.decode import evaluation_decoder, greedy_decode
 from benchbase.errors import BenchbaseError, InputError, NonFiniteError, Terminated
 from benchbase.harness.clock import RunClock
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
-from benchbase.harness.events import BatchProgress, Evaluation, RunResult
+from benchbase.harness.events import BatchProgress, Evaluation
 from benchbase.harness.follower import follow
 from benchbase.harness.lifecycle import TimedRun
 from benchbase.harness.plan import (
@@ -51,12 +51,12 @@ from benchbase.harness.plan import (
 from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.recorder import RunRecorder
 from benchbase.harness.resume import ResumePoint, interrupted_at, restart_segment
-from benchbase.harness.run_folder import RunFolder
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
 from benchbase.harness.stop import StopReason
 from benchbase.harness.world import Solo, Verdict
 from benchbase.metrics import TargetTracker
-from benchbase.specs import RunConfig
+from benchbase.run_folder import RunFolder
+from benchbase.specs import RunConfig, RunResult
 from benchbase.telemetry import TelemetrySampler
 from benchbase.termination import deferred_termination, termination_requested
 from benchbase.weight_layout import weight_layout
@@ -203,7 +203,7 @@ class Harness:
         if self.resume is None:
             self._log_submission()
         self.backend = self.backend_class()
-        self.profiler = StepProfiler(self.backend, self.config.profile_steps, self.folder.root / "profile")
+        self.profiler = StepProfiler(self.backend, self.config.profile_steps, self.folder.profile)
 
     def _check_store(self) -> None:
         """Before the clock: the store is what was prepared (checksums) and fits the workload."""
@@ -222,7 +222,7 @@ class Harness:
         for key, value in (
             (constants.SUBMISSION_ORG, self.config.submitter),
             (constants.SUBMISSION_PLATFORM, hardware.name),
-            (constants.SUBMISSION_DIVISION, "open"),
+            (constants.SUBMISSION_DIVISION, self.config.division),
             (constants.SUBMISSION_STATUS, "research"),
             (constants.SUBMISSION_BENCHMARK, self.workload.name),
             (constants.SUBMISSION_ENTRY, f"benchbase {__version__} backend={self.config.backend}"),
@@ -247,6 +247,8 @@ class Harness:
             (own_keys.EVAL_LM_BETA, evaluation.lm_beta),
             (own_keys.WORLD_SIZE, self.plan.world_size),
             (own_keys.DEVICE_PLAN, plan_record(self.plan, hardware)),
+            (own_keys.OVERRIDES, list(self.config.overrides)),
+            (own_keys.OPEN_CHANGES, list(self.config.open_changes)),
         ):
             self.log.event(key, value=value)
 
@@ -451,7 +453,8 @@ class Harness:
         results = evaluate_subsets(self.backend, self.dev_data, self.decoder, self.workload.model)
         for subset, result in results.items():
             # The decoded outputs are the evidence behind the rates: `benchbase check` recomputes them.
-            decoded = self.recorder.decoded(f"{subset}-epoch-{epoch:03d}", result.references, result.hypotheses)
+            decoded = self.recorder.decoded(self.folder.decoded_evaluation(subset, epoch), result.references,
+                                            result.hypotheses)
             self.log.event(constants.EVAL_ACCURACY, value=result.rates(),
                            metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: subset,
                                      own_keys.DECODED: self.folder.relative(decoded),
@@ -490,7 +493,7 @@ class Harness:
             self.log.event(own_keys.FINAL_ACCURACY, value=result.rates(),
                            metadata={own_keys.SUBSET: subset, own_keys.EVAL_DECODER: decoder_name,
                                      own_keys.EVAL_BEAM_WIDTH: beam_width, "utterances": result.utterances})
-            self.recorder.decoded(f"final-{subset}", result.references, result.hypotheses)
+            self.recorder.decoded(self.folder.decoded_final(subset), result.references, result.hypotheses)
         self.final_evaluation = {"decoder": decoder_name, "beam_width": beam_width,
                                  "epoch": self.last_evaluation.epoch,
                                  "seconds": round(time.perf_counter() - started, 3),
@@ -520,7 +523,7 @@ class Harness:
                            metadata={own_keys.SUBSET: subset, own_keys.PRECISION: "fp32",
                                      own_keys.EVAL_DECODER: decoder_name, own_keys.EVAL_BEAM_WIDTH: beam_width,
                                      "utterances": result.utterances})
-            self.recorder.decoded(f"final-fp32-{subset}", result.references, result.hypotheses)
+            self.recorder.decoded(self.folder.decoded_final(subset, fp32=True), result.references, result.hypotheses)
         self.final_evaluation["fp32"] = {"seconds": round(time.perf_counter() - started, 3),
                                          "subsets": _subset_records(fp32_results)}
 
@@ -540,7 +543,7 @@ class Harness:
                                                         "subsets": last.subsets},
             final_evaluation=self.final_evaluation,
             telemetry=timed.telemetry, device=self.device_description,
-            devices=self.devices, world_size=self.plan.world_size, resumes=self.resumes,
+            devices=self.devices, world_size=self.plan.world_size, resumes=self.resumes, division=self.config.division,
             device_plan=plan_record(self.plan, self.config.hardware), step_breakdown=self.statistics.step_breakdown(),
             cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
                                               "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE},

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchbase.compliance.runs import read_json_lines
+from benchbase.run_folder import read_json_lines
 
 __all__ = ["THREAD_BUDGET_ALLOWANCE", "TrainingStatistics"]
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from benchbase.compliance.runs import RESULT_NAME, find_run_folders, read_json_lines
 from benchbase.errors import InputError
+from benchbase.run_folder import RESULT_NAME, RunFolder, find_run_folders, read_json_lines
+from benchbase.specs import ResultProblem, RunResult, read_run_result
 
 __all__ = ["Run", "RunGroup", "load_groups", "read_json_lines"]
 
@@ -20,12 +21,13 @@ __all__ = ["Run", "RunGroup", "load_groups", "read_json_lines"]
 @dataclass
 class Run:
     path: Path
-    result: dict
+    result: RunResult
     config: dict = field(default_factory=dict)
+    """config.json as a mapping: the report reads a few keys, from runs of any version."""
 
     def tta_seconds(self, label: str) -> float | None:
-        reached = self.result.get("tta", {}).get(label)
-        return reached.get("seconds") if isinstance(reached, dict) else None
+        reached = self.result.tta.get(label)
+        return None if reached is None else reached["seconds"]
 
     @property
     def hardware(self) -> dict:
@@ -33,7 +35,7 @@ class Run:
 
     @cached_property
     def metrics(self) -> list[dict]:
-        return read_json_lines(self.path / "metrics.jsonl")
+        return read_json_lines(RunFolder(self.path).metrics)
 
     @property
     def evaluations(self) -> list[dict]:
@@ -45,7 +47,7 @@ class Run:
 
     @cached_property
     def telemetry(self) -> list[dict]:
-        return read_json_lines(self.path / "telemetry.jsonl")
+        return read_json_lines(RunFolder(self.path).telemetry)
 
 
 @dataclass
@@ -57,7 +59,7 @@ class RunGroup:
 
     @property
     def targets(self) -> list[str]:
-        return _unique(label for run in self.runs for label in run.result.get("tta", {}))
+        return _unique(label for run in self.runs for label in run.result.tta)
 
     @property
     def hardware(self) -> dict:
@@ -72,7 +74,7 @@ def load_groups(paths: list[Path]) -> list[RunGroup]:
     groups: list[RunGroup] = []
     for path in paths:
         found = find_run_folders(path)
-        folders = [folder for folder in found if (folder / RESULT_NAME).is_file()]
+        folders = [folder for folder in found if RunFolder(folder).result.is_file()]
         if not folders:
             raise InputError(f"{path}: no {RESULT_NAME} in it or in its run folders")
         name = _distinct_name(path.resolve().name or str(path), {group.name for group in groups})
@@ -81,10 +83,18 @@ def load_groups(paths: list[Path]) -> list[RunGroup]:
     return groups
 
 
-def _load_run(folder: Path) -> Run:
-    result = _read_object(folder / RESULT_NAME)
-    config_path = folder / "config.json"
-    return Run(folder, result, _read_object(config_path) if config_path.is_file() else {})
+def _load_run(path: Path) -> Run:
+    folder = RunFolder(path)
+    return Run(path, _read_result(folder.result), _read_object(folder.config) if folder.config.is_file() else {})
+
+
+def _read_result(path: Path) -> RunResult:
+    try:
+        return read_run_result(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    except ResultProblem as problem:
+        raise InputError(f"{path}: {problem}") from None
 
 
 def _read_object(path: Path) -> dict:

@@ -13,6 +13,7 @@ from benchbase.report.paper import FINAL_WER, PLATFORMS
 from benchbase.report.runs import RunGroup
 from benchbase.report.scoring import OlympicScore, score_group
 from benchbase.report.table import ReportTable
+from benchbase.specs import RunResult
 
 __all__ = ["Scored", "pick_baseline", "report_tables", "score_table", "scored_groups"]
 
@@ -99,7 +100,7 @@ def final_evaluation_table(scored: list[Scored]) -> ReportTable:
     subsets = _final_subsets(scored)
     rows = []
     for item in scored:
-        finals = [run.result.get("final_evaluation") or {} for run in item.group.runs]
+        finals = [run.result.final_evaluation or {} for run in item.group.runs]
         decoders = sorted({f"{final['decoder']} {final['beam_width']}" for final in finals if "decoder" in final})
         rows.append([item.group.name, ", ".join(decoders) or None,
                      *(_mean(((final.get("subsets") or {}).get(subset) or {}).get("wer") for final in finals)
@@ -117,14 +118,14 @@ def final_evaluation_table(scored: list[Scored]) -> ReportTable:
 
 def _final_subsets(scored: list[Scored]) -> list[str]:
     found = [subset for item in scored for run in item.group.runs
-             for subset in ((run.result.get("final_evaluation") or {}).get("subsets") or {})]
+             for subset in ((run.result.final_evaluation or {}).get("subsets") or {})]
     # The paper's column order: clean before other, dev before test within each.
     return sorted(dict.fromkeys(found), key=lambda name: ("other" in name, not name.startswith("dev"), name))
 
 
-def _last_evaluation(result: dict) -> dict:
+def _last_evaluation(result: RunResult) -> dict:
     # Runs written before subsets existed called it final_evaluation and had no subset.
-    last = result.get("last_evaluation") or result.get("final_evaluation") or {}
+    last = result.last_evaluation or result.final_evaluation or {}
     return last if "subsets" not in last or "wer" in last else {}
 
 
@@ -138,13 +139,13 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
     for item in scored:
         results = [run.result for run in item.group.runs]
         rows.append([item.group.name,
-                     _mean((result.get("throughput") or {}).get("median") for result in results),
-                     _mean(_percent((result.get("data_wait") or {}).get("share_of_step_time"), 1) for result in results),
-                     _mean((result.get("telemetry") or {}).get("cpu_percent_mean") for result in results),
-                     _mean((result.get("telemetry") or {}).get("gpu_percent_mean") for result in results),
-                     _mean((result.get("telemetry") or {}).get("sampler_cpu_seconds") for result in results),
+                     _mean(result.throughput.get("median") for result in results),
+                     _mean(_percent(result.data_wait.get("share_of_step_time"), 1) for result in results),
+                     _mean(result.telemetry.get("cpu_percent_mean") for result in results),
+                     _mean(result.telemetry.get("gpu_percent_mean") for result in results),
+                     _mean(result.telemetry.get("sampler_cpu_seconds") for result in results),
                      _devices(results),
-                     _mean(_percent((result.get("step_breakdown") or {}).get("communication_share_of_step"), 1)
+                     _mean(_percent(result.step_breakdown.get("communication_share_of_step"), 1)
                            for result in results)])
     return ReportTable("throughput and utilization (mean over runs)",
                        ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s", "devices",
@@ -154,9 +155,9 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
                               "may overlap the backward pass; NA where the backend measures none."])
 
 
-def _devices(results: list[dict]) -> str:
+def _devices(results: list[RunResult]) -> str:
     plans = {(plan.get("kind"), plan.get("count"), plan.get("world_size"), plan.get("overridden"))
-             for plan in (result.get("device_plan") or {} for result in results) if plan}
+             for plan in (result.device_plan for result in results) if plan}
     if len(plans) != 1:
         return "NA" if not plans else "mixed"
     kind, count, processes, overridden = plans.pop()
@@ -183,8 +184,8 @@ def score_table(scored: list[Scored]) -> ReportTable:
         for label, score in item.scores.items():
             rows.append([item.group.name, label, score.runs, score.converged, score.minutes,
                          _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev), score.note])
-    resumed = [f"{item.group.name}: {run.path.name} ({len(run.result['resumes'])}x)" for item in scored
-               for run in item.group.runs if run.result.get("resumes")]
+    resumed = [f"{item.group.name}: {run.path.name} ({len(run.result.resumes)}x)" for item in scored
+               for run in item.group.runs if run.result.resumes]
     notes = [f"Resumed runs (benchbase run --resume): {', '.join(resumed)}. Their TTA counts the time up to each "
              "interruption, the work lost since its checkpoint and the time after; the restart's init is not "
              "timed."] if resumed else []

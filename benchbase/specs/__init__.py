@@ -1,8 +1,11 @@
-"""Pydantic specs: what a run is made of. All are frozen and reject unknown fields."""
+"""Pydantic specs: what a run is made of, and what it reports (RunResult).
+
+All are frozen; the specs a person writes reject unknown fields, a result read back keeps them."""
 
 from __future__ import annotations
 
 from benchbase.specs.hardware import CPUSpec, DeviceSpec, HardwareProfile, PipelineDefaults, PriceSpec
+from benchbase.specs.result import ResultProblem, RunResult, TargetReached, read_run_result
 from benchbase.specs.run import RunConfig
 from benchbase.specs.tta import Target, TTARule
 from benchbase.specs.workload import (
@@ -31,8 +34,12 @@ __all__ = [
     "OptimizerSpec",
     "PipelineDefaults",
     "PriceSpec",
+    "ResultProblem",
     "RunConfig",
+    "RunResult",
     "TTARule",
     "Target",
+    "TargetReached",
     "WorkloadSpec",
+    "read_run_result",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -27,5 +28,10 @@ class RunConfig(Spec):
                                "(--profile; 0: none).")
     checkpoint_every: int | None = Field(None, ge=1, le=10_000_000, description="Batches between checkpoints "
                                          "instead of the workload's (--checkpoint-every; not part of the score).")
+    overrides: tuple[str, ...] = Field((), max_length=200, description="The --set overrides, as given.")
+    division: Literal["closed", "open"] = Field("open", description="MLPerf's division: closed when the workload "
+                                                "is the registered one but for its run choices.")
+    open_changes: tuple[str, ...] = Field((), max_length=1000, description="What makes the run open, path by "
+                                          "path (registered -> used).")
     final_evaluation: bool = Field(True, description="Evaluate every dev and test subset after run_stop (untimed).")
     submitter: str = Field("benchbase", min_length=1, max_length=120, description="submission_org in the log.")

@@ -26,14 +26,13 @@ from typing import IO
 import psutil
 
 from benchbase.process_guard import end_with_parent, parent_is_gone
+from benchbase.run_folder import telemetry_summary
 from benchbase.telemetry.gpu_selection import selection_text
 from benchbase.telemetry.nvml import PcieReader, open_nvml, read_gpu
 from benchbase.telemetry.process_tree import ProcessTree
 from benchbase.telemetry.summary import Totals
 
 __all__ = ["TelemetrySampler", "open_nvml"]
-
-SUMMARY_SUFFIX = ".summary.json"
 
 
 class TelemetrySampler:
@@ -73,7 +72,7 @@ class TelemetrySampler:
         if self._process.is_alive():  # never leave a sampler behind, even a stuck one
             self._process.terminate()
             self._process.join(timeout=5)
-        summary_file = self.path.with_name(self.path.name + SUMMARY_SUFFIX)
+        summary_file = telemetry_summary(self.path)
         try:
             summary = json.loads(summary_file.read_text(encoding="utf-8"))
             summary_file.unlink()
@@ -108,7 +107,7 @@ def _sample_until_stopped(path: Path, clock_origin: float, interval: float, stop
                              sampler_wall_seconds=time.perf_counter() - started_wall,
                              processes_followed=tree.most_followed)
     try:
-        path.with_name(path.name + SUMMARY_SUFFIX).write_text(json.dumps(summary), encoding="utf-8")
+        telemetry_summary(path).write_text(json.dumps(summary), encoding="utf-8")
     except OSError:
         pass  # the parent then reports the sampler's summary as missing
 

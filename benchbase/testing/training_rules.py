@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.errors import BenchbaseError
+from benchbase.run_folder import RunFolder
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
 from benchbase.testing.model_rules import check_prediction, valid_frames
 
@@ -57,7 +58,7 @@ def check_checkpoint_round_trip(kit: Kit) -> str | None:
     spec, batches, probe = kit.data.spec_model, kit.data.batches, kit.data.small_inputs
     following = (batches[2], batches[0])
     with tempfile.TemporaryDirectory(prefix="benchbase-kit-") as folder:
-        final = Path(folder) / "batch-0000002.ckpt"
+        final = RunFolder.create(Path(folder) / "run").periodic_checkpoint(2)
         with kit.backend(model=spec) as original:
             for batch in batches[:2]:
                 original.train_step(batch)
