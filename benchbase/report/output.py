@@ -1,17 +1,19 @@
-"""Writing a report's tables: one Markdown file with every table, and one CSV per table."""
+"""Writing a report: one Markdown file and one self-contained HTML file with every table and
+figure, and one CSV per table."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from benchbase.atomic import atomic_write_text
+from benchbase.report.html import render_html
 from benchbase.report.table import ReportTable
 
 __all__ = ["write_tables"]
 
 
 def write_tables(tables: list[ReportTable], out: Path, figures: list[Path] = ()) -> list[Path]:
-    """Write report.md and TABLE.csv files into out; returns the paths written."""
+    """Write report.md, report.html and TABLE.csv files into out; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for table in tables:
@@ -23,4 +25,6 @@ def write_tables(tables: list[ReportTable], out: Path, figures: list[Path] = ())
     sections += [f"![{figure.stem}]({figure.relative_to(out) if figure.is_relative_to(out) else figure})\n"
                  for figure in figures]
     atomic_write_text(markdown, "\n".join(sections))
-    return [markdown, *written]
+    html = out / "report.html"
+    atomic_write_text(html, render_html(tables, list(figures)))
+    return [markdown, html, *written]

@@ -1,0 +1,91 @@
+"""report.html: one self-contained file with every table and figure, checked in a real browser where one exists."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchbase.report.html import render_html
+from benchbase.report.output import write_tables
+from benchbase.report.table import ReportTable
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+class _Collected(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.references: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.references += [value for name, value in attrs if name in ("src", "href") and value]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _figure(folder: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(4, 3))
+    axis.plot([0, 1, 2], [3, 1, 2])
+    path = folder / "curve.png"
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def _tables() -> list[ReportTable]:
+    return [ReportTable("TTA (minutes)", ["group", "CER 40"], [["torch <script>alert(1)</script>", 2.817],
+                                                               ["tf", None]], notes=["NA: not reached"]),
+            ReportTable("throughput", ["group", "utt/s"], [["torch", 125.3]])]
+
+
+def test_the_html_report_is_self_contained_and_escaped(tmp_path):
+    page = render_html(_tables(), [_figure(tmp_path)])
+    collected = _Collected()
+    collected.feed(page)
+    assert collected.tags.count("table") == 2 and collected.tags.count("img") == 1
+    # Nothing to fetch: every image is inline and every link an anchor inside the page.
+    assert all(reference.startswith(("data:image/png;base64,", "#")) for reference in collected.references)
+    assert "script" not in collected.tags  # a group name cannot inject markup
+    text = "".join(collected.text)
+    assert "torch <script>alert(1)</script>" in text and "2.82" in text and "NA" in text
+
+
+def test_report_writes_the_html_beside_the_markdown(tmp_path):
+    written = write_tables(_tables(), tmp_path, [_figure(tmp_path)])
+    assert tmp_path / "report.html" in written and tmp_path / "report.md" in written
+
+
+def _browser() -> str | None:
+    return next((path for name in BROWSERS if (path := shutil.which(name))), None)
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless Chromium or Chrome on this machine")
+def test_a_real_browser_renders_the_report(tmp_path):
+    from PIL import Image
+
+    write_tables(_tables(), tmp_path, [_figure(tmp_path)])
+    page = (tmp_path / "report.html").as_uri()
+    common = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=120)
+    assert "TTA (minutes)" in dom.stdout and "125.30" in dom.stdout
+    shot = tmp_path / "shot.png"
+    subprocess.run([*common, "--window-size=1000,1400", f"--screenshot={shot}", page], capture_output=True,
+                   timeout=120, check=True)
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.shape == (1400, 1000)
+    assert pixels.std() > 5  # tables, text and the figure drew something on the white page
+    assert (pixels < 100).mean() > 0.001  # dark text is there
