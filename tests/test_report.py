@@ -104,8 +104,10 @@ def test_the_olympic_score_drops_fastest_and_slowest(times, seconds, kept, note)
 
 def test_the_tta_tables_are_exact(groups_root):
     scored = scored_groups(load_groups(_paths(groups_root)))
-    minutes, percent, accuracy, final, throughput, cost = report_tables(scored, pick_baseline(scored, None),
-                                                                        CostModel())
+    tables = {table.name: table for table in report_tables(scored, pick_baseline(scored, None), CostModel())}
+    minutes, percent, accuracy, final, throughput, cost = (tables[name] for name in (
+        "tta-minutes", "tta-percent-of-baseline", "last-evaluation", "final-evaluation", "throughput-utilization",
+        "cost-energy"))
     assert minutes.headers == ["group", "runs", CER, WER]
     assert minutes.rows == [["base", 5, 110 / 60, 210 / 60], ["fast", 1, 55 / 60, 105 / 60], ["bad", 3, None, 330 / 60]]
     assert percent.title == "TTA (% of base)"
@@ -122,7 +124,7 @@ def test_the_tta_tables_are_exact(groups_root):
 
 def test_percentages_follow_the_named_baseline(groups_root):
     scored = scored_groups(load_groups(_paths(groups_root)))
-    percent = report_tables(scored, pick_baseline(scored, "fast"), CostModel())[1]
+    percent = _table(report_tables(scored, pick_baseline(scored, "fast"), CostModel()), "tta-percent-of-baseline")
     assert percent.rows == [["base", 200.0, 200.0], ["fast", 100.0, 100.0], ["bad", None, pytest.approx(330 / 105 * 100)]]
     with pytest.raises(InputError, match="--baseline 'sys9' names no run group; groups: base, fast, bad"):
         pick_baseline(scored, "sys9")
@@ -130,14 +132,14 @@ def test_percentages_follow_the_named_baseline(groups_root):
 
 def test_cost_and_energy_to_accuracy(groups_root):
     scored = scored_groups(load_groups(_paths(groups_root)))
-    cost = report_tables(scored, scored[0], CostModel(lifetime_years=3))[5]
+    cost = _table(report_tables(scored, scored[0], CostModel(lifetime_years=3)), "cost-energy")
     assert cost.headers == ["group", "$/hour", f"{CER} $", f"{WER} $", f"{CER} kWh", f"{WER} kWh"]
     base = cost.rows[0]
     assert base[1:4] == [pytest.approx(1.0), pytest.approx(110 / 3600), pytest.approx(210 / 3600)]
     # Energy averages the runs that reached the target (CER: all five; WER: four of them).
     assert base[4] == pytest.approx(110 / 10_000) and base[5] == pytest.approx((200 + 180 + 220 + 210) / 4 / 10_000)
     assert cost.rows[2][2] is None and cost.rows[2][4] == pytest.approx(60 / 10_000)
-    hourly = report_tables(scored, scored[0], CostModel(price_per_hour=3.0))[5]
+    hourly = _table(report_tables(scored, scored[0], CostModel(price_per_hour=3.0)), "cost-energy")
     assert hourly.rows[1][1:4] == [3.0, pytest.approx(3 * 55 / 3600), pytest.approx(3 * 105 / 3600)]
 
 
@@ -200,7 +202,7 @@ def test_table_5_sets_ds2_runs_beside_the_papers_numbers(groups_root):
     config = groups_root / "fast" / "config.json"
     config.write_text(config.read_text().replace('"name": "ds2-mini"', '"name": "ds2"'))
     scored = scored_groups(load_groups(_paths(groups_root)))
-    final = report_tables(scored, scored[0], CostModel())[3]
+    final = _table(report_tables(scored, scored[0], CostModel()), "final-evaluation")
     assert final.rows[3:] == [["paper sys1", "word_beam 512", 17.90, 17.32, 41.85, 45.04],
                               ["paper sys2", "word_beam 512", 18.50, 18.68, 44.31, 48.15],
                               ["paper sys10", "word_beam 512", 19.86, 19.45, 45.86, 49.43]]
@@ -217,3 +219,34 @@ def test_score_reports_the_runs_it_left_out(groups_root):
     assert "left out of base:" in scored.stdout and "run-9 has no result.json" in " ".join(scored.stdout.split())
     document = json.loads(run_benchbase("score", "--json", str(groups_root / "base")).stdout)
     assert document["base"]["left_out"] == [str(killed)]
+
+
+def _table(tables, name):
+    return next(table for table in tables if table.name == name)
+
+
+def test_the_score_states_the_coefficient_of_variation():
+    score = olympic_score([100.0, 110.0, 120.0, 130.0, 200.0])  # 100 and 200 dropped
+    assert score.kept == (110.0, 120.0, 130.0)
+    assert score.coefficient_of_variation == pytest.approx(10.0 / 120.0)
+    assert olympic_score([100.0]).coefficient_of_variation is None
+
+
+def test_groups_at_the_same_batch_make_the_papers_table_6(groups_root):
+    import shutil
+
+    from benchbase.report.tables import same_batch_table
+
+    # "base" and "fast" at one global batch, "bad" at another: only the first two are compared.
+    for name, batch in (("base", 32), ("fast", 32), ("bad", 16)):
+        for config_path in (groups_root / name).rglob("config.json"):
+            config = json.loads(config_path.read_text())
+            config["hardware"] = {**config["hardware"], "pipeline": {"global_batch": batch}}
+            config_path.write_text(json.dumps(config))
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    table = same_batch_table(scored, [CER, WER])
+    assert [row[:2] for row in table.rows] == [["base", 32], ["fast", 32]]
+    assert table.rows[1][2:] == [55 / 60, 105 / 60]
+    shutil.rmtree(groups_root / "fast")
+    lonely = same_batch_table(scored_groups(load_groups([groups_root / "base", groups_root / "bad"])), [CER, WER])
+    assert lonely.rows == [] and "No two groups trained at the same global batch size." in lonely.notes

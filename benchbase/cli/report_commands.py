@@ -105,4 +105,5 @@ def _figures(groups, out: Path, window: tuple[float, float] | None) -> list[Path
 def _score_json(score) -> dict:
     return {"score_seconds": score.seconds, "score_minutes": score.minutes, "valid": score.valid, "runs": score.runs,
             "reached": score.converged, "kept_seconds": list(score.kept), "fastest_seconds": score.fastest,
-            "slowest_seconds": score.slowest, "stdev_seconds": score.stdev, "note": score.note}
+            "slowest_seconds": score.slowest, "stdev_seconds": score.stdev,
+            "coefficient_of_variation": score.coefficient_of_variation, "note": score.note}

@@ -41,6 +41,12 @@ class OlympicScore:
     def minutes(self) -> float | None:
         return None if self.seconds is None else self.seconds / 60
 
+    @property
+    def coefficient_of_variation(self) -> float | None:
+        """stdev / mean of the kept runs: the spread of a TTA relative to itself (DAWNBench's and
+        MLPerf's measure of a benchmark's run-to-run noise); None with fewer than two kept runs."""
+        return None if self.stdev is None or not self.seconds else self.stdev / self.seconds
+
 
 def olympic_score(times: Sequence[float | None]) -> OlympicScore:
     """Score seconds-to-target of N runs (None: the run never reached the target)."""

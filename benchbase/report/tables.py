@@ -44,8 +44,37 @@ def pick_baseline(scored: list[Scored], name: str | None) -> Scored:
 
 def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> list[ReportTable]:
     labels = _labels(scored)
-    return [tta_minutes_table(scored, labels), tta_percent_table(scored, labels, baseline), accuracy_table(scored),
-            final_evaluation_table(scored), throughput_table(scored), cost_table(scored, labels, cost)]
+    return [tta_minutes_table(scored, labels), same_batch_table(scored, labels),
+            tta_percent_table(scored, labels, baseline), accuracy_table(scored), final_evaluation_table(scored),
+            throughput_table(scored), score_table(scored), cost_table(scored, labels, cost)]
+
+
+def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
+    """The paper's Table 6: TTA of the groups that trained at the same global batch, batch by batch.
+
+    The TTA table above is the paper's Table 4 (every platform at its own batch size). Here only
+    batch sizes that at least two groups share appear, so that the comparison is of the
+    platforms and frameworks, not of the batch size.
+    """
+    by_batch: dict[int, list[Scored]] = {}
+    for item in scored:
+        batches = {_global_batch(run) for run in item.group.runs} - {None}
+        if len(batches) == 1:
+            by_batch.setdefault(batches.pop(), []).append(item)
+    rows = [[item.group.name, batch, *(item.minutes(label) for label in labels)]
+            for batch, items in sorted(by_batch.items()) if len(items) > 1 for item in items]
+    notes = ["The TTA table above is the paper's Table 4 (each group at its own batch size); here, the groups that "
+             "share a global batch size (the paper's Table 6)."]
+    if not rows:
+        notes.append("No two groups trained at the same global batch size.")
+    return ReportTable("TTA at the same global batch (minutes; the paper's Table 6)", ["group", "global batch", *labels],
+                       rows, name="tta-same-batch", notes=notes)
+
+
+def _global_batch(run) -> int | None:
+    pipeline = (run.config.get("hardware") or {}).get("pipeline") or {}
+    batch = pipeline.get("global_batch")
+    return batch if isinstance(batch, int) else None
 
 
 def tta_minutes_table(scored: list[Scored], labels: list[str]) -> ReportTable:
@@ -183,15 +212,18 @@ def score_table(scored: list[Scored]) -> ReportTable:
     for item in scored:
         for label, score in item.scores.items():
             rows.append([item.group.name, label, score.runs, score.converged, score.minutes,
-                         _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev), score.note])
+                         _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev),
+                         None if score.coefficient_of_variation is None else 100 * score.coefficient_of_variation,
+                         score.note])
     resumed = [f"{item.group.name}: {run.path.name} ({len(run.result.resumes)}x)" for item in scored
                for run in item.group.runs if run.result.resumes]
     notes = [f"Resumed runs (benchbase run --resume): {', '.join(resumed)}. Their TTA counts the time up to each "
              "interruption, the work lost since its checkpoint and the time after; the restart's init is not "
              "timed."] if resumed else []
+    notes.append("CV: the kept runs' standard deviation over their mean (%), the run-to-run noise of the TTA.")
     return ReportTable("olympic score (minutes)", ["group", "target", "runs", "reached", "score", "fastest",
-                                                   "slowest", "stdev (kept)", "note"], rows, name="olympic-scores",
-                       notes=notes)
+                                                   "slowest", "stdev (kept)", "CV %", "note"], rows,
+                       name="olympic-scores", notes=notes)
 
 
 def _energy(item: Scored, label: str) -> float | None:
