@@ -10,6 +10,7 @@ from benchbase.cli import (  # noqa: F401  (they register commands)
     info_commands,
     report_commands,
     run_command,
+    sweep_command,
     verify_command,
 )
 from benchbase.cli.app import cli, main

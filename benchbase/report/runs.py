@@ -71,8 +71,13 @@ class RunGroup:
 
 
 def load_groups(paths: list[Path]) -> list[RunGroup]:
+    """One group per path (its run folders are the group's runs); a sweep's folder is one group per
+    configuration, so that a sweep reports as one experiment."""
+    from benchbase.sweep_folder import configuration_folders  # the sweep planner loads only for a sweep
+
+    expanded = [member for path in paths for member in (configuration_folders(path) or [path])]
     groups: list[RunGroup] = []
-    for path in paths:
+    for path in expanded:
         found = find_run_folders(path)
         folders = [folder for folder in found if RunFolder(folder).result.is_file()]
         if not folders:
