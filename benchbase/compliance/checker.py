@@ -93,6 +93,7 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
 
 
 def check_evidence(evidence: Evidence, ruleset: RuleSet) -> CheckReport:
+    evidence.divisions = any(rule.check == "division" for rule in ruleset.rules)
     report = CheckReport(source=evidence.source, ruleset=ruleset.version, notes=resume_notes(evidence.log))
     for rule in ruleset.rules:
         report.findings.append(_apply(rule, evidence))

@@ -43,6 +43,8 @@ class Evidence:
     """The registered workload the log names (model_dump in JSON mode), when known."""
     folder: RunFolder | None = None
     """The run folder the log sits in (result.json or config.json beside it); None for a bare log."""
+    divisions: bool = False
+    """The rule set knows MLPerf's divisions (it has a ``division`` rule): an open run is held to its own config."""
 
     def reference_workload(self) -> tuple[dict, str]:
         """The workload the run is held to: the registered one for a closed run, the run's own
@@ -57,8 +59,10 @@ class Evidence:
         raise Skip("no workload spec: the log names no registered workload and there is no config.json")
 
     def is_open(self) -> bool:
-        """The log places the run in the open division (MLPerf's term: its workload departs from the registered one)."""
-        return self.value_of("submission_division") == "open"
+        """The log places the run in the open division (MLPerf's term: its workload departs from the
+        registered one), under a rule set that knows divisions (1.3 and later: rule ``division``).
+        Older rule sets hold every run to the registered workload, as they always did."""
+        return self.divisions and self.value_of("submission_division") == "open"
 
     def value_of(self, key: str) -> Any:
         event = self.log.first(key)
