@@ -30,23 +30,28 @@ class Registry:
 
     def workload(self, name_or_path: str) -> WorkloadSpec:
         """A registered workload by name, or a YAML file when the argument is a path."""
-        if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-            path = Path(name_or_path)
-            if not path.is_file():
-                raise InputError(f"{path}: workload file not found")
-            return load_spec_file(WorkloadSpec, path)
+        if _is_path(name_or_path):
+            return _spec_file(WorkloadSpec, name_or_path, "workload")
         return _lookup(self.workloads, name_or_path, "workload")
 
     def profile(self, name_or_path: str) -> HardwareProfile:
         """A registered profile by name, a YAML file when the argument is a path, or this machine for "auto"."""
-        if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-            path = Path(name_or_path)
-            if not path.is_file():
-                raise InputError(f"{path}: hardware profile file not found")
-            return load_spec_file(HardwareProfile, path)
+        if _is_path(name_or_path):
+            return _spec_file(HardwareProfile, name_or_path, "hardware profile")
         if name_or_path == AUTO_PROFILE and AUTO_PROFILE not in self.profiles:
             return detect_profile()  # this machine, as it is now
         return _lookup(self.profiles, name_or_path, "hardware profile")
+
+
+def _is_path(name_or_path: str) -> bool:
+    return name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+
+
+def _spec_file(model, name_or_path: str, what: str):
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise InputError(f"{path}: {what} file not found")
+    return load_spec_file(model, path)
 
 
 def collect_registry(manager: pluggy.PluginManager) -> Registry:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from cli_helpers import run_benchbase
+from cli_helpers import run_benchbase, two_torchrun_nodes
 from official_checker import check_common_rules
 
 from benchbase.backend import Batch
@@ -232,37 +231,14 @@ def test_killing_one_rank_ends_the_run_aborted_and_logged(small_store, tmp_path)
     assert not [child for child in everyone if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_torchrun_nodes_train_one_run_together(small_store, tmp_path):
-    """Two torchrun invocations (two 'machines', one process each) meet at one rendezvous.
-
-    A static rendezvous on 127.0.0.1 with explicit node ranks: two c10d rendezvous agents
-    started at the same instant on one host race to host its store, and the loser can wait
-    minutes before it retries as a client (measured: 5.7 min once).
-    """
-    port = _free_port()
+    """Two torchrun invocations (two 'machines', one process each) meet at one rendezvous
+    (a static one: c10d's agents race for the store on one host; measured once: 5.7 min lost)."""
     out = tmp_path / "run"
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
-         "--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}",
-         "-m", "benchbase", "run", "--workload",
-         "ds2-mini", "--backend", "torch", "--hw", "cpu2", "--data", str(small_store), "--out", str(out),
-         "--max-epochs", "1", "--no-final-eval"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        for node in range(2)]
-    try:
-        outputs = [node.communicate(timeout=600) for node in nodes]
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-    codes = sorted(node.returncode for node in nodes)
+    outputs = two_torchrun_nodes(["--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu2", "--data",
+                                  str(small_store), "--out", str(out), "--max-epochs", "1", "--no-final-eval"])
+    codes = sorted(code for code, _, _ in outputs)
     # rank 0's node reports the aborted-at-max-epochs status (3, which torchrun passes on as a
     # failure of that node); the other node's rank leaves with 0.
     assert codes[0] == 0, outputs

@@ -12,14 +12,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import run_benchbase
+from cli_helpers import run_benchbase, two_torchrun_nodes
 
 if importlib.util.find_spec("benchbase_tf_ds2") is None:  # the test runs TensorFlow in subprocesses only
     pytest.skip("the TensorFlow backend is not installed", allow_module_level=True)
@@ -40,27 +39,10 @@ ONE_EPOCH = ("--workload", "ds2-mini", "--backend", "tf", "--hw", "cpu2", "--max
 SINGLE_THREADED = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _two_machines(store: Path, out: Path) -> list[tuple[int, str]]:
     """``benchbase run`` under two torchrun nodes of one process each; every node's exit code and stderr."""
-    port = _free_port()
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
-         "--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}",
-         "-m", "benchbase", "run", *ONE_EPOCH, "--data", str(store), "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=SINGLE_THREADED) for node in range(2)]
-    try:
-        outputs = [node.communicate(timeout=600) for node in nodes]
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-    return [(node.returncode, stderr) for node, (_, stderr) in zip(nodes, outputs)]
+    return [(code, stderr) for code, _, stderr in
+            two_torchrun_nodes([*ONE_EPOCH, "--data", str(store), "--out", str(out)])]
 
 
 def _one_process(store: Path, out: Path) -> subprocess.CompletedProcess:
