@@ -8,6 +8,10 @@ steady-state median step time of each backend and its ratio to PyTorch's.
 
     python benchmarks/backend_parity.py                      # the cached synthetic store
     python benchmarks/backend_parity.py --store DIR --batches 40 --keras-lstm --backends torch,tf
+    python benchmarks/backend_parity.py --backends torch,tf --precisions fp32,bf16,int8-emulated
+
+With several precisions every backend is built once per precision (the workload's model with
+`precision` replaced), and the rows are timed in the same rotation.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.default_plugins.workloads import builtin_workload
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
+from benchbase.specs.workload import PRECISIONS
 
 WORKLOAD = "ds2-mini"
 PROFILE = "cpu"
@@ -39,18 +44,23 @@ def main() -> None:
     plan = DevicePlan(kind="cpu", count=1, batch_per_device=profile.pipeline.batch_per_device,
                       threads=arguments.threads or profile.pipeline.threads)
     longest_frames, longest_labels = FeatureStore(store).longest(workload.data.train + workload.data.dev)
-    context = BuildContext(model=workload.model, optimizer=workload.optimizer,
-                           feature_dimension=workload.features.dimension, plan=plan, seed=arguments.seed,
-                           max_frames=longest_frames, max_label_length=longest_labels)
-    backends = _backends(registry, arguments.backends.split(","), arguments.keras_lstm)
+    precisions = arguments.precisions.split(",") if arguments.precisions else [workload.model.precision]
+    unknown = [precision for precision in precisions if precision not in PRECISIONS]
+    if unknown:
+        raise SystemExit(f"backend_parity.py: --precisions: {', '.join(unknown)} not one of {', '.join(PRECISIONS)}")
+    backends = _backends(registry, arguments.backends.split(","), arguments.keras_lstm, precisions)
     first_pass = {}
-    for name, backend in backends.items():
+    for name, (backend, precision) in backends.items():
+        context = BuildContext(model=workload.model.model_copy(update={"precision": precision}),
+                               optimizer=workload.optimizer, feature_dimension=workload.features.dimension,
+                               plan=plan, seed=arguments.seed, max_frames=longest_frames,
+                               max_label_length=longest_labels)
         started = time.perf_counter()
         backend.build(context)
         for batch in batches:
             backend.train_step(batch)
         first_pass[name] = time.perf_counter() - started
-    times = _time_steps(backends, batches)
+    times = _time_steps({name: backend for name, (backend, _) in backends.items()}, batches)
     _print_table(times, first_pass, store, plan, batches)
 
 
@@ -61,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backends", default="torch,tf,jax", help="comma-separated registered backends")
     parser.add_argument("--threads", type=int, help="compute threads (default: the cpu profile's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precisions", help=f"comma-separated, of {', '.join(PRECISIONS)} "
+                                             "(default: the workload's)")
     parser.add_argument("--keras-lstm", action="store_true",
                         help="also time TF with Keras's own LSTM (a tf.while_loop) instead of the fused kernel")
     return parser
@@ -76,10 +88,16 @@ def _batches(store: Path, batch_size: int, count: int, seed: int) -> list[Batch]
     return batches
 
 
-def _backends(registry, names: list[str], keras_lstm: bool) -> dict[str, Backend]:
-    backends = {name: registry.backend(name)() for name in names}
-    if keras_lstm:
-        backends["tf (Keras LSTM loop)"] = registry.backend("tf")(fused_lstm=False)
+def _backends(registry, names: list[str], keras_lstm: bool,
+              precisions: list[str]) -> dict[str, tuple[Backend, str]]:
+    """Row label -> (a fresh backend, the precision it is built in)."""
+    backends: dict[str, tuple[Backend, str]] = {}
+    for precision in precisions:
+        suffix = f" {precision}" if len(precisions) > 1 else ""
+        for name in names:
+            backends[name + suffix] = (registry.backend(name)(), precision)
+        if keras_lstm:
+            backends["tf (Keras LSTM loop)" + suffix] = (registry.backend("tf")(fused_lstm=False), precision)
     return backends
 
 
@@ -102,11 +120,11 @@ def _print_table(times: dict[str, list[float]], first_pass: dict[str, float], st
     print(f"{WORKLOAD} training step, {len(batches)} batches of {batches[0].size} (median {frames:.0f} frames), "
           f"{plan.threads} thread(s), store {store}")
     reference = statistics.median(times[next(iter(times))])
-    print(f"{'backend':<24}{'median ms':>12}{'p25 ms':>10}{'p75 ms':>10}{'/ first':>10}{'first pass s':>14}")
+    print(f"{'backend':<30}{'median ms':>12}{'p25 ms':>10}{'p75 ms':>10}{'/ first':>10}{'first pass s':>14}")
     for name, seconds in times.items():
         p25, _, p75 = statistics.quantiles(seconds, n=4)
         median = statistics.median(seconds)
-        print(f"{name:<24}{median * 1e3:>12.1f}{p25 * 1e3:>10.1f}{p75 * 1e3:>10.1f}{median / reference:>10.2f}"
+        print(f"{name:<30}{median * 1e3:>12.1f}{p25 * 1e3:>10.1f}{p75 * 1e3:>10.1f}{median / reference:>10.2f}"
               f"{first_pass[name]:>14.1f}")
 
 
