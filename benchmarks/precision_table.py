@@ -1,0 +1,113 @@
+"""One table per backend from finished runs: step time, time to each target and the final
+dev-clean WER, per precision, as medians over the seeds.
+
+Reads every run folder under the paths given (run folders or sweep folders), groups them by
+(backend, precision) and prints Markdown:
+
+    python benchmarks/precision_table.py runs/sweep-seeds runs/sweep-precision
+
+- step time: the median over every training batch of the run of `step_s` in metrics.jsonl,
+  then the median of those over the seeds; "/ fp32" divides by the fp32 row's;
+- a target's time: the median over the seeds of the minutes to it, where a run that stopped
+  before reaching it counts as slower than any that did (so with 3 seeds the median is a
+  number only when at least 2 reached it); the count that reached it is shown;
+- final WER: the untimed final evaluation on dev-clean in the run's own precision and, for a
+  run not in fp32, the same weights evaluated in fp32 (the cost of the precision).
+
+Only runs whose result.json passes its schema are read; a folder without one is named on
+stderr and left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from benchbase.run_folder import RunFolder, find_run_folders, read_json_lines
+from benchbase.specs.result import RunResult, read_run_result
+from benchbase.sweep_folder import configuration_folders
+
+SUBSET = "dev-clean"
+PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16", "int8-emulated")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", type=Path, help="run folders or folders of runs (a sweep)")
+    arguments = parser.parse_args()
+    groups: dict[tuple[str, str], list[tuple[RunResult, float]]] = defaultdict(list)
+    for path in arguments.paths:
+        for root in _run_folders(path):
+            folder = RunFolder(root)
+            try:
+                result = read_run_result(folder.result.read_text())
+                precision = json.loads(folder.config.read_text())["workload"]["model"]["precision"]
+            except (OSError, ValueError, KeyError) as error:
+                print(f"precision_table.py: {root}: left out ({error})", file=sys.stderr)
+                continue
+            steps = [line["step_s"] for line in read_json_lines(folder.metrics) if line.get("kind") == "batch"]
+            groups[(result.backend or "?", precision)].append((result, statistics.median(steps)))
+    for backend in sorted({backend for backend, _ in groups}):
+        rows = {precision: runs for (name, precision), runs in groups.items() if name == backend}
+        print(_table(backend, dict(sorted(rows.items(), key=lambda item: _precision_rank(item[0])))))
+
+
+def _run_folders(path: Path) -> list[Path]:
+    configurations = configuration_folders(path)
+    if configurations is None:
+        return find_run_folders(path)
+    return [root for configuration in configurations for root in find_run_folders(configuration)]
+
+
+def _precision_rank(precision: str) -> int:
+    return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
+
+
+def _table(backend: str, rows: dict[str, list[tuple[RunResult, float]]]) -> str:
+    targets = list(dict.fromkeys(target for runs in rows.values() for result, _ in runs for target in result.tta))
+    fp32_step = statistics.median(step for _, step in rows["fp32"]) if "fp32" in rows else None
+    header = (["precision", "seeds", "median step ms", "/ fp32"] + [f"{target} (min)" for target in targets]
+              + [f"final {SUBSET} WER", "same weights in fp32", "status"])
+    lines = [f"**{backend}**", "", "| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
+    for precision, runs in rows.items():
+        step = statistics.median(step for _, step in runs)
+        cells = [precision, str(len(runs)), f"{step * 1e3:.0f}",
+                 f"{step / fp32_step:.2f}" if fp32_step else ""]
+        for target in targets:
+            cells.append(_median_minutes([result.tta.get(target) for result, _ in runs]))
+        cells.append(_median_wer([result.final_evaluation for result, _ in runs], twin=False))
+        cells.append(_median_wer([result.final_evaluation for result, _ in runs], twin=True)
+                     if precision != "fp32" else "")
+        statuses = [result.status for result, _ in runs]
+        cells.append(", ".join(f"{statuses.count(status)} {status}" for status in sorted(set(statuses))))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _median_minutes(reached: list) -> str:
+    minutes = [entry["minutes"] if entry else math.inf for entry in reached]
+    median = statistics.median(minutes)
+    count = sum(entry is not None for entry in reached)
+    shown = "not reached" if math.isinf(median) else f"{median:.2f}"
+    return f"{shown} ({count}/{len(reached)})"
+
+
+def _median_wer(finals: list, twin: bool) -> str:
+    rates = []
+    for final in finals:
+        record = (final or {}).get("fp32", {}) if twin else (final or {})
+        subset = record.get("subsets", {}).get(SUBSET)
+        if subset is not None:
+            rates.append(subset["wer"])
+    if not rates:
+        return "none"
+    return f"{statistics.median(rates):.1f}" + (f" ({len(rates)}/{len(finals)})" if len(rates) < len(finals) else "")
+
+
+if __name__ == "__main__":
+    main()
