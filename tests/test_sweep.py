@@ -21,6 +21,7 @@ import yaml
 from cli_helpers import run_benchbase
 
 from benchbase.errors import InputError
+from benchbase.overrides import apply_overrides, parse_override
 from benchbase.sweep import SweepSpec, load_sweep, plan_sweep
 from benchbase.sweep_folder import (
     SweepRecord,
@@ -83,6 +84,22 @@ def test_the_plan_is_the_grid_each_configurations_seeds_together():
                            "--set", "hardware.pipeline.readers=2")
     assert run.folder(Path("S")) == Path("S/torch-cpu-r2/seed-0")
     assert run.log(Path("S")) == Path("S/torch-cpu-r2/seed-0.log")  # beside the run folder, not in it
+
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("sweep-*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_sweep_plans_and_its_overrides_fit_the_registered_specs(path, registry):
+    spec = load_sweep(path)
+    assert plan_sweep(spec)
+    workload = registry.workload(spec.workload)
+    for variant in spec.variants:
+        settings = [parse_override(text) for text in spec.settings + variant.settings]
+        apply_overrides(workload, [(inner, value) for root, inner, value in settings if root == "workload"], "workload")
+        for profile in spec.profiles:
+            apply_overrides(registry.profile(profile), [(inner, value) for root, inner, value in settings
+                                                        if root == "hardware"], "hardware")
 
 
 def test_one_unnamed_variant_by_default():
