@@ -4,7 +4,7 @@ dev-clean WER, per precision, as medians over the seeds.
 Reads every run folder under the paths given (run folders or sweep folders), groups them by
 (backend, precision) and prints Markdown:
 
-    python benchmarks/precision_table.py runs/sweep-seeds runs/sweep-precision --seeds 0,1,2
+    python benchmarks/precision_table.py runs/sweep-seeds runs/sweep-precision --seeds 0,1,2 --at-epochs 1,4
 
 - step time: the median over every training batch of the run of `step_s` in metrics.jsonl,
   then the median of those over the seeds; "/ fp32" divides by the fp32 row's;
@@ -12,8 +12,8 @@ Reads every run folder under the paths given (run folders or sweep folders), gro
   before reaching it counts as slower than any that did (so with 3 seeds the median is a
   number only when at least 2 reached it); the count that reached it is shown;
 - CER at epoch E: the median over the seeds of the paper's CER on dev-clean after E epochs
-  (default: the fewest epochs any of the runs evaluated), which compares what the precisions
-  learn per epoch, apart from how fast this machine computes in each;
+  (`--at-epochs`; default: the fewest epochs any of the runs evaluated), which compares what
+  the precisions learn per epoch, apart from how fast this machine computes in each;
 - final WER: the untimed final evaluation on dev-clean in the run's own precision and, for a
   run not in fp32, the same weights evaluated in fp32 (the cost of the precision).
 
@@ -44,7 +44,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", type=Path, help="run folders or folders of runs (a sweep)")
     parser.add_argument("--seeds", help="comma-separated: only the runs of these seeds (default: all)")
-    parser.add_argument("--at-epoch", type=int, help="the epoch of the CER column (default: the fewest evaluated)")
+    parser.add_argument("--at-epochs", help="comma-separated epochs, one CER column each (default: the fewest "
+                                            "epochs any run evaluated)")
     arguments = parser.parse_args()
     seeds = {int(seed) for seed in arguments.seeds.split(",")} if arguments.seeds else None
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
@@ -66,10 +67,11 @@ def main() -> None:
             groups[(result.backend or "?", precision)].append(Run(result, statistics.median(steps), cer))
     if not groups:
         raise SystemExit("precision_table.py: no finished run under " + ", ".join(map(str, arguments.paths)))
-    at_epoch = arguments.at_epoch or min(max(run.cer, default=0) for runs in groups.values() for run in runs)
+    at_epochs = ([int(epoch) for epoch in arguments.at_epochs.split(",")] if arguments.at_epochs
+                 else [min(max(run.cer, default=0) for runs in groups.values() for run in runs)])
     for backend in sorted({backend for backend, _ in groups}):
         rows = {precision: runs for (name, precision), runs in groups.items() if name == backend}
-        print(_table(backend, dict(sorted(rows.items(), key=lambda item: _precision_rank(item[0]))), at_epoch))
+        print(_table(backend, dict(sorted(rows.items(), key=lambda item: _precision_rank(item[0]))), at_epochs))
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,11 @@ def _precision_rank(precision: str) -> int:
     return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
 
 
-def _table(backend: str, rows: dict[str, list[Run]], at_epoch: int) -> str:
+def _table(backend: str, rows: dict[str, list[Run]], at_epochs: list[int]) -> str:
     targets = list(dict.fromkeys(target for runs in rows.values() for run in runs for target in run.result.tta))
     fp32_step = statistics.median(run.median_step_s for run in rows["fp32"]) if "fp32" in rows else None
     header = (["precision", "seeds", "median step ms", "/ fp32"] + [f"{target} (min)" for target in targets]
-              + [f"CER at epoch {at_epoch}", f"final {SUBSET} WER", "same weights in fp32", "status"])
+              + [f"CER at epoch {epoch}" for epoch in at_epochs] + [f"final {SUBSET} WER", "same weights in fp32", "status"])
     lines = [f"**{backend}**", "", "| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
     for precision, runs in rows.items():
         step = statistics.median(run.median_step_s for run in runs)
@@ -103,9 +105,10 @@ def _table(backend: str, rows: dict[str, list[Run]], at_epoch: int) -> str:
                  f"{step / fp32_step:.2f}" if fp32_step else ""]
         for target in targets:
             cells.append(_median_minutes([run.result.tta.get(target) for run in runs]))
-        cers = [run.cer[at_epoch] for run in runs if at_epoch in run.cer]
-        cells.append(f"{statistics.median(cers):.1f}" + (f" ({len(cers)}/{len(runs)})" if len(cers) < len(runs) else "")
-                     if cers else "none")
+        for epoch in at_epochs:
+            cers = [run.cer[epoch] for run in runs if epoch in run.cer]
+            cells.append(f"{statistics.median(cers):.1f}" + (f" ({len(cers)}/{len(runs)})" if len(cers) < len(runs)
+                                                               else "") if cers else "none")
         finals = [run.result.final_evaluation for run in runs]
         cells.append(_median_wer(finals, twin=False))
         cells.append(_median_wer(finals, twin=True) if precision != "fp32" else "")
