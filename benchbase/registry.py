@@ -12,7 +12,7 @@ from benchbase.errors import InputError
 from benchbase.hardware_detect import AUTO_PROFILE, detect_profile
 from benchbase.plugins import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
 from benchbase.specs import HardwareProfile, WorkloadSpec
-from benchbase.yaml_specs import load_spec_file
+from benchbase.yaml_specs import load_spec_file, names_a_file
 
 __all__ = ["Registry", "collect_registry"]
 
@@ -30,21 +30,17 @@ class Registry:
 
     def workload(self, name_or_path: str) -> WorkloadSpec:
         """A registered workload by name, or a YAML file when the argument is a path."""
-        if _is_path(name_or_path):
+        if names_a_file(name_or_path):
             return _spec_file(WorkloadSpec, name_or_path, "workload")
         return _lookup(self.workloads, name_or_path, "workload")
 
     def profile(self, name_or_path: str) -> HardwareProfile:
         """A registered profile by name, a YAML file when the argument is a path, or this machine for "auto"."""
-        if _is_path(name_or_path):
+        if names_a_file(name_or_path):
             return _spec_file(HardwareProfile, name_or_path, "hardware profile")
         if name_or_path == AUTO_PROFILE and AUTO_PROFILE not in self.profiles:
             return detect_profile()  # this machine, as it is now
         return _lookup(self.profiles, name_or_path, "hardware profile")
-
-
-def _is_path(name_or_path: str) -> bool:
-    return name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
 
 
 def _spec_file(model, name_or_path: str, what: str):

@@ -28,12 +28,12 @@ from pathlib import Path
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from benchbase.errors import InputError
-from benchbase.overrides import parse_override
+from benchbase.overrides import apply_overrides, parse_override
 from benchbase.specs._base import Spec
 from benchbase.specs.workload import PRECISIONS
-from benchbase.yaml_specs import load_spec_file
+from benchbase.yaml_specs import load_spec_file, names_a_file
 
-__all__ = ["PlannedRun", "SweepSpec", "Variant", "load_sweep", "plan_sweep"]
+__all__ = ["PlannedRun", "SweepSpec", "Variant", "check_resolvable", "load_sweep", "plan_sweep"]
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """Names that become folder names: no separators, no leading dot (hidden), short."""
@@ -75,7 +75,7 @@ def _check_target(text: str) -> str:
 
 def profile_label(profile: str) -> str:
     """How a profile appears in folder names: its name, or a YAML file's stem."""
-    return Path(profile).stem if profile.endswith((".yaml", ".yml")) or "/" in profile else profile
+    return Path(profile).stem if names_a_file(profile) else profile
 
 
 class Variant(Spec):
@@ -232,3 +232,27 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
 def load_sweep(path: Path) -> SweepSpec:
     """The sweep file, or a one-line InputError naming it and what is wrong."""
     return load_spec_file(SweepSpec, path)
+
+
+def check_resolvable(spec: SweepSpec, source: Path, registry) -> None:
+    """Every name and override of the grid resolves against ``registry``, before the first run
+    starts (not in run 7 of 8); a one-line InputError naming ``source`` otherwise."""
+    try:
+        for backend in spec.backends:
+            if backend not in registry.backends:
+                raise InputError(f"unknown backend {backend!r}; available: {', '.join(sorted(registry.backends))}")
+        workload = registry.workload(spec.workload)
+        profiles = {name: registry.profile(name) for name in spec.profiles}
+    except InputError as error:
+        raise InputError(f"{source}: {error}") from None
+    for variant in spec.variants:
+        parsed = [parse_override(text) for text in (*spec.settings, *variant.settings)]
+        for name, profile in profiles.items():
+            try:
+                apply_overrides(workload, [(path, value) for root, path, value in parsed if root == "workload"],
+                                "workload")
+                apply_overrides(profile, [(path, value) for root, path, value in parsed if root == "hardware"],
+                                "hardware")
+            except InputError as error:
+                where = f"profile {name}" + (f", variant {variant.name}" if variant.name else "")
+                raise InputError(f"{source}: {where}: {error}") from None

@@ -10,9 +10,14 @@ from pydantic import BaseModel, ValidationError
 
 from benchbase.errors import InputError, describe_validation_error
 
-__all__ = ["load_spec_file", "load_spec_text"]
+__all__ = ["load_spec_file", "load_spec_text", "names_a_file"]
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def names_a_file(name_or_path: str) -> bool:
+    """Whether a --workload/--hw argument names a YAML file rather than a registered spec."""
+    return name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
 
 
 def load_spec_file(spec_type: type[SpecT], path: Path) -> SpecT:

@@ -21,8 +21,9 @@ import yaml
 from cli_helpers import run_benchbase
 
 from benchbase.errors import InputError
-from benchbase.overrides import apply_overrides, parse_override
-from benchbase.sweep import SweepSpec, load_sweep, plan_sweep
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
+from benchbase.sweep import SweepSpec, check_resolvable, load_sweep, plan_sweep
 from benchbase.sweep_folder import (
     SweepRecord,
     abandon,
@@ -90,16 +91,12 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("sweep-*.yaml
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
-def test_every_example_sweep_plans_and_its_overrides_fit_the_registered_specs(path, registry):
+def test_every_example_sweep_plans_and_its_overrides_fit_the_registered_specs(path):
+    # The installed backends too (entry points), as `benchbase sweep` resolves them.
+    registry = collect_registry(get_plugin_manager())
     spec = load_sweep(path)
     assert plan_sweep(spec)
-    workload = registry.workload(spec.workload)
-    for variant in spec.variants:
-        settings = [parse_override(text) for text in spec.settings + variant.settings]
-        apply_overrides(workload, [(inner, value) for root, inner, value in settings if root == "workload"], "workload")
-        for profile in spec.profiles:
-            apply_overrides(registry.profile(profile), [(inner, value) for root, inner, value in settings
-                                                        if root == "hardware"], "hardware")
+    check_resolvable(spec, path, registry)
 
 
 def test_one_unnamed_variant_by_default():

@@ -19,10 +19,9 @@ from rich.text import Text
 
 from benchbase.cli.app import cli
 from benchbase.cli.sweep_view import SweepView
-from benchbase.errors import BenchbaseError, InputError, Terminated
-from benchbase.overrides import apply_overrides, parse_override
+from benchbase.errors import BenchbaseError, Terminated
 from benchbase.run_folder import find_run_folders
-from benchbase.sweep import PlannedRun, SweepSpec, load_sweep, plan_sweep
+from benchbase.sweep import PlannedRun, SweepSpec, check_resolvable, load_sweep, plan_sweep
 from benchbase.sweep_folder import (
     FINISHED,
     SweepRecord,
@@ -74,30 +73,10 @@ def sweep(sweep_file: Path, out: Path | None, dry_run: bool) -> None:
 
 
 def _check_resolvable(spec: SweepSpec, source: Path) -> None:
-    """Every name and override of the grid resolves, before the first run starts (not in run 7 of 8)."""
     from benchbase.plugins import get_plugin_manager  # the registry loads plugins: only for a valid file
     from benchbase.registry import collect_registry
 
-    registry = collect_registry(get_plugin_manager())
-    try:
-        for backend in spec.backends:
-            if backend not in registry.backends:
-                raise InputError(f"unknown backend {backend!r}; available: {', '.join(sorted(registry.backends))}")
-        workload = registry.workload(spec.workload)
-        profiles = {name: registry.profile(name) for name in spec.profiles}
-    except InputError as error:
-        raise InputError(f"{source}: {error}") from None
-    for variant in spec.variants:
-        for name, profile in profiles.items():
-            try:
-                parsed = [parse_override(text) for text in (*spec.settings, *variant.settings)]
-                apply_overrides(workload, [(path, value) for root, path, value in parsed if root == "workload"],
-                                "workload")
-                apply_overrides(profile, [(path, value) for root, path, value in parsed if root == "hardware"],
-                                "hardware")
-            except InputError as error:
-                where = f"profile {name}" + (f", variant {variant.name}" if variant.name else "")
-                raise InputError(f"{source}: {where}: {error}") from None
+    check_resolvable(spec, source, collect_registry(get_plugin_manager()))
 
 
 def _plan_view(spec: SweepSpec, plan: list[PlannedRun], out: Path) -> Group:
