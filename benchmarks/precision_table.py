@@ -17,14 +17,13 @@ Reads every run folder under the paths given (run folders or sweep folders), gro
 - final WER: the untimed final evaluation on dev-clean in the run's own precision and, for a
   run not in fp32, the same weights evaluated in fp32 (the cost of the precision).
 
-Only runs whose result.json passes its schema are read; a folder without one is named on
-stderr and left out.
+The folders are read as `benchbase report` reads them (benchbase.report.runs.load_groups); a
+run folder without a result.json (killed, or still running) is named on stderr and left out.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -32,9 +31,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchbase.run_folder import RunFolder, find_run_folders, read_json_lines
-from benchbase.specs.result import RunResult, read_run_result
-from benchbase.sweep_folder import configuration_folders
+from benchbase.errors import InputError
+from benchbase.report.runs import load_groups
+from benchbase.specs.result import RunResult
 
 SUBSET = "dev-clean"
 PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16", "int8-emulated")
@@ -48,52 +47,47 @@ def main() -> None:
                                             "epochs any run evaluated)")
     arguments = parser.parse_args()
     seeds = {int(seed) for seed in arguments.seeds.split(",")} if arguments.seeds else None
-    groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    for path in arguments.paths:
-        for root in _run_folders(path):
-            folder = RunFolder(root)
-            try:
-                result = read_run_result(folder.result.read_text())
-                precision = json.loads(folder.config.read_text())["workload"]["model"]["precision"]
-            except (OSError, ValueError, KeyError) as error:
-                print(f"precision_table.py: {root}: left out ({error})", file=sys.stderr)
+    try:
+        loaded = load_groups(arguments.paths)  # a sweep folder is read configuration by configuration
+    except InputError as error:
+        raise SystemExit(f"precision_table.py: {error}") from None
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for group in loaded:
+        for folder in group.left_out:
+            print(f"precision_table.py: {folder}: left out (no result.json)", file=sys.stderr)
+        for run in group.runs:
+            if seeds is not None and run.result.seed not in seeds:
                 continue
-            if seeds is not None and result.seed not in seeds:
-                continue
-            metrics = read_json_lines(folder.metrics)
-            steps = [line["step_s"] for line in metrics if line.get("kind") == "batch"]
-            cer = {line["epoch"]: line["subsets"][SUBSET]["paper_cer"] for line in metrics
-                   if line.get("kind") == "eval" and SUBSET in line.get("subsets", {})}
-            groups[(result.backend or "?", precision)].append(Run(result, statistics.median(steps), cer))
+            precision = run.config.get("workload", {}).get("model", {}).get("precision", "?")
+            cer = {record["epoch"]: record["subsets"][SUBSET]["paper_cer"] for record in run.evaluations
+                   if SUBSET in record.get("subsets", {})}
+            step = statistics.median(batch["step_s"] for batch in run.batches)
+            groups[(run.result.backend or "?", precision)].append(Row(run.result, step, cer))
     if not groups:
-        raise SystemExit("precision_table.py: no finished run under " + ", ".join(map(str, arguments.paths)))
+        raise SystemExit("precision_table.py: no finished run of those seeds under "
+                         + ", ".join(map(str, arguments.paths)))
     at_epochs = ([int(epoch) for epoch in arguments.at_epochs.split(",")] if arguments.at_epochs
-                 else [min(max(run.cer, default=0) for runs in groups.values() for run in runs)])
+                 else [min(max(row.cer, default=0) for rows in groups.values() for row in rows)])
     for backend in sorted({backend for backend, _ in groups}):
         rows = {precision: runs for (name, precision), runs in groups.items() if name == backend}
         print(_table(backend, dict(sorted(rows.items(), key=lambda item: _precision_rank(item[0]))), at_epochs))
 
 
 @dataclass(frozen=True)
-class Run:
+class Row:
+    """One run as the table uses it."""
+
     result: RunResult
     median_step_s: float
     cer: dict[int, float]
     """Epoch -> the paper's CER on dev-clean at that epoch's evaluation."""
 
 
-def _run_folders(path: Path) -> list[Path]:
-    configurations = configuration_folders(path)
-    if configurations is None:
-        return find_run_folders(path)
-    return [root for configuration in configurations for root in find_run_folders(configuration)]
-
-
 def _precision_rank(precision: str) -> int:
     return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
 
 
-def _table(backend: str, rows: dict[str, list[Run]], at_epochs: list[int]) -> str:
+def _table(backend: str, rows: dict[str, list[Row]], at_epochs: list[int]) -> str:
     targets = list(dict.fromkeys(target for runs in rows.values() for run in runs for target in run.result.tta))
     fp32_step = statistics.median(run.median_step_s for run in rows["fp32"]) if "fp32" in rows else None
     header = (["precision", "seeds", "median step ms", "/ fp32"] + [f"{target} (min)" for target in targets]
