@@ -13,7 +13,8 @@ from benchbase.backend import Backend
 from benchbase.metrics.ctc import ctc_loss, mean_ctc_loss
 from benchbase.specs import ModelSpec
 from benchbase.testing.kit_data import KitData
-from benchbase.testing.reference_model import random_weights, reference_forward
+from benchbase.testing.reference_model import bounded_reference, random_weights
+from benchbase.testing.tolerances import ctc_loss_bound
 
 __all__ = ["ConformanceFailure", "FirstStep", "Kit", "describe_difference", "describe_error", "differing_weights"]
 
@@ -41,6 +42,10 @@ class FirstStep:
     """Each utterance's CTC loss under the reference (+inf where impossible)."""
     reference_running: dict[str, np.ndarray]
     """The running BatchNorm statistics the reference computes for this step (float64)."""
+    reference_loss_bound: float
+    """How far a float32 computation of the loss may land from ``reference_loss``."""
+    reference_running_bound: dict[str, np.ndarray]
+    """Elementwise, how far a float32 computation of each running statistic may land."""
 
 
 class Kit:
@@ -97,11 +102,13 @@ class Kit:
             backend.import_weights(weights)
             loss = backend.train_step(batch)
             after = backend.export_weights()
-        log_probs, running = reference_forward(weights, self.model, batch.features, batch.feature_lengths,
-                                               training=True)
+        reference = bounded_reference(weights, self.model, batch.features, batch.feature_lengths, training=True)
         targets = (batch.output_lengths, batch.labels, batch.label_lengths, self.model.ctc_blank_index)
-        return FirstStep(weights, loss, after, mean_ctc_loss(log_probs, *targets), ctc_loss(log_probs, *targets),
-                         running)
+        losses = ctc_loss(reference.log_probs, *targets)
+        return FirstStep(weights, loss, after, mean_ctc_loss(reference.log_probs, *targets), losses,
+                         reference.running,
+                         ctc_loss_bound(reference.log_probs_bound, batch.output_lengths, losses),
+                         reference.running_bound)
 
 
 def describe_difference(found: np.ndarray, expected: np.ndarray, mask: np.ndarray | None = None) -> tuple[float, str]:

@@ -33,13 +33,15 @@ import numpy as np
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
-from benchbase.testing.reference_model import batchnorm_names, reference_forward
+from benchbase.testing.reference_model import batchnorm_names, bounded_reference
+from benchbase.testing.tolerances import (
+    ELEMENTWISE_ULPS,
+    FLOAT32_UNIT_ROUNDOFF,
+    accumulation_bound,
+)
 from benchbase.weight_layout import weight_layout
 
 __all__ = [
-    "FORWARD_ATOL",
-    "LOSS_RTOL",
-    "RUNNING_STAT_RTOL",
     "check_batchnorm_statistics",
     "check_ctc_loss",
     "check_forward_parity",
@@ -49,17 +51,8 @@ __all__ = [
     "check_weight_round_trip",
 ]
 
-FORWARD_ATOL = 2e-4
-"""Log-probabilities may differ from the float64 reference by this much on any valid frame:
-float32 arithmetic through a conv and two LSTM layers stays within about 1e-5."""
-LOGSUMEXP_ATOL = 1e-4
-LOSS_RTOL = 1e-3
-RUNNING_STAT_RTOL = 1e-4
-BATCH_STAT_RTOL = 2e-4
-"""Tolerance on the batch statistic a backend folded into its running statistics, recovered
-as (new - momentum * old) / (1 - momentum); small enough to tell the biased variance from the
-unbiased one (a factor 1 + 1/(N - 1), N the ~1,000 frames of the kit's batch)."""
-FLOAT32_EPSILON = float(np.finfo(np.float32).eps)
+# Every tolerance below comes from benchbase.testing.tolerances' error model: the reference
+# computes, elementwise, how far one float32 computation of each value may land from it.
 
 
 def check_parameter_count(kit: Kit) -> None:
@@ -118,13 +111,17 @@ def check_forward_parity(kit: Kit) -> None:
         found = [check_prediction("forward_parity", backend.predict(inputs), inputs, kit.model.symbols)
                  for inputs in probes]
     for inputs, log_probs in zip(probes, found):
-        expected, _ = reference_forward(weights, kit.model, inputs.features, inputs.feature_lengths, training=False)
-        frames = expected.shape[1]
-        worst, where = describe_difference(log_probs[:, :frames], expected, valid_frames(inputs, frames))
-        if not worst <= FORWARD_ATOL:
-            raise ConformanceFailure("forward_parity", f"log-probabilities differ from the reference by {worst:.3g} "
-                                     f"(tolerance {FORWARD_ATOL:g}) {where} [row, frame, symbol] of a batch of "
-                                     f"{inputs.size}")
+        reference = bounded_reference(weights, kit.model, inputs.features, inputs.feature_lengths, training=False)
+        frames = reference.log_probs.shape[1]
+        excess = np.abs(log_probs[:, :frames] - reference.log_probs) - reference.log_probs_bound
+        excess = np.where(valid_frames(inputs, frames), excess, -np.inf)
+        if (excess > 0).any():
+            index = np.unravel_index(np.argmax(excess), excess.shape)
+            raise ConformanceFailure("forward_parity", f"log-probabilities differ from the reference by "
+                                     f"{abs(log_probs[index] - reference.log_probs[index]):.3g} at {tuple(map(int, index))} "
+                                     f"[row, frame, symbol] of a batch of {inputs.size}: found {log_probs[index]:.6g}, "
+                                     f"expected {reference.log_probs[index]:.6g} (float32 rounding bound there "
+                                     f"{reference.log_probs_bound[index]:.3g})")
 
 
 def check_ctc_loss(kit: Kit) -> None:
@@ -139,9 +136,10 @@ def check_ctc_loss(kit: Kit) -> None:
         raise ConformanceFailure("ctc_loss", f"train_step returned {loss}, expected {step.reference_loss:.6g}: the "
                                  f"batch holds an impossible alignment ({_impossible_rows(batch)}), which "
                                  "the spec counts as zero loss")
-    if not math.isclose(loss, step.reference_loss, rel_tol=LOSS_RTOL):
+    if not abs(loss - step.reference_loss) <= step.reference_loss_bound:
         raise ConformanceFailure("ctc_loss", f"train_step returned {loss:.6g}, the reference's loss is "
-                                 f"{step.reference_loss:.6g} (rel. tolerance {LOSS_RTOL:g}){_loss_hint(kit, loss)}")
+                                 f"{step.reference_loss:.6g} (float32 rounding bound {step.reference_loss_bound:.3g})"
+                                 f"{_loss_hint(kit, loss)}")
 
 
 def check_batchnorm_statistics(kit: Kit) -> None:
@@ -152,11 +150,11 @@ def check_batchnorm_statistics(kit: Kit) -> None:
         old = {stat: step.weights_before[f"{prefix}.{stat}"].astype(np.float64) for stat in ("mean", "variance")}
         new = {stat: np.asarray(step.weights_after[f"{prefix}.{stat}"], np.float64) for stat in ("mean", "variance")}
         expected = {stat: step.reference_running[f"{prefix}.{stat}"] for stat in ("mean", "variance")}
+        bound = {stat: step.reference_running_bound[f"{prefix}.{stat}"] for stat in ("mean", "variance")}
         batch = {stat: (expected[stat] - momentum * old[stat]) / (1 - momentum) for stat in expected}
         for stat in ("mean", "variance"):
-            _check_running(prefix, stat, new[stat], expected[stat])
-            scale = np.abs(batch[stat]) if stat == "variance" else np.sqrt(batch["variance"])
-            _check_batch_statistic(prefix, stat, momentum, old[stat], new[stat], batch[stat], scale)
+            _check_running(prefix, stat, new[stat], expected[stat], bound[stat], old[stat])
+            _check_batch_statistic(prefix, stat, momentum, old[stat], new[stat], batch[stat], bound[stat])
 
 
 def check_layout(rule: str, weights: object, layout: Mapping[str, tuple[int, ...]]) -> None:
@@ -210,9 +208,20 @@ def _check_normalized(rule: str, log_probs: np.ndarray, inputs: Inputs) -> None:
         raise ConformanceFailure(rule, "log_probs holds NaN or infinite values on valid frames")
     totals = np.log(np.exp(values).sum(axis=-1))
     worst, where = describe_difference(totals, np.zeros_like(totals), mask)
-    if worst > LOGSUMEXP_ATOL:
+    allowed = normalization_bound(values[mask])
+    if worst > allowed:
         raise ConformanceFailure(rule, f"a valid frame's probabilities do not sum to one: logsumexp is off by "
-                                 f"{worst:.3g} {where} [row, frame]; expected a log-softmax over the symbols")
+                                 f"{worst:.3g} {where} [row, frame] (float32 rounding bound {allowed:.3g}); "
+                                 "expected a log-softmax over the symbols")
+
+
+def normalization_bound(log_probs: np.ndarray) -> float:
+    """How far from 0 a float32 log-softmax's logsumexp may land: each log-probability carries
+    a few roundings of the largest magnitude in its frame (the shift by the maximum, the exp,
+    the log of the sum), the sum over the symbols gamma_S, and the log one more."""
+    largest = float(np.abs(log_probs).max()) if log_probs.size else 0.0
+    roundings = (ELEMENTWISE_ULPS + 2) * FLOAT32_UNIT_ROUNDOFF * largest
+    return roundings + accumulation_bound(log_probs.shape[-1]) + ELEMENTWISE_ULPS * FLOAT32_UNIT_ROUNDOFF
 
 
 def _expect_same_weights(expected: Mapping[str, np.ndarray], found: Mapping[str, np.ndarray], what: str) -> None:
@@ -276,25 +285,27 @@ def _loss_hint(kit: Kit, loss: float) -> str:
         "the sum over the batch (it must be divided by the batch size)": zeroed.sum(),
     }
     for description, value in candidates.items():
-        if math.isclose(loss, value, rel_tol=LOSS_RTOL):
+        if abs(loss - value) <= kit.first_step().reference_loss_bound:
             return f"; it matches {description}"
     return ""
 
 
-def _check_running(prefix: str, stat: str, found: np.ndarray, expected: np.ndarray) -> None:
-    worst, where = describe_difference(found, expected)
-    allowed = RUNNING_STAT_RTOL * np.abs(expected).max() + 1e-7
-    if not worst <= allowed:
+def _check_running(prefix: str, stat: str, found: np.ndarray, expected: np.ndarray, bound: np.ndarray,
+                   old: np.ndarray) -> None:
+    excess = np.abs(found - expected) - (bound + _update_rounding(found, old))
+    if (excess > 0).any():
+        channel = int(np.argmax(excess))
         raise ConformanceFailure("batchnorm_statistics", f"{prefix}.{stat} after one train_step is off the "
-                                 f"reference's running statistic by {worst:.3g} (tolerance {allowed:.3g}) "
-                                 f"{where} [channel]")
+                                 f"reference's running statistic by {abs(found[channel] - expected[channel]):.3g} "
+                                 f"in channel {channel} (float32 rounding bound {bound[channel]:.3g})")
 
 
-def _check_batch_statistic(prefix, stat, momentum, old, new, batch, scale) -> None:
-    """The statistic folded in, recovered from the update: 100x more sensitive than the running value."""
+def _check_batch_statistic(prefix, stat, momentum, old, new, batch, bound) -> None:
+    """The statistic folded in, recovered from the update: 1 / (1 - momentum) times more
+    sensitive than the running value, and so is its bound. Recovering it rounds again: a few
+    roundings of the running values' magnitude, divided by (1 - momentum)."""
     implied = (new - momentum * old) / (1 - momentum)
-    rounding = 4 * FLOAT32_EPSILON * np.maximum(np.abs(new), np.abs(old)) / (1 - momentum)
-    excess = np.abs(implied - batch) - (BATCH_STAT_RTOL * scale + rounding)
+    excess = np.abs(implied - batch) - (bound + _update_rounding(new, old)) / (1 - momentum)
     if (excess > 0).any():
         channel = int(np.argmax(excess))
         raise ConformanceFailure("batchnorm_statistics", f"the batch {stat} {prefix} folded into its running "
@@ -302,6 +313,12 @@ def _check_batch_statistic(prefix, stat, momentum, old, new, batch, scale) -> No
                                  f"{batch[channel]:.6g} ({_statistic_hint(stat, implied, batch)}per channel over "
                                  "every frame of the padded batch, biased variance, running = momentum x running "
                                  f"+ (1 - momentum) x batch with momentum {momentum})")
+
+
+def _update_rounding(new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """momentum x old + (1 - momentum) x batch in float32: two products, a sum and the store,
+    each one rounding of the running value's magnitude."""
+    return 4 * FLOAT32_UNIT_ROUNDOFF * np.maximum(np.abs(new), np.abs(old))
 
 
 def _statistic_hint(stat: str, implied: np.ndarray, batch: np.ndarray) -> str:

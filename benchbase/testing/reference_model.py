@@ -23,18 +23,21 @@ spec's momentum (Keras's convention: the share of the old value kept).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from benchbase import quantization
 from benchbase.specs import ModelSpec
+from benchbase.testing.tolerances import RoundingModel, rounding_bound
 from benchbase.weight_layout import weight_layout
 
-__all__ = ["batchnorm_names", "random_weights", "reference_forward"]
+__all__ = ["BoundedReference", "batchnorm_names", "bounded_reference", "random_weights", "reference_forward"]
 
 
 def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
-                      feature_lengths: np.ndarray, training: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                      feature_lengths: np.ndarray, training: bool,
+                      rounding: RoundingModel | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Log-probabilities (batch, output frames of the padded batch, symbols), float64, and the
     running BatchNorm statistics after this pass ("conv_norm.mean", ... float64).
 
@@ -42,24 +45,82 @@ def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     statistics; ``training=False`` normalizes with the running statistics and returns them as
     they were. ``feature_lengths`` only checks the batch: outputs past an utterance's
     ``model.output_frames`` are computed over its padding, as a backend computes them.
+
+    ``rounding``: a ``benchbase.testing.tolerances.RoundingModel`` that moves every
+    accumulation and vector function by its float32 rounding bound (the error model's
+    propagation step); ``None`` computes the reference as it is.
     """
     _check_inputs(weights, model, features, feature_lengths)
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     running: dict[str, np.ndarray] = {}
     quantize = _Quantizer(weights, model, training, running)
+    rounded = _Rounding(rounding)
     x = quantize.input("conv", np.asarray(features, dtype=np.float64))
-    x = _convolve(x, quantize.kernel("conv.kernel", w), model.conv_stride)
-    x = _batchnorm(x, w, "conv_norm", model, training, running)
+    x = _convolve(x, quantize.kernel("conv.kernel", w), model.conv_stride, rounded)
+    x = _batchnorm(x, w, "conv_norm", model, training, running, rounded)
     x = np.minimum(np.maximum(x, 0.0), 20.0) if model.conv_activation == "clipped_relu" else np.maximum(x, 0.0)
     for layer in range(model.lstm_layers):
         prefix = f"lstm.{layer}"
         x = quantize.input(prefix, x)
         x = _lstm(x, quantize.kernel(f"{prefix}.input_kernel", w), quantize.kernel(f"{prefix}.recurrent_kernel", w),
-                  w[f"{prefix}.bias"], quantize.recurrent_state)
-        x = _batchnorm(x, w, f"lstm_norm.{layer}", model, training, running)
+                  w[f"{prefix}.bias"], quantize.recurrent_state, rounded)
+        x = _batchnorm(x, w, f"lstm_norm.{layer}", model, training, running, rounded)
     x = quantize.input("output", x)
-    logits = x @ quantize.kernel("output.kernel", w) + w["output.bias"]
-    return _log_softmax(logits), running
+    kernel = quantize.kernel("output.kernel", w)
+    logits = rounded.dot(x, kernel, w["output.bias"])
+    return _log_softmax(logits, rounded), running
+
+
+@dataclass(frozen=True)
+class BoundedReference:
+    """The reference's results and, elementwise, how far one float32 computation of them may
+    land (``benchbase.testing.tolerances``, rule 4)."""
+
+    log_probs: np.ndarray
+    running: dict[str, np.ndarray]
+    log_probs_bound: np.ndarray
+    running_bound: dict[str, np.ndarray]
+
+
+def bounded_reference(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
+                      feature_lengths: np.ndarray, training: bool) -> BoundedReference:
+    """``reference_forward`` with the rounding bound of each of its outputs."""
+    def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
+        log_probs, running = reference_forward(weights, model, features, feature_lengths, training, rounding)
+        return {"log_probs": log_probs, **running}
+
+    log_probs, running = reference_forward(weights, model, features, feature_lengths, training)
+    bound = rounding_bound(compute)
+    return BoundedReference(log_probs, running, bound.pop("log_probs"), bound)
+
+
+class _Rounding:
+    """The reference's arithmetic with a rounding model's moves applied (none without one)."""
+
+    def __init__(self, model: RoundingModel | None) -> None:
+        self.model = model
+
+    def dot(self, x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | float = 0.0) -> np.ndarray:
+        """x @ kernel + bias, moved by the bound of a (kernel rows + 1)-term accumulation."""
+        value = x @ kernel + bias
+        if self.model is None:
+            return value
+        magnitude = np.abs(x) @ np.abs(kernel) + np.abs(bias)
+        return self.model.accumulation(value, magnitude, kernel.shape[0] + 1)
+
+    def mean(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
+        """The mean over ``axis``, moved by the bound of that many terms."""
+        return self.sum(values, axis) / values.shape[axis]
+
+    def sum(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
+        """The sum over ``axis``, moved by the bound of that many terms."""
+        value = values.sum(axis=axis)
+        if self.model is None:
+            return value
+        return self.model.accumulation(value, np.abs(values).sum(axis=axis), values.shape[axis])
+
+    def function(self, value: np.ndarray, operations: int = 1) -> np.ndarray:
+        return value if self.model is None else self.model.elementwise(value, operations)
 
 
 class _Quantizer:
@@ -161,49 +222,59 @@ def _check_inputs(weights, model: ModelSpec, features: np.ndarray, feature_lengt
         raise ValueError(f"feature_lengths must be ({features.shape[0]},), got {np.shape(feature_lengths)}")
 
 
-def _convolve(x: np.ndarray, kernel: np.ndarray, stride: int) -> np.ndarray:
+def _convolve(x: np.ndarray, kernel: np.ndarray, stride: int, rounded: _Rounding) -> np.ndarray:
     """Valid, strided 1-D convolution: (batch, frames, features) -> (batch, frames', channels)."""
     width, dimension, channels = kernel.shape
     windows = np.lib.stride_tricks.sliding_window_view(x, width, axis=1)[:, ::stride]  # (b, t', f, width)
     windows = windows.transpose(0, 1, 3, 2).reshape(x.shape[0], -1, width * dimension)
-    return windows @ kernel.reshape(width * dimension, channels)
+    return rounded.dot(windows, kernel.reshape(width * dimension, channels))
 
 
 def _batchnorm(x: np.ndarray, w: dict[str, np.ndarray], prefix: str, model: ModelSpec, training: bool,
-               running: dict[str, np.ndarray]) -> np.ndarray:
+               running: dict[str, np.ndarray], rounded: _Rounding) -> np.ndarray:
     """Normalize per channel (the last axis); in training, with every frame of the padded batch."""
     mean, variance = w[f"{prefix}.mean"], w[f"{prefix}.variance"]
     if training:
         frames = x.reshape(-1, x.shape[-1])
-        batch_mean = frames.mean(axis=0)
-        batch_variance = ((frames - batch_mean) ** 2).mean(axis=0)  # biased: divided by the frame count
+        batch_mean = rounded.mean(frames)
+        # Biased: divided by the frame count. Moved by the bound of E[x^2], which also covers a
+        # framework that computes the variance as E[x^2] - E[x]^2.
+        batch_variance = rounded.mean((frames - batch_mean) ** 2)
+        if rounded.model is not None:
+            batch_variance = batch_variance + (rounded.mean(frames**2) - (frames**2).mean(axis=0))
         momentum = model.batchnorm_momentum
         running[f"{prefix}.mean"] = momentum * mean + (1.0 - momentum) * batch_mean
         running[f"{prefix}.variance"] = momentum * variance + (1.0 - momentum) * batch_variance
         mean, variance = batch_mean, batch_variance
     else:
         running[f"{prefix}.mean"], running[f"{prefix}.variance"] = mean.copy(), variance.copy()
-    normalized = (x - mean) / np.sqrt(variance + model.batchnorm_epsilon)
-    return normalized * w[f"{prefix}.scale"] + w[f"{prefix}.offset"]
+    normalized = rounded.function((x - mean) / np.sqrt(variance + model.batchnorm_epsilon), 3)
+    return rounded.function(normalized * w[f"{prefix}.scale"] + w[f"{prefix}.offset"], 2)
 
 
 def _lstm(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
-          quantize_state: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+          quantize_state: Callable[[np.ndarray], np.ndarray] | None = None,
+          rounded: _Rounding | None = None) -> np.ndarray:
     """A unidirectional LSTM from a zero state: (batch, frames, inputs) -> (batch, frames, units).
 
     ``quantize_state``: int8-emulated's fake quantization of h(t-1) before the recurrent matmul.
     """
+    rounded = rounded or _Rounding(None)
     batch, frames, _ = x.shape
     units = recurrent_kernel.shape[0]
-    projected = x @ input_kernel + bias  # every frame's input part at once; only h @ recurrent is sequential
+    # Every frame's input part at once; only h @ recurrent is sequential. The rounding model
+    # counts the gate's input and recurrent parts as one accumulation, as a fused kernel does.
+    projected = rounded.dot(x, input_kernel, bias)
     h = np.zeros((batch, units))
     c = np.zeros((batch, units))
     outputs = np.empty((batch, frames, units))
     for frame in range(frames):
-        z = projected[:, frame] + (h if quantize_state is None else quantize_state(h)) @ recurrent_kernel
-        i, f, g, o = (z[:, k * units : (k + 1) * units] for k in range(4))
-        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-        h = _sigmoid(o) * np.tanh(c)
+        z = projected[:, frame] + rounded.dot(h if quantize_state is None else quantize_state(h), recurrent_kernel)
+        gates = [z[:, k * units : (k + 1) * units] for k in range(4)]
+        i, f, o = (rounded.function(_sigmoid(gates[k])) for k in (0, 1, 3))
+        g = rounded.function(np.tanh(gates[2]))
+        c = rounded.function(f * c + i * g, 3)
+        h = rounded.function(o * rounded.function(np.tanh(c)))
         outputs[:, frame] = h
     return outputs
 
@@ -212,6 +283,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1.0)  # the tanh form never overflows
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+def _log_softmax(logits: np.ndarray, rounded: _Rounding | None = None) -> np.ndarray:
+    rounded = rounded or _Rounding(None)
+    shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
+    total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
+    return rounded.function(shifted - rounded.function(np.log(total))[..., None])

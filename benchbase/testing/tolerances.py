@@ -1,0 +1,176 @@
+"""Numerical tolerances from an error model: how far two correct computations may land apart.
+
+Every numerical comparison in the conformance kit and in benchbase's tests takes its
+tolerance from here, so that a bound is derived once, with its reason, instead of tuned on
+one CPU. A tolerance tuned on one machine passes there and fails on the next: oneDNN, XLA
+and ATen pick other kernels on an AVX-512 CPU than on an AVX2 one (16-wide instead of 8-wide
+FMAs, other GEMM blockings, other vectorized exp and tanh), and every kernel adds its terms
+in its own order. The model (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd
+ed., chapters 2 and 3):
+
+1. **Unit roundoff.** Each float32 operation is exact up to a relative error of at most
+   u = 2^-24 (``FLOAT32_UNIT_ROUNDOFF``).
+2. **Accumulations.** A sum or dot product of n terms, added in *any* order, is off the
+   exact value by at most gamma_n * sum|terms|, gamma_n = n u / (1 - n u)
+   (``accumulation_bound``). Another kernel, ISA or device is another order inside that
+   bound. The error is relative to the sum of the terms' magnitudes, not to the result:
+   where terms cancel, the relative error of the result is larger by the condition number
+   sum|terms| / |sum terms|, which is why the bounds below take magnitudes from the data.
+3. **Elementwise functions.** exp, log, tanh and sigmoid come from vector math libraries
+   that are accurate to a few ulps, with other approximations per ISA
+   (``ELEMENTWISE_ULPS``).
+4. **Propagation.** A network carries an error made in one layer through every later one,
+   amplified or damped by their Jacobians, and an LSTM carries it on through the frames
+   that follow. No closed form gives those factors for given weights and inputs, so the
+   float64 reference computes them: ``rounding_bound`` runs the reference twice, once as is
+   and once with every accumulation and every elementwise function moved by its bound from
+   rules 2 and 3 (each element by its full bound, with a seeded random sign, since rounding
+   errors have no preferred direction), and reports how far the outputs moved. Per
+   operation the injected error is the worst case (an n-term dot product's actual error is
+   about sqrt(n) times smaller), so the bound has room for correlated errors that a random
+   sign does not model.
+5. **Two float32 results.** A backend against the float64 reference has one side's error;
+   two float32 computations (two backends, one replica against two) have two:
+   ``BOTH_SIDES`` = 2.
+6. **Optimizer steps compound.** After a step the two sides hold different weights, and the
+   next forward pass, gradient and update carry that difference on: training is a
+   dynamical system, and a small difference grows by a factor per step (its largest
+   Lyapunov exponent) that depends on the loss surface and cannot be derived a priori.
+   AdaDelta's update itself does not amplify: at its first step, d/dg of
+   sqrt(eps) g / sqrt((1 - rho) g^2 + eps) is at most 1, so a gradient's rounding moves an
+   update by no more than itself. ``STEP_GROWTH`` is the growth per step, measured on the
+   kit's model over 10 steps under three instruction sets (docs/BENCHMARKS.md, "Numerics
+   across instruction sets") and taken with a margin; ``after_steps`` applies it.
+
+What these bounds must still catch (each re-planted and seen to fail; docs/design.md,
+"Tolerances"): the unbiased BatchNorm variance (a factor 1 + 1/(N - 1) on N frames),
+per-replica BatchNorm statistics, a wrong padding or convolution window, and a wrong CTC
+reduction: each is orders of magnitude above the rounding bound of the same quantity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "BOTH_SIDES",
+    "ELEMENTWISE_ULPS",
+    "FLOAT32_UNIT_ROUNDOFF",
+    "STEP_GROWTH",
+    "RoundingModel",
+    "accumulation_bound",
+    "after_steps",
+    "ctc_loss_bound",
+    "rounding_bound",
+    "same_kernels",
+]
+
+FLOAT32_UNIT_ROUNDOFF = 2.0**-24
+"""u: float32 keeps 24 significant bits, so rounding to nearest is off by at most half an ulp."""
+BFLOAT16_UNIT_ROUNDOFF = 2.0**-8
+"""bfloat16 keeps 8 significant bits."""
+ELEMENTWISE_ULPS = 4
+"""ulps of error of a vectorized exp, log, tanh or sigmoid (SLEEF's and oneDNN's are within 1 to
+3.5; XLA's polynomial tanh within a few): each counts as this many roundings."""
+BOTH_SIDES = 2
+"""Two float32 computations each within a bound of the exact value differ by up to twice it."""
+STEP_GROWTH = 3.0
+"""Growth per optimizer step of a difference between two runs of the same training (rule 6):
+measured 1.4 to 2.2 per step on the kit's model (10 AdaDelta steps, torch, TensorFlow and JAX
+under AVX-512, AVX2 and SSE4.1 kernels; docs/BENCHMARKS.md), taken as 3."""
+DETERMINISTIC_ULPS = 16
+"""Roundings allowed between two runs of the same kernels (``same_kernels``)."""
+INJECTION_DRAWS = 3
+"""Random-sign draws of ``rounding_bound``; the largest movement is the bound."""
+
+
+def accumulation_bound(terms: int, unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF) -> float:
+    """gamma_n: the worst-case error of an n-term sum or dot product in any order, relative to
+    the sum of the terms' magnitudes (Higham, Lemma 3.1 and eq. 3.4)."""
+    if terms < 1:
+        raise ValueError(f"an accumulation has at least one term, got {terms}")
+    product = terms * unit_roundoff
+    if product >= 1:
+        raise ValueError(f"{terms} terms exceed what gamma_n bounds at unit roundoff {unit_roundoff:g}")
+    return product / (1 - product)
+
+
+def after_steps(first_step_bound: float, steps: int, growth: float = STEP_GROWTH) -> float:
+    """The bound on a difference that started at ``first_step_bound`` after ``steps`` more
+    optimizer steps: each step adds a fresh rounding of the same size and multiplies what was
+    there by ``growth`` (a geometric sum)."""
+    if steps < 0:
+        raise ValueError(f"steps must be at least 0, got {steps}")
+    return first_step_bound * sum(growth**k for k in range(steps + 1))
+
+
+def ctc_loss_bound(log_probs_bound: np.ndarray, output_lengths: np.ndarray, losses: np.ndarray) -> float:
+    """Bound of a batch's mean CTC loss, from its log-probabilities' elementwise bound.
+
+    An utterance's loss is -log of a sum over alignments of exp(sum over its frames of one
+    log-probability each): moving every log-probability of frame t by at most b_t moves each
+    alignment's sum by at most sum_t b_t, and log-sum-exp by no more than that. The CTC
+    recursion itself adds a few roundings per frame to a value that grows to the loss
+    (ELEMENTWISE_ULPS + 2 each). Impossible alignments (infinite loss) count zero.
+    """
+    per_frame = log_probs_bound.max(axis=-1)
+    frames = np.arange(per_frame.shape[1])[None, :] < np.asarray(output_lengths)[:, None]
+    carried = np.where(frames, per_frame, 0.0).sum(axis=1)
+    possible = np.isfinite(losses)
+    recursion = (ELEMENTWISE_ULPS + 2) * FLOAT32_UNIT_ROUNDOFF * np.asarray(output_lengths) * np.where(possible, losses, 0)
+    return float(np.where(possible, carried + recursion, 0.0).sum() / max(len(losses), 1))
+
+
+def same_kernels(magnitude: float | np.ndarray) -> float:
+    """Bound between two runs of the *same* backend on the same machine and inputs (a checkpoint
+    restored, a seed repeated, a fresh instance with the same weights): they run the same
+    kernels in the same order, and float arithmetic is deterministic, so they agree bit for
+    bit. What is allowed is a handful of roundings of the values' magnitude
+    (``DETERMINISTIC_ULPS``): a value stored to float32 and read back, a graph re-traced with a
+    multiply-add fused or not."""
+    return float(DETERMINISTIC_ULPS * FLOAT32_UNIT_ROUNDOFF * np.max(np.abs(magnitude)))
+
+
+@dataclass
+class RoundingModel:
+    """Moves each intermediate result of the reference by its rounding bound (rules 2 and 3).
+
+    The reference calls ``accumulation`` after every dot product or sum and ``elementwise``
+    after every vector function; with no model (``None``) it computes as is. Signs come from
+    a seeded generator, so one seed always moves the same elements the same way.
+    """
+
+    seed: int = 0
+    unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def accumulation(self, value: np.ndarray, magnitude: np.ndarray, terms: int) -> np.ndarray:
+        """``value`` (an n-term accumulation whose terms' magnitudes sum to ``magnitude``), moved."""
+        return value + self._signs(value) * accumulation_bound(terms, self.unit_roundoff) * magnitude
+
+    def elementwise(self, value: np.ndarray, operations: int = 1) -> np.ndarray:
+        """``value`` after ``operations`` vector functions or roundings, moved."""
+        return value + self._signs(value) * operations * ELEMENTWISE_ULPS * self.unit_roundoff * np.abs(value)
+
+    def _signs(self, value: np.ndarray) -> np.ndarray:
+        return self.rng.choice(np.array([-1.0, 1.0]), size=np.shape(value))
+
+
+def rounding_bound(compute, draws: int = INJECTION_DRAWS) -> dict[str, np.ndarray]:
+    """Per output of ``compute(rounding)`` (a function returning a mapping of named arrays, run
+    once with ``None`` and once per draw with a ``RoundingModel``): the largest movement
+    the injected roundings caused, elementwise. One float32 side's bound on each output."""
+    exact: Mapping[str, np.ndarray] = compute(None)
+    worst = {name: np.zeros(np.shape(value)) for name, value in exact.items()}
+    for draw in range(draws):
+        moved = compute(RoundingModel(seed=draw))
+        for name, value in exact.items():
+            movement = np.abs(np.asarray(moved[name], np.float64) - np.asarray(value, np.float64))
+            worst[name] = np.maximum(worst[name], np.where(np.isfinite(movement), movement, 0.0))
+    return worst
