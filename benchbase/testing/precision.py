@@ -3,48 +3,76 @@
 Not rules of ``RULES`` (every backend must pass those, and fp32 is all a backend must
 implement): helpers that a backend's own tests call for the precisions its ``Capabilities``
 declare, on the kit's data and random weights (tests/test_precision.py does for the three
-bundled backends).
+bundled backends). Their tolerances come from ``benchbase.testing.tolerances``' error model.
 
 - ``quantized_forward``: predict() of an int8-emulated model against benchbase's NumPy
   reference of the same scheme (``benchbase.quantization``) on the same weights and ranges.
   The fake-quantized weights are bit-identical everywhere (the same float32 operations); an
-  activation a float32 rounding away from a grid step's midpoint may land one step apart,
-  and a step (range / 127) is far larger than float32's error, so the stated tolerance
-  ``QUANTIZED_FORWARD_ATOL`` is looser than fp32's ``FORWARD_ATOL``.
+  activation a float32 rounding away from a grid step's midpoint may land one step apart
+  (range / 127), and the recurrence carries that step on. The reference's rounding model
+  flips exactly such activations, so its bound shows how far a flip travels; a backend's
+  own roundings flip others, hence ``flip_bound``. Most outputs see no flip and must be the
+  reference's to float32's own bound (``median_bound``).
 - ``quantized_ranges_after_step``: the activation ranges one training step leaves, against
-  the reference's (they are maxima of float32 activations: rel. ``RANGE_RTOL``).
+  the reference's, within their rounding bound (a flip upstream moves a maximum too).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from benchbase.backend import Backend, Inputs
-from benchbase.quantization import INT8_EMULATED, input_range_names
+from benchbase.quantization import INT8_EMULATED, fake_quantize_weight, input_range_names
 from benchbase.specs import ModelSpec
 from benchbase.testing.kit import Kit
 from benchbase.testing.kit_data import KitData
 from benchbase.testing.model_rules import valid_frames
-from benchbase.testing.reference_model import random_weights, reference_forward
+from benchbase.testing.reference_model import bounded_reference, random_weights
+from benchbase.testing.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF
 
 __all__ = [
-    "QUANTIZED_FORWARD_ATOL",
-    "QUANTIZED_FORWARD_MEDIAN_ATOL",
-    "RANGE_RTOL",
+    "QuantizedForward",
+    "flip_bound",
     "in_precision",
+    "median_bound",
     "quantized_forward",
     "quantized_ranges_after_step",
+    "range_update_rounding",
 ]
 
-QUANTIZED_FORWARD_ATOL = 5e-2
-"""Largest difference of an int8-emulated backend's log-probabilities from the reference's on a
-valid frame (natural-log units). Measured on the kit's first batch: the median difference is
-1e-7 in all three bundled backends (the same grid, the same values); the largest 0.026
-(PyTorch), 0.021 (TensorFlow) and 8e-7 (JAX), where an h(t-1) a float32 rounding away from a
-grid midpoint took the neighbouring step (1/127) and the recurrence carried it on."""
-QUANTIZED_FORWARD_MEDIAN_ATOL = 1e-5
-"""The median difference over the valid frames: most outputs must be the reference's."""
-RANGE_RTOL = 1e-4
+@dataclass(frozen=True)
+class QuantizedForward:
+    """A backend's int8-emulated log-probabilities beside the reference's, with the bounds."""
+
+    found: np.ndarray
+    expected: np.ndarray
+    mask: np.ndarray
+    """(batch, frames, 1): the valid frames."""
+    bound: np.ndarray
+    """Elementwise rounding bound of the quantized forward (grid flips included)."""
+    float32_bound: np.ndarray
+    """Elementwise rounding bound of the same weights without quantization (no flips)."""
+
+
+def flip_bound(result: QuantizedForward) -> float:
+    """The largest difference a quantized forward may show on a valid frame: the farthest the
+    reference's rounding model carried a flipped grid step, for each of two sides (the
+    backend's flips and the reference's, at other activations)."""
+    return BOTH_SIDES * float(result.bound[np.broadcast_to(result.mask, result.bound.shape)].max())
+
+
+def median_bound(result: QuantizedForward) -> float:
+    """The median difference allowed over the valid frames: float32's own (both sides), since
+    most outputs see no flipped step."""
+    return BOTH_SIDES * float(np.median(result.float32_bound[np.broadcast_to(result.mask, result.bound.shape)]))
+
+
+def range_update_rounding(value: float) -> float:
+    """A range's own update in float32 (momentum x old + (1 - momentum) x max, stored): four
+    roundings of its magnitude."""
+    return 4 * FLOAT32_UNIT_ROUNDOFF * abs(value)
 
 
 def in_precision(model: ModelSpec, precision: str) -> ModelSpec:
@@ -53,9 +81,9 @@ def in_precision(model: ModelSpec, precision: str) -> ModelSpec:
 
 
 def quantized_forward(backend_class: type[Backend], data: KitData, seed: int = 0,
-                      inputs: Inputs | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(backend's log-probs, reference's log-probs, valid-frame mask) of an int8-emulated model
-    on the kit's random weights and activation ranges (U(3, 8)), inference mode."""
+                      inputs: Inputs | None = None) -> QuantizedForward:
+    """An int8-emulated model's forward pass on the kit's random weights and activation ranges
+    (U(3, 8)), inference mode, beside the reference's and its bounds."""
     model = in_precision(data.model, INT8_EMULATED)
     weights = random_weights(model, data.feature_dimension, seed=seed + 1)
     inputs = inputs or data.batches[0].inputs()
@@ -63,15 +91,19 @@ def quantized_forward(backend_class: type[Backend], data: KitData, seed: int = 0
     with kit.backend(model=model) as backend:
         backend.import_weights(weights)
         found, _ = backend.predict(inputs)
-    expected, _ = reference_forward(weights, model, inputs.features, inputs.feature_lengths, training=False)
-    frames = expected.shape[1]
-    return found[:, :frames], expected, valid_frames(inputs, frames)
+    reference = bounded_reference(weights, model, inputs.features, inputs.feature_lengths, training=False)
+    unquantized = {name: value for name, value in weights.items() if not name.endswith(".input_range")}
+    float32 = bounded_reference(quantize_weights(unquantized, data.model), data.model, inputs.features,
+                                inputs.feature_lengths, training=False)
+    frames = reference.log_probs.shape[1]
+    return QuantizedForward(found[:, :frames], reference.log_probs, valid_frames(inputs, frames),
+                            reference.log_probs_bound, float32.log_probs_bound)
 
 
-def quantized_ranges_after_step(backend_class: type[Backend], data: KitData, seed: int = 0,
-                                first: bool = False) -> tuple[dict[str, float], dict[str, float]]:
-    """({range name: the backend's value}, {range name: the reference's}) after one train_step
-    from the kit's random weights; ``first``: from zero ranges (the first step sets them)."""
+def quantized_ranges_after_step(backend_class: type[Backend], data: KitData, seed: int = 0, first: bool = False
+                                ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """({range name: the backend's value}, {the reference's}, {its rounding bound}) after one
+    train_step from the kit's random weights; ``first``: from zero ranges (the first step sets them)."""
     model = in_precision(data.model, INT8_EMULATED)
     weights = random_weights(model, data.feature_dimension, seed=seed + 1)
     if first:
@@ -82,6 +114,18 @@ def quantized_ranges_after_step(backend_class: type[Backend], data: KitData, see
         backend.import_weights(weights)
         backend.train_step(batch)
         after = backend.export_weights()
-    _, running = reference_forward(weights, model, batch.features, batch.feature_lengths, training=True)
+    reference = bounded_reference(weights, model, batch.features, batch.feature_lengths, training=True)
     names = input_range_names(model)
-    return ({name: float(after[name]) for name in names}, {name: float(running[name]) for name in names})
+    return ({name: float(after[name]) for name in names}, {name: float(reference.running[name]) for name in names},
+            {name: float(reference.running_bound[name]) for name in names})
+
+
+def quantize_weights(weights: dict[str, np.ndarray], model: ModelSpec) -> dict[str, np.ndarray]:
+    """The weight matrices an int8-emulated model multiplies with, as float32 (the rest as they are)."""
+    spec = in_precision(model, INT8_EMULATED).quantization
+
+    def quantized(name: str) -> bool:  # the tensor names of ModelSpec.quantization
+        tensor = "lstm." + name.rsplit(".", 1)[-1] if name.startswith("lstm.") else name
+        return name.endswith("kernel") and spec.quantizes(tensor)
+
+    return {name: fake_quantize_weight(value, spec) if quantized(name) else value for name, value in weights.items()}

@@ -83,14 +83,15 @@ class BoundedReference:
 
 
 def bounded_reference(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
-                      feature_lengths: np.ndarray, training: bool) -> BoundedReference:
-    """``reference_forward`` with the rounding bound of each of its outputs."""
+                      feature_lengths: np.ndarray, training: bool, operand_roundoff: float = 0.0) -> BoundedReference:
+    """``reference_forward`` with the rounding bound of each of its outputs: of float32
+    arithmetic, or with ``operand_roundoff`` of a mixed precision whose operands are narrower."""
     def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
         log_probs, running = reference_forward(weights, model, features, feature_lengths, training, rounding)
         return {"log_probs": log_probs, **running}
 
     log_probs, running = reference_forward(weights, model, features, feature_lengths, training)
-    bound = rounding_bound(compute)
+    bound = rounding_bound(compute, operand_roundoff=operand_roundoff)
     return BoundedReference(log_probs, running, bound.pop("log_probs"), bound)
 
 

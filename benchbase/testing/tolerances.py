@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "BFLOAT16_UNIT_ROUNDOFF",
     "BOTH_SIDES",
     "ELEMENTWISE_ULPS",
     "FLOAT32_UNIT_ROUNDOFF",
@@ -145,6 +146,10 @@ class RoundingModel:
 
     seed: int = 0
     unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF
+    """Of the accumulators and of vector functions."""
+    operand_roundoff: float = 0.0
+    """Of each operand rounded to a narrower type before it is multiplied or stored (bfloat16
+    mixed precision: ``BFLOAT16_UNIT_ROUNDOFF``; 0 for float32 throughout)."""
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -152,24 +157,28 @@ class RoundingModel:
 
     def accumulation(self, value: np.ndarray, magnitude: np.ndarray, terms: int) -> np.ndarray:
         """``value`` (an n-term accumulation whose terms' magnitudes sum to ``magnitude``), moved."""
-        return value + self._signs(value) * accumulation_bound(terms, self.unit_roundoff) * magnitude
+        # Both factors of each product rounded to the operand type, then accumulated.
+        relative = 2 * self.operand_roundoff + accumulation_bound(terms, self.unit_roundoff)
+        return value + self._signs(value) * relative * magnitude
 
     def elementwise(self, value: np.ndarray, operations: int = 1) -> np.ndarray:
         """``value`` after ``operations`` vector functions or roundings, moved."""
-        return value + self._signs(value) * operations * ELEMENTWISE_ULPS * self.unit_roundoff * np.abs(value)
+        relative = operations * (ELEMENTWISE_ULPS * self.unit_roundoff + self.operand_roundoff)
+        return value + self._signs(value) * relative * np.abs(value)
 
     def _signs(self, value: np.ndarray) -> np.ndarray:
         return self.rng.choice(np.array([-1.0, 1.0]), size=np.shape(value))
 
 
-def rounding_bound(compute, draws: int = INJECTION_DRAWS) -> dict[str, np.ndarray]:
+def rounding_bound(compute, draws: int = INJECTION_DRAWS, operand_roundoff: float = 0.0) -> dict[str, np.ndarray]:
     """Per output of ``compute(rounding)`` (a function returning a mapping of named arrays, run
     once with ``None`` and once per draw with a ``RoundingModel``): the largest movement
-    the injected roundings caused, elementwise. One float32 side's bound on each output."""
+    the injected roundings caused, elementwise. One float32 side's bound on each output
+    (with ``operand_roundoff``, one mixed-precision side's)."""
     exact: Mapping[str, np.ndarray] = compute(None)
     worst = {name: np.zeros(np.shape(value)) for name, value in exact.items()}
     for draw in range(draws):
-        moved = compute(RoundingModel(seed=draw))
+        moved = compute(RoundingModel(seed=draw, operand_roundoff=operand_roundoff))
         for name, value in exact.items():
             movement = np.abs(np.asarray(moved[name], np.float64) - np.asarray(value, np.float64))
             worst[name] = np.maximum(worst[name], np.where(np.isfinite(movement), movement, 0.0))
