@@ -10,11 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Backend
-from benchbase.metrics.ctc import ctc_loss, mean_ctc_loss
 from benchbase.specs import ModelSpec
 from benchbase.testing.kit_data import KitData
-from benchbase.testing.reference_model import bounded_reference, random_weights
-from benchbase.testing.tolerances import ctc_loss_bound
+from benchbase.testing.reference_model import bounded_loss, bounded_reference, random_weights
 
 __all__ = ["ConformanceFailure", "FirstStep", "Kit", "describe_difference", "describe_error", "differing_weights"]
 
@@ -103,11 +101,8 @@ class Kit:
             loss = backend.train_step(batch)
             after = backend.export_weights()
         reference = bounded_reference(weights, self.model, batch.features, batch.feature_lengths, training=True)
-        targets = (batch.output_lengths, batch.labels, batch.label_lengths, self.model.ctc_blank_index)
-        losses = ctc_loss(reference.log_probs, *targets)
-        return FirstStep(weights, loss, after, mean_ctc_loss(reference.log_probs, *targets), losses,
-                         reference.running,
-                         ctc_loss_bound(reference.log_probs_bound, batch.output_lengths, losses),
+        reference_loss, loss_bound, losses = bounded_loss(weights, self.model, batch)
+        return FirstStep(weights, loss, after, reference_loss, losses, reference.running, loss_bound,
                          reference.running_bound)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "check_predict_shapes",
     "check_prediction",
     "check_weight_round_trip",
+    "normalization_bound",
 ]
 
 # Every tolerance below comes from benchbase.testing.tolerances' error model: the reference

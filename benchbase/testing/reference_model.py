@@ -28,11 +28,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase import quantization
+from benchbase.backend import Batch
+from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
-from benchbase.testing.tolerances import RoundingModel, rounding_bound
+from benchbase.testing.tolerances import RoundingModel, ctc_recursion_bound, rounding_bound
 from benchbase.weight_layout import weight_layout
 
-__all__ = ["BoundedReference", "batchnorm_names", "bounded_reference", "random_weights", "reference_forward"]
+__all__ = [
+    "BoundedReference",
+    "batchnorm_names",
+    "bounded_loss",
+    "bounded_reference",
+    "random_weights",
+    "reference_forward",
+]
 
 
 def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
@@ -93,6 +102,21 @@ def bounded_reference(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     log_probs, running = reference_forward(weights, model, features, feature_lengths, training)
     bound = rounding_bound(compute, operand_roundoff=operand_roundoff)
     return BoundedReference(log_probs, running, bound.pop("log_probs"), bound)
+
+
+def bounded_loss(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Batch
+                 ) -> tuple[float, float, np.ndarray]:
+    """(the spec's mean CTC loss of a training step's forward pass on ``batch``, its float32
+    rounding bound, each utterance's loss). Impossible alignments count zero in the mean."""
+    def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
+        log_probs, _ = reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
+        losses = ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, model.ctc_blank_index)
+        return {"loss": np.asarray(np.where(np.isfinite(losses), losses, 0.0).mean()), "losses": losses}
+
+    exact = compute(None)
+    bound = rounding_bound(compute)["loss"]
+    recursion = ctc_recursion_bound(batch.output_lengths, exact["losses"])
+    return float(exact["loss"]), float(bound) + recursion, exact["losses"]
 
 
 class _Rounding:

@@ -64,7 +64,7 @@ __all__ = [
     "RoundingModel",
     "accumulation_bound",
     "after_steps",
-    "ctc_loss_bound",
+    "ctc_recursion_bound",
     "rounding_bound",
     "same_kernels",
 ]
@@ -108,21 +108,15 @@ def after_steps(first_step_bound: float, steps: int, growth: float = STEP_GROWTH
     return first_step_bound * sum(growth**k for k in range(steps + 1))
 
 
-def ctc_loss_bound(log_probs_bound: np.ndarray, output_lengths: np.ndarray, losses: np.ndarray) -> float:
-    """Bound of a batch's mean CTC loss, from its log-probabilities' elementwise bound.
-
-    An utterance's loss is -log of a sum over alignments of exp(sum over its frames of one
-    log-probability each): moving every log-probability of frame t by at most b_t moves each
-    alignment's sum by at most sum_t b_t, and log-sum-exp by no more than that. The CTC
-    recursion itself adds a few roundings per frame to a value that grows to the loss
-    (ELEMENTWISE_ULPS + 2 each). Impossible alignments (infinite loss) count zero.
-    """
-    per_frame = log_probs_bound.max(axis=-1)
-    frames = np.arange(per_frame.shape[1])[None, :] < np.asarray(output_lengths)[:, None]
-    carried = np.where(frames, per_frame, 0.0).sum(axis=1)
+def ctc_recursion_bound(output_lengths: np.ndarray, losses: np.ndarray) -> float:
+    """The rounding a float32 CTC recursion adds to a batch's mean loss: a log-add-exp per frame
+    (ELEMENTWISE_ULPS + 2 roundings) of a value that grows to the utterance's loss. Impossible
+    alignments (infinite loss) count zero. What the log-probabilities' own errors make of the
+    loss, ``rounding_bound`` finds by computing the loss from the moved log-probabilities."""
     possible = np.isfinite(losses)
-    recursion = (ELEMENTWISE_ULPS + 2) * FLOAT32_UNIT_ROUNDOFF * np.asarray(output_lengths) * np.where(possible, losses, 0)
-    return float(np.where(possible, carried + recursion, 0.0).sum() / max(len(losses), 1))
+    per_utterance = (ELEMENTWISE_ULPS + 2) * FLOAT32_UNIT_ROUNDOFF * np.asarray(output_lengths) * np.abs(
+        np.where(possible, losses, 0.0))
+    return float(per_utterance.sum() / max(len(losses), 1))
 
 
 def same_kernels(magnitude: float | np.ndarray) -> float:
@@ -180,6 +174,7 @@ def rounding_bound(compute, draws: int = INJECTION_DRAWS, operand_roundoff: floa
     for draw in range(draws):
         moved = compute(RoundingModel(seed=draw, operand_roundoff=operand_roundoff))
         for name, value in exact.items():
-            movement = np.abs(np.asarray(moved[name], np.float64) - np.asarray(value, np.float64))
+            with np.errstate(invalid="ignore"):  # inf - inf: an impossible alignment, no movement
+                movement = np.abs(np.asarray(moved[name], np.float64) - np.asarray(value, np.float64))
             worst[name] = np.maximum(worst[name], np.where(np.isfinite(movement), movement, 0.0))
     return worst

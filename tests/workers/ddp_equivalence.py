@@ -22,6 +22,8 @@ from benchbase.harness.world import World, coordinator_for
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig
+from benchbase.testing.reference_model import bounded_loss
+from benchbase.testing.tolerances import BOTH_SIDES
 
 GLOBAL_BATCH = 8
 
@@ -41,10 +43,14 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
     pipeline = run_pipeline(config, store, workload.data.train, training=True)
     backend = TorchBackend()
     backend.build(build_context(config, store, plan))
-    losses, shapes, epoch = [], [], 0
+    initial = backend.export_weights()
+    losses, shapes, epoch, first_loss_bound = [], [], 0, None
     while len(losses) < batches:
         epoch += 1
         for batch in pipeline.epoch(epoch):
+            if first_loss_bound is None and world.leader:  # the global batch, at the initial weights
+                loss, bound, _ = bounded_loss(initial, workload.model, batch)
+                first_loss_bound = BOTH_SIDES * bound / abs(loss)
             mine = own_slice(batch, plan)
             shapes.append(list(mine.features.shape))
             losses.append(backend.train_step(mine))
@@ -53,7 +59,9 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
     if world.leader:
         weights = backend.export_weights()
         np.savez(Path(out) / "weights.npz", **weights)
+        np.savez(Path(out) / "initial.npz", **initial)
         (Path(out) / "losses.json").write_text(json.dumps({"losses": losses, "slice_shapes": shapes,
+                                                            "first_loss_bound": first_loss_bound,
                                                             "devices": list(backend.devices_in_use())}))
     backend.close()
     coordinator.close()

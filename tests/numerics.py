@@ -1,0 +1,59 @@
+"""The tests' numerical comparisons, with bounds from benchbase.testing.tolerances' error model.
+
+Every helper here compares two computations of the same mathematics and takes its bound from
+the error model: the float64 reference's elementwise rounding bound of the forward pass or the
+loss at the weights in question, for one float32 side (against the reference) or both
+(``BOTH_SIDES``: two backends, two kernels), compounded over optimizer steps
+(``after_steps``) where the two sides trained.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchbase.backend import Batch, Inputs
+from benchbase.specs import ModelSpec
+from benchbase.testing.model_rules import normalization_bound
+from benchbase.testing.reference_model import bounded_loss, bounded_reference
+from benchbase.testing.tolerances import BOTH_SIDES, after_steps
+
+
+def log_probs_bound(weights, model: ModelSpec, inputs: Inputs, sides: int = BOTH_SIDES,
+                    steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(elementwise bound, valid-frame mask) of a forward pass at ``weights`` (inference mode)."""
+    model = model.model_copy(update={"dropout": 0.0})
+    reference = bounded_reference(weights, model, inputs.features, inputs.feature_lengths, training=False)
+    frames = reference.log_probs.shape[1]
+    mask = np.broadcast_to((np.arange(frames)[None, :] < inputs.output_lengths[:, None])[..., None],
+                           reference.log_probs.shape)
+    return after_steps(sides * reference.log_probs_bound, steps), mask
+
+
+def assert_log_probs_agree(found: np.ndarray, expected: np.ndarray, weights, model: ModelSpec, inputs: Inputs,
+                           sides: int = BOTH_SIDES, steps: int = 0) -> None:
+    """``found`` and ``expected`` within the rounding bound of the forward pass at ``weights``, on every valid frame."""
+    bound, mask = log_probs_bound(weights, model, inputs, sides, steps)
+    frames = bound.shape[1]
+    difference = np.abs(np.asarray(found, np.float64)[:, :frames] - np.asarray(expected, np.float64)[:, :frames])
+    excess = np.where(mask, difference - bound, -np.inf)
+    assert (excess <= 0).all(), f"off by {difference[mask].max():.3g}; bound there {bound.flat[np.argmax(excess)]:.3g}"
+
+
+def relative_loss_bound(weights, model: ModelSpec, batch: Batch, sides: int = BOTH_SIDES) -> float:
+    """Rounding bound of a training step's loss at ``weights``, relative to the loss."""
+    loss, bound, _ = bounded_loss(weights, model.model_copy(update={"dropout": 0.0}), batch)
+    return sides * bound / abs(loss)
+
+
+def assert_losses_agree(found, expected, first_bound: float) -> None:
+    """Step k's losses within the first step's relative bound compounded over k steps."""
+    found, expected = np.asarray(found, np.float64), np.asarray(expected, np.float64)
+    relative = np.abs(found - expected) / np.abs(expected)
+    allowed = np.array([after_steps(first_bound, step) for step in range(len(relative))])
+    assert (relative <= allowed).all(), (relative.tolist(), allowed.tolist())
+
+
+def assert_normalized(log_probs: np.ndarray) -> None:
+    """Each frame's probabilities sum to one within a float32 log-softmax's rounding."""
+    totals = np.log(np.exp(np.asarray(log_probs, np.float64)).sum(-1))
+    assert np.abs(totals).max() <= normalization_bound(log_probs), np.abs(totals).max()
