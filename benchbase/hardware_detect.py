@@ -20,7 +20,6 @@ machine, ``price.hourly_usd``) in the written YAML to get cost-to-accuracy.
 from __future__ import annotations
 
 import os
-import platform
 import socket
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from benchbase.cpu_features import cpu_model, vector_extensions
 from benchbase.specs import HardwareProfile
 from benchbase.telemetry.nvml import open_nvml
 
@@ -74,7 +74,7 @@ def detect_profile(name: str = AUTO_PROFILE) -> HardwareProfile:
                    f"{derived}. {gpu_note}")
     return HardwareProfile.model_validate({
         "name": name, "description": description[:500], "devices": devices,
-        "cpu": {key: cpu[key] for key in ("model", "sockets", "cores", "threads", "ghz", "ram_gb")},
+        "cpu": {key: cpu[key] for key in ("model", "sockets", "cores", "threads", "ghz", "ram_gb", "vector_extensions")},
         "pipeline": pipeline,
     })
 
@@ -118,17 +118,8 @@ def _cpu() -> dict:
     cores = psutil.cpu_count(logical=False) or threads
     frequency = psutil.cpu_freq()
     ghz = round(frequency.max / 1000, 2) if frequency and frequency.max else None
-    return {"model": _cpu_model(), "sockets": _sockets(), "cores": cores, "threads": threads, "ghz": ghz,
-            "ram_gb": round(psutil.virtual_memory().total / BYTES_PER_GB, 1)}
-
-
-def _cpu_model() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        for line in info.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()[:120] or "unknown CPU"
-    return (platform.processor() or platform.machine() or "unknown CPU")[:120]
+    return {"model": cpu_model(), "sockets": _sockets(), "cores": cores, "threads": threads, "ghz": ghz,
+            "ram_gb": round(psutil.virtual_memory().total / BYTES_PER_GB, 1), "vector_extensions": vector_extensions()}
 
 
 def _sockets() -> int:
@@ -142,5 +133,6 @@ def _sockets() -> int:
 
 def _summary(devices: dict, cpu: dict) -> str:
     gpu = f"{devices['count']}x {devices['model']}, " if devices["kind"] == "gpu" else ""
-    return (f"{gpu}{cpu['model']} ({cpu['sockets']} socket(s), {cpu['cores']} cores, {cpu['threads']} threads), "
-            f"{cpu['ram_gb']:g} GB RAM")
+    extensions = ", ".join(cpu["vector_extensions"]) or "vector extensions unknown"
+    return (f"{gpu}{cpu['model']} ({cpu['sockets']} socket(s), {cpu['cores']} cores, {cpu['threads']} threads; "
+            f"{extensions}), {cpu['ram_gb']:g} GB RAM")

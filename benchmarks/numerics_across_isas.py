@@ -25,9 +25,13 @@ from benchbase.testing.isa import active_isa
 from benchbase.testing.kit import Kit
 from benchbase.testing.kit_data import load_kit_data
 from benchbase.testing.model_rules import valid_frames
-from benchbase.testing.precision import quantized_forward, quantized_ranges_after_step
-from benchbase.testing.reference_model import reference_forward, batchnorm_names
-from benchbase.testing import tolerances
+from benchbase.testing.precision import flip_bound, median_bound, quantized_forward, quantized_ranges_after_step
+from benchbase.testing.reference_model import batchnorm_names, bounded_reference
+from benchbase.testing.tolerances import FLOAT32_UNIT_ROUNDOFF
+
+def margin(found, bound):  # the smallest bound / |difference| over the compared elements
+    found, bound = np.ravel(found), np.ravel(bound)
+    return float(np.min(bound / np.maximum(found, 1e-30)))
 
 name = sys.argv[1]
 data = load_kit_data()
@@ -39,26 +43,31 @@ inputs = data.impossible_batch.inputs()
 with kit.backend() as backend:
     backend.import_weights(weights)
     found, _ = backend.predict(inputs)
-expected, _ = reference_forward(weights, kit.model, inputs.features, inputs.feature_lengths, training=False)
-mask = np.broadcast_to(valid_frames(inputs, expected.shape[1]), expected.shape)
-out["forward"] = float(np.abs(found[:, :expected.shape[1]] - expected)[mask].max())
-out["forward_bound"] = tolerances.forward_log_probs(kit.model, data.feature_dimension)
+reference = bounded_reference(weights, kit.model, inputs.features, inputs.feature_lengths, training=False)
+mask = np.broadcast_to(valid_frames(inputs, reference.log_probs.shape[1]), reference.log_probs.shape)
+difference = np.abs(found[:, :reference.log_probs.shape[1]] - reference.log_probs)[mask]
+out["forward"] = float(difference.max())
+out["forward_margin"] = margin(difference, reference.log_probs_bound[mask])
 step = kit.first_step()
-out["loss_rel"] = abs(step.loss - step.reference_loss) / abs(step.reference_loss)
-out["loss_bound"] = tolerances.ctc_loss(kit.model, data.feature_dimension)
-worst = 0.0
+out["loss_relative"] = abs(step.loss - step.reference_loss) / abs(step.reference_loss)
+out["loss_margin"] = step.reference_loss_bound / max(abs(step.loss - step.reference_loss), 1e-30)
+running, bounds = [], []
 for prefix in batchnorm_names(kit.model):
     for stat in ("mean", "variance"):
-        new = step.weights_after[f"{prefix}.{stat}"].astype(np.float64)
-        ref = step.reference_running[f"{prefix}.{stat}"]
-        worst = max(worst, float(np.abs(new - ref).max() / np.abs(ref).max()))
-out["running_rel"] = worst
-q_found, q_expected, q_mask = quantized_forward(backend_class, data)
-diff = np.abs(q_found - q_expected)[np.broadcast_to(q_mask, q_found.shape)]
-out["int8_forward_max"], out["int8_forward_median"] = float(diff.max()), float(np.median(diff))
+        key = f"{prefix}.{stat}"
+        running.append(np.abs(step.weights_after[key] - step.reference_running[key]))
+        update = 4 * FLOAT32_UNIT_ROUNDOFF * np.maximum(np.abs(step.weights_after[key]), np.abs(step.weights_before[key]))
+        bounds.append(step.reference_running_bound[key] + update)  # as the rule allows it
+out["running_margin"] = margin(np.concatenate(running), np.concatenate(bounds))
+result = quantized_forward(backend_class, data)
+diff = np.abs(result.found - result.expected)[np.broadcast_to(result.mask, result.found.shape)]
+out["int8_forward_max"], out["int8_flip_bound"] = float(diff.max()), flip_bound(result)
+out["int8_forward_median"], out["int8_median_bound"] = float(np.median(diff)), median_bound(result)
 for first in (True, False):
-    got, want = quantized_ranges_after_step(backend_class, data, first=first)
-    out["ranges_rel_" + ("first" if first else "moving")] = max(abs(got[k] - want[k]) / want[k] for k in want)
+    got, want, bound = quantized_ranges_after_step(backend_class, data, first=first)
+    key = "ranges_first" if first else "ranges_moving"
+    out[key] = max(abs(got[k] - want[k]) / want[k] for k in want)
+    out[key + "_margin"] = min(bound[k] / max(abs(got[k] - want[k]), 1e-30) for k in want if bound[k] > 0)
 print(json.dumps(out))
 """
 

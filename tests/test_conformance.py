@@ -33,6 +33,8 @@ from benchbase.testing.conformance import Kit, select_rules
 from benchbase.testing.kit_data import IMPOSSIBLE_ROW, load_kit_data
 from benchbase.weight_layout import validate_weights, weight_layout
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 try:
     import torch
     from benchbase_torch_ds2.backend import TorchBackend

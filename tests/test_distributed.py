@@ -130,6 +130,7 @@ def _launch(processes: int, script: Path, *arguments: str, timeout: float = 300)
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_one_and_two_ranks_train_the_same_global_batches(small_store, tmp_path):
     """The first 20 global batches on 1 process and on 2 (each its half of every batch) give the
     same losses and weights, to within what all-reducing float32 sums in another order changes.

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from cli_helpers import run_benchbase
 
+from benchbase.cpu_features import vector_extensions
 from benchbase.hardware_detect import detect_profile
 from benchbase.report.cost import CostModel
 from benchbase.specs import HardwareProfile
@@ -21,6 +22,7 @@ def test_the_detected_profile_describes_this_machine():
     assert profile.cpu.cores == (psutil.cpu_count(logical=False) or profile.cpu.threads)
     assert abs(profile.cpu.ram_gb - psutil.virtual_memory().total / 1e9) < 0.2
     assert "Derived, not tuned" in profile.description  # what was derived is stated, not passed off as tuned
+    assert list(profile.cpu.vector_extensions) == vector_extensions()  # they change numerics and speed
     if profile.devices.kind == "cpu":  # no GPU here (CI has none)
         assert (profile.devices.count, profile.pipeline.threads) == (1, profile.cpu.cores)
         assert "No GPU" in profile.description

@@ -35,6 +35,8 @@ from benchbase.testing.tolerances import (  # noqa: E402
 )
 from benchbase.weight_layout import weight_layout  # noqa: E402
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 WORKLOAD = builtin_workload("ds2-mini")
 MODEL = WORKLOAD.model
 FEATURES = 93

@@ -45,6 +45,8 @@ from benchbase.testing.reference_model import bounded_reference, random_weights,
 from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, same_kernels
 from benchbase.weight_layout import weight_layout
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 SPEC = QuantizationSpec()
 BACKENDS = [
     pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(module) is None,

@@ -8,6 +8,8 @@ import pytest
 from cli_helpers import run_ds2_mini
 from official_checker import check_common_rules
 
+from benchbase.cpu_features import best_isa, cpu_model, vector_extensions
+
 pytestmark = pytest.mark.slow
 
 
@@ -25,6 +27,9 @@ def test_the_run_reaches_its_target_and_says_so(finished_run):
     assert result["tta"]["CER 88"]["seconds"] <= result["run_seconds"]
     assert result["last_evaluation"]["paper_cer"] <= 88
     assert "time to accuracy" in finished.stdout and "CER 88" in finished.stdout
+    # The CPU is on the record: its vector extensions change both numerics and speed.
+    assert result["cpu"]["model"] == cpu_model() and result["cpu"]["vector_extensions"] == vector_extensions()
+    assert result["cpu"]["best_isa"] == best_isa() and isinstance(result["cpu"]["isa_caps"], dict)
 
 
 def test_the_run_folder_holds_every_output(finished_run):

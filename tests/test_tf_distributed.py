@@ -31,6 +31,8 @@ from benchbase.testing.precision import range_update_rounding  # noqa: E402
 from benchbase.testing.reference_model import bounded_loss, bounded_reference  # noqa: E402
 from benchbase.testing.tolerances import BOTH_SIDES, after_steps  # noqa: E402
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 GLOBAL_BATCH = 8
 REPLICAS = 2
 STEPS = 10

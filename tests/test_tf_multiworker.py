@@ -22,6 +22,8 @@ from cli_helpers import run_benchbase, two_torchrun_nodes
 
 from benchbase.testing.tolerances import after_steps, same_kernels
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 if importlib.util.find_spec("benchbase_tf_ds2") is None:  # the test runs TensorFlow in subprocesses only
     pytest.skip("the TensorFlow backend is not installed", allow_module_level=True)
 

@@ -13,6 +13,8 @@ from benchbase.testing.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, accu
 
 torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 CPU = DevicePlan(kind="cpu", count=1, batch_per_device=8, threads=1)
 MINI_MODEL = builtin_workload("ds2-mini").model
 

@@ -27,6 +27,7 @@ from benchbase.backend import CONTRACT_VERSION, Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
+from benchbase.cpu_features import cpu_record
 from benchbase.data.integrity import verified_store
 from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
@@ -546,7 +547,7 @@ class Harness:
             devices=self.devices, world_size=self.plan.world_size, resumes=self.resumes, division=self.config.division,
             device_plan=plan_record(self.plan, self.config.hardware), step_breakdown=self.statistics.step_breakdown(),
             cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
-                                              "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE},
+                 "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE, **cpu_record()},
         )
 
     def _tta(self) -> dict[str, dict | None]:

@@ -26,6 +26,10 @@ class CPUSpec(Spec):
     threads: int = Field(ge=1, le=8192, description="Hardware threads in total.")
     ghz: float | None = Field(None, gt=0, le=10, description="Base clock in GHz.")
     ram_gb: float = Field(gt=0, le=1_000_000, description="Host memory in GB.")
+    vector_extensions: tuple[str, ...] = Field(
+        (), max_length=32, description="The CPU's ML-relevant vector extensions (AVX2, AVX-512, AVX-512 BF16, AMX, "
+        "...), as `benchbase profiles --detect` reads them: they change both numerics (kernel choice) and speed "
+        "(bf16 units).")
 
 
 class PriceSpec(Spec):

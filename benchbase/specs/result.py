@@ -81,7 +81,8 @@ class RunResult(BaseModel):
         "and its share.")
     cpu: dict[str, Any] = Field(
         default_factory=dict, description="cores_in_steps (process CPU s / wall s during train_step), thread_budget, "
-        "within_budget.")
+        "within_budget; the CPU that ran it: model, vector_extensions, best_isa and isa_caps (environment variables "
+        "that held a framework to a lower ISA).")
 
 
 class ResultProblem(ValueError):
