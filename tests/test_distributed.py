@@ -156,6 +156,9 @@ def test_one_and_two_ranks_train_the_same_global_batches(small_store, tmp_path):
     relative = np.abs(losses_one - losses_two) / np.abs(losses_one)
     first = one["first_loss_bound"]
     assert relative[0] <= first, (relative[0], first)
+    # BatchNorm after the first step, as the kit's rule: the global batch's statistics, biased variance.
+    assert one["statistics_excess"] <= 0 and two["statistics_excess"] <= 0, (one["statistics_excess"],
+                                                                               two["statistics_excess"])
     allowed = np.array([after_steps(first, step) for step in range(len(relative))])
     assert (relative <= allowed).all(), (relative, allowed)
     initial = np.load(tmp_path / "world-1" / "initial.npz")

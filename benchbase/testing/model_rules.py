@@ -49,7 +49,9 @@ __all__ = [
     "check_predict_shapes",
     "check_prediction",
     "check_weight_round_trip",
+    "largest_statistic_excess",
     "normalization_bound",
+    "statistic_excess",
 ]
 
 # Every tolerance below comes from benchbase.testing.tolerances' error model: the reference
@@ -291,6 +293,36 @@ def _loss_hint(kit: Kit, loss: float) -> str:
     return ""
 
 
+def statistic_excess(old: np.ndarray, new: np.ndarray, expected: np.ndarray, bound: np.ndarray,
+                     momentum: float) -> tuple[np.ndarray, np.ndarray]:
+    """How far a running statistic after one step lies outside its bound, and how far the batch
+    statistic recovered from it, (new - momentum x old) / (1 - momentum), lies outside that
+    bound divided by (1 - momentum): positive entries fail. The recovered statistic is
+    1 / (1 - momentum) times more sensitive than the running one (100x at momentum 0.99), which
+    is what tells the biased variance from the unbiased one."""
+    allowed = bound + _update_rounding(new, old)
+    batch = (expected - momentum * old) / (1 - momentum)
+    implied = (new - momentum * old) / (1 - momentum)
+    return np.abs(new - expected) - allowed, np.abs(implied - batch) - allowed / (1 - momentum)
+
+
+def largest_statistic_excess(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray], model,
+                             batch) -> float:
+    """The largest ``statistic_excess`` of any BatchNorm statistic after one training step from
+    ``before`` to ``after`` on ``batch`` (running or recovered batch statistic): positive fails.
+    For tests of a backend's data-parallel modes, where no Kit builds the backend."""
+    reference = bounded_reference(before, model, batch.features, batch.feature_lengths, training=True)
+    worst = -np.inf
+    for prefix in batchnorm_names(model):
+        for stat in ("mean", "variance"):
+            name = f"{prefix}.{stat}"
+            excesses = statistic_excess(np.asarray(before[name], np.float64), np.asarray(after[name], np.float64),
+                                        reference.running[name], reference.running_bound[name],
+                                        model.batchnorm_momentum)
+            worst = max(worst, *(float(excess.max()) for excess in excesses))
+    return worst
+
+
 def _check_running(prefix: str, stat: str, found: np.ndarray, expected: np.ndarray, bound: np.ndarray,
                    old: np.ndarray) -> None:
     excess = np.abs(found - expected) - (bound + _update_rounding(found, old))
@@ -302,11 +334,9 @@ def _check_running(prefix: str, stat: str, found: np.ndarray, expected: np.ndarr
 
 
 def _check_batch_statistic(prefix, stat, momentum, old, new, batch, bound) -> None:
-    """The statistic folded in, recovered from the update: 1 / (1 - momentum) times more
-    sensitive than the running value, and so is its bound. Recovering it rounds again: a few
-    roundings of the running values' magnitude, divided by (1 - momentum)."""
+    """The statistic folded in, recovered from the update (see ``statistic_excess``)."""
     implied = (new - momentum * old) / (1 - momentum)
-    excess = np.abs(implied - batch) - (bound + _update_rounding(new, old)) / (1 - momentum)
+    _, excess = statistic_excess(old, new, momentum * old + (1 - momentum) * batch, bound, momentum)
     if (excess > 0).any():
         channel = int(np.argmax(excess))
         raise ConformanceFailure("batchnorm_statistics", f"the batch {stat} {prefix} folded into its running "

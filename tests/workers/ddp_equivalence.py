@@ -22,6 +22,7 @@ from benchbase.harness.world import World, coordinator_for
 from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig
+from benchbase.testing.model_rules import largest_statistic_excess
 from benchbase.testing.reference_model import bounded_loss
 from benchbase.testing.tolerances import BOTH_SIDES
 
@@ -44,16 +45,19 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
     backend = TorchBackend()
     backend.build(build_context(config, store, plan))
     initial = backend.export_weights()
-    losses, shapes, epoch, first_loss_bound = [], [], 0, None
+    losses, shapes, epoch, first_loss_bound, statistics_excess = [], [], 0, None, None
     while len(losses) < batches:
         epoch += 1
         for batch in pipeline.epoch(epoch):
-            if first_loss_bound is None and world.leader:  # the global batch, at the initial weights
+            first = first_loss_bound is None and world.leader
+            if first:  # the global batch, at the initial weights
                 loss, bound, _ = bounded_loss(initial, workload.model, batch)
                 first_loss_bound = BOTH_SIDES * bound / abs(loss)
             mine = own_slice(batch, plan)
             shapes.append(list(mine.features.shape))
             losses.append(backend.train_step(mine))
+            if first:
+                statistics_excess = largest_statistic_excess(initial, backend.export_weights(), workload.model, batch)
             if len(losses) == batches:
                 break
     if world.leader:
@@ -62,6 +66,7 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
         np.savez(Path(out) / "initial.npz", **initial)
         (Path(out) / "losses.json").write_text(json.dumps({"losses": losses, "slice_shapes": shapes,
                                                             "first_loss_bound": first_loss_bound,
+                                                            "statistics_excess": statistics_excess,
                                                             "devices": list(backend.devices_in_use())}))
     backend.close()
     coordinator.close()
