@@ -8,14 +8,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "current_umask"]
 
 
 def atomic_write_bytes(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename into place."""
+    """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename into place.
+
+    The file gets the permissions a plain ``open()`` would give it (0666 less the umask):
+    mkstemp creates its file 0600, which a shared results folder or a web server cannot read.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(descriptor, 0o666 & ~current_umask())
         with os.fdopen(descriptor, "wb") as handle:
             write(handle)
             handle.flush()
@@ -24,6 +29,20 @@ def atomic_write_bytes(path: Path, write: Callable[[BinaryIO], object]) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask: from /proc where Linux shows it, else by setting it and back (which
+    another thread creating a file at that instant would see)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: Path, text: str) -> None:

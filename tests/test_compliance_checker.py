@@ -233,7 +233,21 @@ def _beam_width(config):
     config["workload"]["evaluation"]["beam_width"] = 256
 
 
+def _without_python(events):
+    del events[_index(events, "benchbase_environment")]["value"]["python"]
+    return events
+
+
+def _other_torch(result):
+    result["environment"]["packages"]["torch"] = "9.9.9"
+
+
 FAULTS = {
+    "environment not recorded": (_edit_events(_drop("benchbase_environment")), "environment",
+                                 "no benchbase_environment event"),
+    "environment without python": (_edit_events(_without_python), "environment", "benchbase_environment lacks python"),
+    "result.json's environment edited": (_edit_json("result.json", _other_torch), "environment",
+                                         "result.json's environment differs from the log's"),
     "missing run_stop": (_edit_events(_drop("run_stop")), "run_stop_status", "run_stop appears 0 times"),
     "reordered init": (_edit_events(_swap_init), "order", "init_start must come before init_stop"),
     "skipped evaluation": (_edit_events(_skip_eval_2), "eval_cadence", "epoch 2 ended without an evaluation"),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 from cli_helpers import run_ds2_mini
 from official_checker import check_common_rules
 
+from benchbase.atomic import current_umask
 from benchbase.cpu_features import best_isa, cpu_model, vector_extensions
 
 pytestmark = pytest.mark.slow
@@ -30,6 +32,13 @@ def test_the_run_reaches_its_target_and_says_so(finished_run):
     # The CPU is on the record: its vector extensions change both numerics and speed.
     assert result["cpu"]["model"] == cpu_model() and result["cpu"]["vector_extensions"] == vector_extensions()
     assert result["cpu"]["best_isa"] == best_isa() and isinstance(result["cpu"]["isa_caps"], dict)
+
+
+def test_every_file_of_the_run_folder_has_the_umasks_permissions(finished_run):
+    out, _ = finished_run
+    expected = 0o666 & ~current_umask()
+    modes = {str(path.relative_to(out)): stat.S_IMODE(path.stat().st_mode) for path in out.rglob("*") if path.is_file()}
+    assert modes and all(mode == expected for mode in modes.values()), modes
 
 
 def test_the_run_folder_holds_every_output(finished_run):

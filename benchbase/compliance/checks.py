@@ -423,6 +423,22 @@ def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
     return messages
 
 
+def environment(rule: r.EnvironmentRule, evidence: Evidence) -> list[str]:
+    recorded = evidence.log.first(keys.ENVIRONMENT)
+    if recorded is None:
+        return [f"no {keys.ENVIRONMENT} event: the software environment the run measured is not on record"]
+    if not isinstance(recorded.value, dict):
+        return [f"line {recorded.line}: {keys.ENVIRONMENT} is {_short(recorded.value)}, not a mapping"]
+    missing = [path for path in rule.required if field_at(recorded.value, path) in (MISSING, None, "", {}, [])]
+    messages = [f"line {recorded.line}: {keys.ENVIRONMENT} lacks {', '.join(missing)}"] if missing else []
+    if evidence.result is not None:
+        claimed = _result(evidence).environment
+        if claimed and claimed != recorded.value:
+            messages.append(f"result.json's environment differs from the log's {keys.ENVIRONMENT} "
+                            f"(line {recorded.line})")
+    return messages
+
+
 def _result(evidence: Evidence) -> RunResult:
     if evidence.result is None:
         raise Skip("no result.json beside the log, or none that holds a run result")
@@ -462,6 +478,7 @@ CHECKS: dict[str, Callable[[Any, Evidence], list[str]]] = {
     "device_plan": device_plan,
     "resumes": resumes,
     "division": division,
+    "environment": environment,
 }
 
 

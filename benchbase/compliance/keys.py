@@ -81,6 +81,10 @@ OPEN_CHANGES = "benchbase_open_changes"
 """Value: what puts the run in the open division ("path: registered -> used"); empty when closed."""
 
 # What the run was made of and how it behaved.
+ENVIRONMENT = "benchbase_environment"
+"""Value: the software environment and CPU the run measured (benchbase.telemetry.environment):
+benchbase version and commit, Python, OS, host, package versions, the backend's distribution,
+accelerator builds, and "cpu" (model, vector extensions, best ISA, ISA caps)."""
 BACKEND_CONTRACT = "benchbase_backend_contract"
 DEVICES = "benchbase_devices"
 """Value: the devices the backend reports it trains on (list of strings)."""

@@ -43,7 +43,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.3"
+DEFAULT_RULESET = "1.4"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -217,12 +217,19 @@ class ResultConsistencyRule(_RuleBase):
     check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
 
 
+class EnvironmentRule(_RuleBase):
+    check: Literal["environment"] = Field(
+        description="The log records the software environment the run measured, and result.json agrees.")
+    required: tuple[str, ...] = Field(min_length=1, max_length=64, description="Dotted paths into the "
+                                      "benchbase_environment value that must be present and not empty.")
+
+
 Rule = Annotated[
     LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
     | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
     | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
     | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule | DevicePlanRule
-    | ResumesRule | DivisionRule,
+    | ResumesRule | DivisionRule | EnvironmentRule,
     Field(discriminator="check"),
 ]
 

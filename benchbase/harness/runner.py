@@ -59,6 +59,7 @@ from benchbase.metrics import TargetTracker
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig, RunResult
 from benchbase.telemetry import TelemetrySampler
+from benchbase.telemetry.environment import software_environment
 from benchbase.termination import deferred_termination, termination_requested
 from benchbase.weight_layout import weight_layout
 
@@ -99,6 +100,8 @@ class Harness:
         self.position = (1, 0)
         """(epoch, batches done in it) after the last batch: where a checkpoint resumes."""
         self.resumes: list[dict] = []
+        # Off the clock: what the run measured, for config.json, the log and result.json.
+        self.environment = {**software_environment(config.backend, backend_class.__module__), "cpu": cpu_record()}
 
     # --- the run ------------------------------------------------------------------------
 
@@ -185,7 +188,8 @@ class Harness:
         if self.resume is None:  # a resumed run's log already holds its init
             self.log.event(constants.CACHE_CLEAR, value=dropped)
             self.log.start(constants.INIT_START)
-            self.folder.write_json(self.folder.config, self.config.model_dump(mode="json"))
+            self.folder.write_json(self.folder.config, {**self.config.model_dump(mode="json"),
+                                                        "environment": self.environment})
         self.plan = config_plan(self.config, self.backend_class, self.world,
                                 self.coordinator.service_addresses)
         self.context = build_context(self.config, self.store, self.plan)
@@ -228,6 +232,7 @@ class Harness:
             (constants.SUBMISSION_BENCHMARK, self.workload.name),
             (constants.SUBMISSION_ENTRY, f"benchbase {__version__} backend={self.config.backend}"),
             (own_keys.BACKEND_CONTRACT, CONTRACT_VERSION),
+            (own_keys.ENVIRONMENT, self.environment),
             (constants.SEED, self.config.seed),
             (constants.GLOBAL_BATCH_SIZE, hardware.pipeline.global_batch),
             (constants.GRADIENT_ACCUMULATION_STEPS, 1),
@@ -546,6 +551,7 @@ class Harness:
             telemetry=timed.telemetry, device=self.device_description,
             devices=self.devices, world_size=self.plan.world_size, resumes=self.resumes, division=self.config.division,
             device_plan=plan_record(self.plan, self.config.hardware), step_breakdown=self.statistics.step_breakdown(),
+            environment=self.environment,
             cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
                  "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE, **cpu_record()},
         )

@@ -79,6 +79,10 @@ class RunResult(BaseModel):
     step_breakdown: dict[str, float] = Field(
         default_factory=dict, description="data_wait_s, step_s and, where the backend measures it, communication_s "
         "and its share.")
+    environment: dict[str, Any] = Field(
+        default_factory=dict, description="The software environment and CPU the run measured: benchbase version and "
+        "commit, Python, OS, host (hashed unless BENCHBASE_SHOW_HOST=1), package versions, the backend's distribution, "
+        "accelerator builds and GPUs, cpu (benchbase.telemetry.environment).")
     cpu: dict[str, Any] = Field(
         default_factory=dict, description="cores_in_steps (process CPU s / wall s during train_step), thread_budget, "
         "within_budget; the CPU that ran it: model, vector_extensions, best_isa and isa_caps (environment variables "

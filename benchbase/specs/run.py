@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -35,3 +35,6 @@ class RunConfig(Spec):
                                           "path (registered -> used).")
     final_evaluation: bool = Field(True, description="Evaluate every dev and test subset after run_stop (untimed).")
     submitter: str = Field("benchbase", min_length=1, max_length=120, description="submission_org in the log.")
+    environment: dict[str, Any] | None = Field(
+        None, description="The software environment and CPU the run measured, as the harness recorded it at init "
+        "into config.json (benchbase.telemetry.environment); not an input: a run records its own.")
