@@ -11,18 +11,22 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.image import imread
 
+from benchbase.metrics.tta import TargetTracker
 from benchbase.report import load_groups
 from benchbase.report.figures import (
     LOSS_SIGMA_BATCHES,
+    SMOOTHING_SECONDS,
     UTILIZATION_WINDOW_SECONDS,
     batch_throughput,
     draw_accuracy,
     draw_same_batch_throughput,
     draw_utilization,
+    same_batch_groups,
     smooth_loss,
     utilization_window,
     write_figures,
 )
+from benchbase.specs import TTARule
 
 OLD_TARGETS = [{"metric": "cer", "value": 40.0}, {"metric": "wer", "value": 80.0}]
 NEW_TARGETS = [{"metric": "paper_cer", "value": 25.0}, {"metric": "wer", "value": 60.0}]
@@ -113,7 +117,7 @@ def test_figure_7_smooths_the_training_loss_and_marks_the_validation_loss(tmp_pa
     markers = [line for line in loss.lines if line.get_marker() == "s"]
     if new:  # the dev-clean loss, one marker per evaluation
         assert list(markers[0].get_ydata()) == pytest.approx([100.0, 50.0, 100 / 3, 25.0, 20.0, 100 / 6])
-        assert any("validation loss (dev-clean)" == text.get_text() for text in loss.get_legend().get_texts())
+        assert any("run: validation loss, dev-clean" == text.get_text() for text in loss.get_legend().get_texts())
     else:
         assert markers == []
 
@@ -186,3 +190,141 @@ def test_figure_8_of_a_short_run_shows_its_last_25_seconds(tmp_path):
     telemetry.write_text("".join(json.dumps(sample) + "\n" for sample in samples if sample["t"] <= 12.0))
     run = load_groups([folder])[0].runs[0]
     assert utilization_window(run) == (0.0, 25.0)  # 25 s after warm-up would start past its end
+
+
+# Issue 23: figures that show the TTA, label their axes, draw every subset and say what 100% means ---------
+
+def _reach_targets_as_the_harness_does(folder: Path) -> dict:
+    """Writes result.json's tta from the run's eval records by the harness's own rule (TargetTracker)."""
+    config = json.loads((folder / "config.json").read_text())
+    tracker = TargetTracker(TTARule.model_validate(config["workload"]["tta"]))
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    for record in (record for record in records if record["kind"] == "eval"):
+        tracker.update(record["epoch"], record["t"], {metric: record[metric] for metric in ("wer", "cer", "paper_cer")})
+    tta = {target.label: {"seconds": tracker.reached[target.label], "minutes": tracker.reached[target.label] / 60,
+                          "epoch": tracker.reached_epoch[target.label]} if target.label in tracker.reached else None
+           for target in tracker.rule.targets}
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, "tta": tta}))
+    return tta
+
+
+def test_figure_7_stars_each_tta_where_the_median_of_the_last_3_reaches_the_target(tmp_path):
+    folder = write_run(tmp_path / "run", new=True)
+    tta = _reach_targets_as_the_harness_does(folder)
+    # paper_cer falls 33.3, 16.7, 11.1, ...: the curve is under 25 at 40 s, the median of 3 only at 60 s.
+    assert tta["CER 25"]["seconds"] == 60 and tta["WER 60"]["seconds"] == 60
+    _, cer, wer = draw_accuracy(load_groups([folder])).axes
+    for axis, label, median in ((cer, "CER 25", 100 / 6), (wer, "WER 60", 50.0)):
+        stars = [line for line in axis.lines if line.get_marker() == "*"]
+        assert len(stars) == 1 and list(stars[0].get_xdata()) == [1.0]
+        assert list(stars[0].get_ydata()) == pytest.approx([median])  # on the median, not on the curve
+        assert f"{label}: 1.00 min" in [text.get_text() for text in axis.texts]
+        running = next(line for line in axis.lines if line.get_linestyle() == ":")
+        assert list(running.get_xdata())[0] == 1.0  # the rule has no median before the third evaluation
+        assert "run: median of the last 3" in [text.get_text() for text in axis.get_legend().get_texts()]
+    curve = next(line for line in cer.lines if line.get_marker() == "o")
+    first_crossing = next(t for t, value in zip(curve.get_xdata(), curve.get_ydata(), strict=True) if value <= 25)
+    assert first_crossing < 1.0
+    assert "median of the last 3 evaluations" in cer.figure.texts[0].get_text()
+
+
+def test_figure_7_draws_dev_other_lighter_than_the_scored_subset(tmp_path):
+    _, cer, wer = draw_accuracy(load_groups([write_run(tmp_path / "run", new=True)])).axes
+    for axis, offset in ((cer, 5.0), (wer, 5.0)):
+        scored = next(line for line in axis.lines if line.get_label() == "run, dev-clean")
+        other = next(line for line in axis.lines if line.get_label() == "run, dev-other")
+        assert scored.get_alpha() is None and 0 < other.get_alpha() < 1
+        assert list(other.get_ydata()) == pytest.approx([value + offset for value in scored.get_ydata()])
+        assert other.get_color() == scored.get_color()
+
+
+def test_figure_7_legends_show_the_curves_colors(tmp_path):
+    folders = [write_run(tmp_path / "one", new=True), write_run(tmp_path / "two", new=True)]
+    for folder in folders:
+        _reach_targets_as_the_harness_does(folder)
+    figure = draw_accuracy(load_groups(folders))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][:2]
+    for axis in figure.axes:
+        legend = axis.get_legend()
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+            group = text.get_text().split(":")[0].split(",")[0]
+            assert handle.get_color() == colors[["one", "two"].index(group)], text.get_text()
+    assert "one: TTA reached" in [text.get_text() for text in figure.axes[1].get_legend().get_texts()]
+
+
+@pytest.mark.parametrize(("low", "high", "expected"), [
+    # Less than a decade: the ends (two significant digits) and every round number between them but
+    # 30, which would overprint 28.
+    (27.6, 101.2, [28, 40, 50, 60, 70, 80, 90, 100]),
+    (1.67, 210.0, [1.7, 5, 10, 20, 50, 100, 210]),  # over two decades: 1-2-5, again the ends
+    (40.0, 44.0, [40, 44]),  # a sliver of a decade: at least both ends
+])
+def test_log_ticks_label_the_datas_ends(low, high, expected):
+    from benchbase.report.figure_parts import log_ticks
+
+    ticks = log_ticks(low, high)
+    assert ticks == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("new", [False, True], ids=["old-records", "new-records"])
+def test_figure_7_labels_each_log_axis_at_the_lowest_and_highest_value(tmp_path, new):
+    figure = draw_accuracy(load_groups([write_run(tmp_path / "run", new=new)]))
+    figure.canvas.draw()
+    for axis in figure.axes:
+        values = [value for line in axis.lines for value in line.get_ydata() if value > 0]
+        low, high = axis.get_ylim()
+        labelled = [float(text.get_text()) for text in axis.get_yticklabels()
+                    if text.get_text() and low <= text.get_position()[1] <= high]
+        assert min(labelled) == pytest.approx(min(values), rel=0.05)
+        assert max(labelled) == pytest.approx(max(values), rel=0.05)
+
+
+def _comb_run(folder: Path) -> Path:
+    """A run whose sampler read 35 % and 65 % in turn every 30 ms (the kernel's 10 ms ticks on a steady
+    50 % load), on a 2-CPU machine with a 1-thread budget, evaluating from 19 s to 20 s."""
+    write_run(folder, new=True, gpus=0)
+    samples = [{"t": round(0.03 * step, 4), "cpu": 35.0 if step % 2 else 65.0, "cores": [70.0, 0.0] if step % 2
+                else [100.0, 30.0], "proc_cpu": 35.0 if step % 2 else 65.0} for step in range(2000)]
+    (folder / "telemetry.jsonl").write_text("".join(json.dumps(sample) + "\n" for sample in samples))
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, "cpu": {"thread_budget": 1, "cores_in_steps": 1.0}}))
+    return folder
+
+
+def test_figure_8_smooths_the_samples_and_shades_their_range(tmp_path):
+    axis = draw_utilization(load_groups([_comb_run(tmp_path / "run")])).axes[0]
+    cpu = next(line for line in axis.lines if line.get_label() == "CPU")
+    assert max(abs(value - 50.0) for value in cpu.get_ydata()) < 2.0  # the comb's mean, not its teeth
+    band = axis.collections[0].get_paths()[0].vertices[:, 1]
+    assert min(band) == 35.0 and max(band) == 65.0
+    assert f"{SMOOTHING_SECONDS:g} s means" in axis.figure.texts[0].get_text()
+
+
+def test_figure_8_states_what_100_percent_means_and_marks_the_evaluations(tmp_path):
+    axis = draw_utilization(load_groups([_comb_run(tmp_path / "run")])).axes[0]
+    assert "of all 2 logical CPUs" in axis.get_ylabel()
+    budget = next(line for line in axis.lines if line.get_label().startswith("thread budget"))
+    assert budget.get_label() == "thread budget: 1 of 2 logical CPUs" and list(budget.get_ydata()) == [50.0, 50.0]
+    right = next(child for child in axis.get_children() if type(child).__name__ == "SecondaryAxis")
+    assert right.get_ylabel() == "CPU, % of the 1-thread budget"
+    legend = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert "evaluation" in legend and "CPU" in legend
+    evaluated = [(patch.get_x(), patch.get_x() + patch.get_width()) for patch in axis.patches]
+    assert evaluated == [pytest.approx((19.0, 20.0))]  # the window 5-30 s holds the evaluation that ended at 20 s
+
+
+def test_figure_10_is_drawn_only_for_groups_that_share_a_global_batch(tmp_path):
+    alone = write_figures(load_groups([write_run(tmp_path / "alone", new=True)]), tmp_path / "one")
+    assert "throughput-same-batch.png" not in [path.name for path in alone]
+    apart = load_groups([write_run(tmp_path / "small", new=True, global_batch=16),
+                         write_run(tmp_path / "large", new=True, global_batch=32)])
+    assert same_batch_groups(apart) == []
+    assert not (tmp_path / "apart" / "throughput-same-batch.png").exists()
+    write_figures(apart, tmp_path / "apart")
+    assert not (tmp_path / "apart" / "throughput-same-batch.png").exists()
+    mixed = load_groups([write_run(tmp_path / "a", new=True), write_run(tmp_path / "b", new=False),
+                         write_run(tmp_path / "c", new=True, global_batch=64)])
+    assert [group.name for group in same_batch_groups(mixed)] == ["a", "b"]
+    axis = draw_same_batch_throughput(same_batch_groups(mixed)).axes[0]
+    assert len(axis.patches) == 2 and "all at global batch 32" in axis.get_title()

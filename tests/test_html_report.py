@@ -64,6 +64,17 @@ def test_the_html_report_is_self_contained_and_escaped(tmp_path):
     assert "torch <script>alert(1)</script>" in text and "2.82" in text and "NA" in text
 
 
+def test_a_table_without_rows_shows_only_its_title_and_notes(tmp_path):
+    empty = ReportTable("TTA at the same global batch", ["group", "global batch", "CER 40"], [],
+                        notes=["No two groups trained at the same global batch size."])
+    collected = _Collected()
+    collected.feed(render_html([empty, *_tables()], []))
+    assert collected.tags.count("table") == 2  # the two tables with rows; no bare header for the empty one
+    text = "".join(collected.text)
+    assert "TTA at the same global batch" in text and "No two groups trained at the same global batch size." in text
+    assert "global batch</th>" not in render_html([empty], [])
+
+
 def test_report_writes_the_html_beside_the_markdown(tmp_path):
     written = write_tables(_tables(), tmp_path, [_figure(tmp_path)])
     assert tmp_path / "report.html" in written and tmp_path / "report.md" in written

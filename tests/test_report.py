@@ -114,6 +114,7 @@ def test_the_tta_tables_are_exact(groups_root):
     assert percent.rows == [["base", 100.0, 100.0], ["fast", 50.0, 50.0], ["bad", None, pytest.approx(330 / 210 * 100)]]
     assert percent.formatted_rows()[2] == ["bad", "NA", "157.1"]
     assert accuracy.rows[1] == ["fast", "dev-clean", 30.0, 31.0, 30.0, 12.0, 25]  # evals every 5 s to 105 + 20
+    assert accuracy.formatted_rows()[1][-1] == "25"  # an epoch, not 25.00
     # Table 5: the paper's column order (clean before other, dev before test), whatever the run's order.
     assert final.headers == ["group", "decoder, beam", "dev-clean", "test-clean", "dev-other", "test-other"]
     assert final.rows[0] == ["base", "greedy 1", 21.0, 22.0, 40.0, 44.0]
@@ -183,8 +184,10 @@ def test_report_writes_markdown_csv_and_figures(groups_root, tmp_path):
     assert "paper sys10" in markdown and "![accuracy-over-time](figures/accuracy-over-time.png)" in markdown
     assert (out / "tta-minutes.csv").read_text().splitlines()[3] == "bad,3,NA,5.5"
     assert (out / "tta-percent-of-baseline.csv").read_text().splitlines()[2] == "fast,50.0,50.0"
-    assert "![throughput-same-batch](figures/throughput-same-batch.png)" in markdown
-    for name in ("accuracy-over-time", "utilization", "throughput-over-time", "throughput-same-batch"):
+    # The groups record no global batch: nothing to compare at one batch, so no bars and no empty table.
+    assert "throughput-same-batch" not in markdown and not (out / "figures" / "throughput-same-batch.png").exists()
+    assert "### TTA at the same global batch (minutes; the paper's Table 6)\n\nNo two groups" in markdown
+    for name in ("accuracy-over-time", "utilization", "throughput-over-time"):
         png = out / "figures" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
         image = imread(png)
@@ -249,4 +252,30 @@ def test_groups_at_the_same_batch_make_the_papers_table_6(groups_root):
     assert table.rows[1][2:] == [55 / 60, 105 / 60]
     shutil.rmtree(groups_root / "fast")
     lonely = same_batch_table(scored_groups(load_groups([groups_root / "base", groups_root / "bad"])), [CER, WER])
-    assert lonely.rows == [] and "No two groups trained at the same global batch size." in lonely.notes
+    assert lonely.rows == [] and lonely.notes == ["No two groups trained at the same global batch size."]
+    # The sentence alone: no header over an empty grid.
+    assert lonely.to_markdown() == f"### {lonely.title}\n\nNo two groups trained at the same global batch size.\n"
+
+
+def test_an_epoch_prints_as_an_integer_and_a_mean_of_epochs_only_when_whole(groups_root):
+    fast = scored_groups(load_groups([groups_root / "fast"]))  # one run, evaluated 25 times
+    accuracy = _table(report_tables(fast, fast[0], CostModel()), "last-evaluation")
+    assert accuracy.rows[0][-1] == 25 and isinstance(accuracy.rows[0][-1], int)
+    assert accuracy.formatted_rows()[0][-1] == "25" and accuracy.to_csv().splitlines()[1].endswith(",25")
+    base = scored_groups(load_groups([groups_root / "base"]))  # 44, 28, 40, 48 and 46 evaluations
+    assert _table(report_tables(base, base[0], CostModel()), "last-evaluation").rows[0][-1] == pytest.approx(41.2)
+
+
+def test_the_cost_table_says_how_to_give_a_price(groups_root):
+    for config_path in (groups_root / "fast").rglob("config.json"):
+        config = json.loads(config_path.read_text())
+        config["hardware"] = {"name": "cpu", "price": {"total_usd": None, "hourly_usd": None}}
+        config_path.write_text(json.dumps(config))
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    cost = _table(report_tables(scored, scored[0], CostModel()), "cost-energy")
+    assert cost.rows[1][1:4] == [None, None, None]
+    hints = [note for note in cost.notes if note.startswith("No price for")]
+    assert hints == [hints[0]] and hints[0].startswith("No price for fast:")
+    assert "price.total_usd" in hints[0] and "price.hourly_usd" in hints[0] and "--price-per-hour" in hints[0]
+    priced = _table(report_tables(scored, scored[0], CostModel(price_per_hour=2.0)), "cost-energy")
+    assert not any(note.startswith("No price") for note in priced.notes)

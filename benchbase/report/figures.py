@@ -1,10 +1,15 @@
 """The paper's figures from run folders, as PNG files (matplotlib, no display needed).
 
 Figure 7: training loss (Gaussian-smoothed, sigma 10 batches), CER and WER over time, all on
-  log axes, the workload's targets as dashed lines, the validation loss as markers.
-Figure 8: CPU utilization and each GPU's utilization over a 25-second window of the run.
+  log axes labelled over the data's range; the scored subset solid, the other dev subsets
+  lighter; the median of the last e evaluations (the TTA rule's aggregate) dotted; the
+  workload's targets as dashed lines and a star where each run reached each target.
+Figure 8: CPU utilization and each GPU's utilization over a 25-second window of the run, as
+  1-second means with the raw samples' range shaded, the thread budget and the evaluations
+  marked (benchbase.report.utilization_figure).
 Figure 9: training throughput over time.
-Figure 10: training throughput per run group as bars, to compare platforms at one batch size.
+Figure 10: training throughput per run group as bars, for the groups that share a global batch
+  size (drawn only where two or more do: one bar compares nothing).
 
 Each figure has a draw_* function that returns the matplotlib figure (so tests can inspect
 its axes) and a *_figure function that draws it and writes the PNG.
@@ -12,7 +17,6 @@ its axes) and a *_figure function that draws it and writes the PNG.
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
@@ -21,26 +25,44 @@ import matplotlib
 matplotlib.use("Agg")  # files only: a report must work on a headless machine
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import LogFormatter  # noqa: E402
 from scipy.ndimage import gaussian_filter1d  # noqa: E402
 
-from benchbase.atomic import atomic_write_bytes  # noqa: E402
-from benchbase.report.runs import Run, RunGroup  # noqa: E402
-from benchbase.specs.tta import METRIC_LABELS  # noqa: E402
+from benchbase.report.accuracy_marks import (  # noqa: E402
+    CER_METRICS,
+    TargetMarks,
+    eval_value,
+    metric_name,
+    subset_series,
+    targets,
+)
+from benchbase.report.figure_parts import (  # noqa: E402
+    WARMUP_BATCHES,
+    colored,
+    label_log_axis,
+    minutes,
+    note_if_empty,
+    outside_legend,
+    positive,
+    save,
+)
+from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch  # noqa: E402
+from benchbase.report.utilization_figure import (  # noqa: E402
+    SMOOTHING_SECONDS,
+    UTILIZATION_WINDOW_SECONDS,
+    draw_utilization,
+    utilization_window,
+)
 
 __all__ = [
-    "LOSS_SIGMA_BATCHES", "UTILIZATION_WINDOW_SECONDS", "WARMUP_BATCHES", "accuracy_figure", "batch_throughput",
-    "draw_accuracy", "draw_same_batch_throughput", "draw_throughput", "draw_utilization", "same_batch_figure",
-    "smooth_loss", "throughput_figure", "utilization_figure", "utilization_window", "write_figures",
+    "LOSS_SIGMA_BATCHES", "SMOOTHING_SECONDS", "UTILIZATION_WINDOW_SECONDS", "WARMUP_BATCHES", "accuracy_figure",
+    "batch_throughput", "draw_accuracy", "draw_same_batch_throughput", "draw_throughput", "draw_utilization",
+    "same_batch_figure", "same_batch_groups", "smooth_loss", "throughput_figure", "utilization_figure",
+    "utilization_window", "write_figures",
 ]
 
-DPI = 120
 LOSS_SIGMA_BATCHES = 10.0  # the paper smooths Figure 7's training loss with a Gaussian of sigma 10 batches
-UTILIZATION_WINDOW_SECONDS = 25.0  # the paper's Figure 8 shows 25 seconds of steady training
-WARMUP_BATCHES = 5  # the first batches carry compilation and cache warm-up, not steady-state speed
 ROLLING_BATCHES = 25  # Figure 9's rolling median, only there to make a noisy per-batch series readable
-CER_METRICS = ("cer", "paper_cer")
+OTHER_SUBSET_ALPHA = 0.35  # the subsets TTA is not scored on: there for context, drawn behind the scored one
 
 
 def write_figures(groups: list[RunGroup], out: Path, window: tuple[float, float] | None = None) -> list[Path]:
@@ -49,61 +71,72 @@ def write_figures(groups: list[RunGroup], out: Path, window: tuple[float, float]
     paths = [accuracy_figure(groups, out / "accuracy-over-time.png"),
              utilization_figure(groups, out / "utilization.png", window),
              throughput_figure(groups, out / "throughput-over-time.png")]
-    if groups:  # a bar chart of nothing says nothing
-        paths.append(same_batch_figure(groups, out / "throughput-same-batch.png"))
+    shared = same_batch_groups(groups)
+    if shared:  # a bar chart of one group compares nothing
+        paths.append(same_batch_figure(shared, out / "throughput-same-batch.png"))
     return paths
 
 
 def accuracy_figure(groups: list[RunGroup], path: Path) -> Path:
-    return _save(draw_accuracy(groups), path)
+    return save(draw_accuracy(groups), path)
 
 
 def utilization_figure(groups: list[RunGroup], path: Path, window: tuple[float, float] | None = None) -> Path:
-    return _save(draw_utilization(groups, window), path)
+    return save(draw_utilization(groups, window), path)
 
 
 def throughput_figure(groups: list[RunGroup], path: Path) -> Path:
-    return _save(draw_throughput(groups), path)
+    return save(draw_throughput(groups), path)
 
 
 def same_batch_figure(groups: list[RunGroup], path: Path) -> Path:
-    return _save(draw_same_batch_throughput(groups), path)
+    return save(draw_same_batch_throughput(groups), path)
 
 
 # Figure 7 ---------------------------------------------------------------------------------------
 
 def draw_accuracy(groups: list[RunGroup]):
     """Figure 7: loss, CER and WER panels over the run clock, each on a log y axis."""
-    figure, (loss, cer, wer) = plt.subplots(3, 1, sharex=True, figsize=(8, 9))
+    figure, (loss, cer, wer) = plt.subplots(3, 1, sharex=True, figsize=(11, 10))
     cer_metric = _cer_metric(groups)
-    for color, group in _colored(groups):
+    panels = {cer_metric: cer, "wer": wer}
+    windows = set()
+    for color, group in colored(groups):
+        marks = TargetMarks(group, panels)
+        windows.add(marks.window)
         for index, run in enumerate(group.runs):
-            label = _label(group, index)
+            label = _label(group) if index == 0 else None  # one legend entry per group, not per run
             _plot_loss(loss, run, color, label)
-            _plot_eval(cer, run.evaluations, cer_metric, color, label)
-            _plot_eval(wer, run.evaluations, "wer", color, label)
+            for metric, axis in panels.items():
+                _plot_eval(axis, run.evaluations, metric, color, label)
+            marks.draw(run, color, label)
     _target_lines(cer, wer, groups)
-    subset = _subset_names(groups)
-    on = f" on {subset}" if subset else ""
-    names = ((loss, "CTC loss"), (cer, f"{_metric_name(cer_metric)} (%){on}"), (wer, f"WER (%){on}"))
-    for axis, name in names:
-        axis.set_ylabel(name)
-        axis.set_yscale("log")  # the paper's Figure 7: error rates and loss fall over decades
-        _plain_log_labels(axis)
-        axis.grid(alpha=0.3, which="both")
-        _note_if_empty(axis, f"no {axis.get_ylabel().split(' (')[0]} in the runs' records")
-    loss.legend(handles=_loss_legend(groups, subset), fontsize=7, loc="upper right")
-    wer.set_xlabel("run clock (minutes)")
-    if cer.get_legend_handles_labels()[0]:
-        cer.legend(fontsize=7, loc="upper right")
-    figure.suptitle(f"loss, {_metric_name(cer_metric)} and WER over time (targets dashed)")
+    _finish_accuracy_axes(figure, (loss, cer, wer), groups, cer_metric, windows)
     return figure
 
 
-def _plain_log_labels(axis) -> None:
-    # "30" reads faster than "3 x 10^1" on an axis that often spans less than a decade.
-    axis.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-    axis.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+def _finish_accuracy_axes(figure, axes, groups: list[RunGroup], cer_metric: str, windows: set) -> None:
+    loss, cer, wer = axes
+    subset = _subset_names(groups)
+    on = f" on {subset}" if subset else ""
+    names = ((loss, "CTC loss"), (cer, f"{metric_name(cer_metric)} (%){on}"), (wer, f"WER (%){on}"))
+    for axis, name in names:
+        axis.set_ylabel(name)
+        axis.set_yscale("log")  # the paper's Figure 7: error rates and loss fall over decades
+        label_log_axis(axis)
+        axis.grid(alpha=0.3, which="both")
+        note_if_empty(axis, f"no {name.split(' (')[0]} in the runs' records")
+        outside_legend(axis)
+    wer.set_xlabel("run clock (minutes)")
+    figure.suptitle(f"loss, {metric_name(cer_metric)} and WER over time; targets dashed; a star marks TTA: the first "
+                    f"evaluation whose {_window_text(windows)} is at or below the target", fontsize=10)
+
+
+def _window_text(windows: set) -> str:
+    known = sorted(window for window in windows if window)
+    if len(known) == 1:
+        return f"median of the last {known[0]} evaluations"
+    return "median of the last e evaluations"
 
 
 def smooth_loss(values: list[float], sigma: float = LOSS_SIGMA_BATCHES) -> list[float]:
@@ -113,37 +146,43 @@ def smooth_loss(values: list[float], sigma: float = LOSS_SIGMA_BATCHES) -> list[
     return gaussian_filter1d([float(value) for value in values], sigma=sigma, mode="nearest").tolist()
 
 
-def _plot_loss(axis, run: Run, color: str, label: str) -> None:
+def _plot_loss(axis, run: Run, color: str, label: str | None) -> None:
     # Raw loss faintly, the smoothed loss solid: the trend the paper plots, without hiding the noise.
-    batches = [batch for batch in run.batches if _positive(batch.get("loss"))]
-    times = _minutes(batches)
+    batches = [batch for batch in run.batches if positive(batch.get("loss"))]
     values = [batch["loss"] for batch in batches]
-    axis.plot(times, values, color=color, alpha=0.15, lw=0.5)
-    axis.plot(times, smooth_loss(values), color=color, lw=1.2, label=label)
-    validation = [(record.get("t", 0.0) / 60, value) for record in run.evaluations
-                  if _positive(value := _eval_value(record, "loss"))]
-    if validation:  # new eval records carry the scored subset's CTC loss; old ones do not
-        axis.plot(*zip(*validation, strict=True), "s", color=color, ms=4, mec="black", mew=0.5)
+    axis.plot(minutes(batches), values, color=color, alpha=0.15, lw=0.5)
+    axis.plot(minutes(batches), smooth_loss(values), color=color, lw=1.2,
+              label=label and f"{label}: training loss, Gaussian sigma {LOSS_SIGMA_BATCHES:g} batches")
+    for subset, scored in subset_series(run.evaluations):
+        _plot_validation_loss(axis, run.evaluations, subset, scored, color, label)
 
 
-def _plot_eval(axis, evaluations: list[dict], metric: str, color: str, label: str) -> None:
+def _plot_validation_loss(axis, evaluations: list[dict], subset: str | None, scored: bool, color: str,
+                          label: str | None) -> None:
     points = [(record.get("t", 0.0) / 60, value) for record in evaluations
-              if _positive(value := _eval_value(record, metric))]
-    if points:
-        axis.plot(*zip(*points, strict=True), "o-", color=color, ms=3, label=label)
+              if positive(value := eval_value(record, "loss", None if scored else subset))]
+    if points:  # new eval records carry each subset's CTC loss; old ones do not
+        axis.plot(*zip(*points, strict=True), "s", color=color, ms=4, mec="black", mew=0.5,
+                  alpha=None if scored else OTHER_SUBSET_ALPHA,
+                  label=label and f"{label}: validation loss{_subset_text(subset)}")
 
 
-def _eval_value(record: dict, metric: str) -> float | None:
-    """The scored subset's value: top level in every record format; new records also nest it by subset."""
-    value = record.get(metric)
-    if value is None:
-        value = ((record.get("subsets") or {}).get(record.get("subset")) or {}).get(metric)
-    return value
+def _plot_eval(axis, evaluations: list[dict], metric: str, color: str, label: str | None) -> None:
+    for subset, scored in subset_series(evaluations):
+        points = [(record.get("t", 0.0) / 60, value) for record in evaluations
+                  if positive(value := eval_value(record, metric, None if scored else subset))]
+        if points:
+            axis.plot(*zip(*points, strict=True), "o-" if scored else "^-", color=color, ms=3,
+                      alpha=None if scored else OTHER_SUBSET_ALPHA, label=label and f"{label}{_subset_text(subset)}")
+
+
+def _subset_text(subset: str | None) -> str:
+    return f", {subset}" if subset else ""
 
 
 def _cer_metric(groups: list[RunGroup]) -> str:
     # The CER panel shows the metric the targets are stated in, so the target lines mean what they say.
-    return "paper_cer" if any(metric == "paper_cer" for metric, _ in _targets(groups)) else "cer"
+    return "paper_cer" if any(metric == "paper_cer" for metric, _ in targets(groups)) else "cer"
 
 
 def _subset_names(groups: list[RunGroup]) -> str:
@@ -157,109 +196,11 @@ def _subset_names(groups: list[RunGroup]) -> str:
 
 
 def _target_lines(cer, wer, groups: list[RunGroup]) -> None:
-    for metric, value in _targets(groups):
+    for metric, value in targets(groups):
         axis = cer if metric in CER_METRICS else wer
         axis.axhline(value, color="black", ls="--", lw=0.8)
-        axis.annotate(f"{_metric_name(metric)} {value:g}", (0.005, value), xycoords=("axes fraction", "data"),
+        axis.annotate(f"{metric_name(metric)} {value:g}", (0.005, value), xycoords=("axes fraction", "data"),
                       fontsize=7, va="bottom")
-
-
-def _targets(groups: list[RunGroup]) -> list[tuple[str, float]]:
-    targets = {(str(target.get("metric")), float(target["value"])) for group in groups
-               for target in (group.workload.get("tta") or {}).get("targets", [])
-               if isinstance(target, dict) and _positive(target.get("value"))}
-    return sorted(targets)
-
-
-def _loss_legend(groups: list[RunGroup], subset: str) -> list[Line2D]:
-    # Says what the line and the markers are; the colors are named in the CER panel's legend.
-    handles = [Line2D([], [], color="gray", lw=1.2, label=f"training loss, Gaussian sigma {LOSS_SIGMA_BATCHES:g} batches")]
-    if any(_positive(_eval_value(record, "loss")) for group in groups for run in group.runs for record in run.evaluations):
-        handles.append(Line2D([], [], color="gray", marker="s", ls="", mec="black",
-                              label=f"validation loss{f' ({subset})' if subset else ''}"))
-    return handles
-
-
-def _metric_name(metric: str) -> str:
-    # The names the TTA tables use (paper_cer is "CER", jiwer's cer "CER/ref"), so figure and table agree.
-    return METRIC_LABELS.get(metric, metric.upper())
-
-
-# Figure 8 ---------------------------------------------------------------------------------------
-
-def draw_utilization(groups: list[RunGroup], window: tuple[float, float] | None = None):
-    """Figure 8: per group (its first run), CPU solid (the run's own processes dotted) and each GPU
-    dashed over one window."""
-    figure, axes = plt.subplots(len(groups) or 1, 1, figsize=(8, 1 + 2.4 * max(1, len(groups))), squeeze=False)
-    for axis, group in zip(axes[:, 0], groups, strict=False):
-        run = group.runs[0]
-        span = window or utilization_window(run)
-        _plot_utilization(axis, _in_window(run.telemetry, span))
-        axis.set_xlim(*span)
-        axis.set_title(group.name, fontsize=9, loc="left")
-    for axis in axes[:, 0]:
-        axis.set_ylabel("utilization (%)")
-        axis.set_ylim(0, 105)
-        axis.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("run clock (seconds)")
-    which = (f"run clock {window[0]:g} to {window[1]:g} s" if window
-             else f"{UTILIZATION_WINDOW_SECONDS:g} s after {WARMUP_BATCHES} warm-up batches")
-    figure.suptitle(f"CPU and GPU utilization, {which} (first run of each group)")
-    return figure
-
-
-def utilization_window(run: Run) -> tuple[float, float]:
-    """The default window: 25 s from the end of the warm-up batches, as in the paper's Figure 8;
-    for a run that ends sooner, the last 25 s (or the whole run), so the window is never empty."""
-    batches = run.batches
-    start = batches[min(len(batches), WARMUP_BATCHES) - 1].get("t", 0.0) if batches else 0.0
-    samples = [sample.get("t") for sample in run.telemetry if isinstance(sample.get("t"), int | float)]
-    end = max(samples) if samples else start + UTILIZATION_WINDOW_SECONDS
-    start = max(0.0, min(start, end - UTILIZATION_WINDOW_SECONDS))
-    return start, start + UTILIZATION_WINDOW_SECONDS
-
-
-def _plot_utilization(axis, samples: list[dict]) -> None:
-    times = [sample["t"] for sample in samples]
-    axis.plot(times, [sample.get("cpu") for sample in samples], color="black", lw=0.9, label="CPU")
-    process_times, process_cpu = _process_cpu_series(samples)
-    if process_times:  # telemetry written before the sampler followed the run's processes has none
-        axis.plot(process_times, process_cpu, color="black", ls=":", lw=0.9, label="CPU, run's processes")
-    gpu_series = _gpu_series(samples)
-    for index, (gpu_times, util) in enumerate(gpu_series):
-        axis.plot(gpu_times, util, ls="--", lw=0.9, label=f"GPU {index}")
-    if not samples:
-        axis.text(0.5, 0.5, "no telemetry in this window", ha="center", va="center", transform=axis.transAxes,
-                  fontsize=8)
-    # The sampler records no "gpus" without NVML; the legend says so rather than leave the reader guessing.
-    # (In the legend, not on the plot: a busy CPU runs along the top where a note would cover it.)
-    no_gpu = "no GPU utilization (NVML unavailable)" if not gpu_series else None
-    axis.legend(fontsize=7, title=no_gpu, title_fontsize=7, loc="lower right", ncol=min(len(axis.lines), 5))
-
-
-def _process_cpu_series(samples: list[dict]) -> tuple[list[float], list[float]]:
-    """(times, CPU %) of the run's own processes, on the machine-wide scale of "cpu"."""
-    points = [(sample["t"], sample["proc_cpu"]) for sample in samples if isinstance(sample.get("proc_cpu"), int | float)]
-    return [t for t, _ in points], [cpu for _, cpu in points]
-
-
-def _gpu_series(samples: list[dict]) -> list[tuple[list[float], list[float]]]:
-    """One (times, utilization) series per GPU index; a sample missing a GPU's reading is skipped."""
-    series: list[tuple[list[float], list[float]]] = []
-    for sample in samples:
-        for index, gpu in enumerate(sample.get("gpus") or []):
-            while len(series) <= index:
-                series.append(([], []))
-            util = gpu.get("util") if isinstance(gpu, dict) else None
-            if isinstance(util, int | float):
-                series[index][0].append(sample["t"])
-                series[index][1].append(util)
-    return series
-
-
-def _in_window(samples: list[dict], window: tuple[float, float]) -> list[dict]:
-    start, end = window
-    return [sample for sample in samples if isinstance(sample.get("t"), int | float) and start <= sample["t"] <= end]
 
 
 # Figure 9 ---------------------------------------------------------------------------------------
@@ -267,12 +208,13 @@ def _in_window(samples: list[dict], window: tuple[float, float]) -> list[dict]:
 def draw_throughput(groups: list[RunGroup]):
     """Figure 9: per-batch training throughput over the run clock."""
     figure, axis = plt.subplots(figsize=(8, 4))
-    for color, group in _colored(groups):
+    for color, group in colored(groups):
         for index, run in enumerate(group.runs):
             batches = run.batches
             values = [b.get("throughput") or 0.0 for b in batches]
-            axis.plot(_minutes(batches), values, color=color, alpha=0.15, lw=0.6)
-            axis.plot(_minutes(batches), _rolling_median(values), color=color, lw=1.2, label=_label(group, index))
+            axis.plot(minutes(batches), values, color=color, alpha=0.15, lw=0.6)
+            axis.plot(minutes(batches), _rolling_median(values), color=color, lw=1.2,
+                      label=_label(group) if index == 0 else None)
     axis.set_xlabel("run clock (minutes)")
     axis.set_ylabel("utterances per second")
     axis.grid(alpha=0.3)
@@ -289,18 +231,21 @@ def _rolling_median(values: list[float]) -> list[float]:
 
 # Figure 10 --------------------------------------------------------------------------------------
 
+def same_batch_groups(groups: list[RunGroup]) -> list[RunGroup]:
+    """The groups Figure 10 compares: those that share a global batch with another group."""
+    return [group for shared in groups_by_shared_batch(groups).values() for group in shared]
+
+
 def draw_same_batch_throughput(groups: list[RunGroup]):
     """Figure 10: one bar per group, its training throughput; the title names the shared batch size."""
     figure, axis = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 2), 4))
     values = [batch_throughput(group) for group in groups]
-    batches = [_global_batch(group) for group in groups]
-    colors = [color for color, _ in _colored(groups)]
-    positions = range(len(groups))
-    bars = axis.bar(positions, [value or 0.0 for value in values], color=colors)
+    batches = [group.global_batch for group in groups]
+    bars = axis.bar(range(len(groups)), [value or 0.0 for value in values], color=[c for c, _ in colored(groups)])
     axis.bar_label(bars, labels=[f"{value:.1f}" if value is not None else "no batches" for value in values],
                    fontsize=8)
-    axis.set_xticks(list(positions), [f"{group.name}\nbatch {_batch_text(size)}" for group, size in
-                                      zip(groups, batches, strict=True)], fontsize=8)
+    axis.set_xticks(range(len(groups)), [f"{group.name}\nbatch {_batch_text(size)}" for group, size in
+                                         zip(groups, batches, strict=True)], fontsize=8)
     axis.set_ylabel("utterances per second")
     axis.grid(alpha=0.3, axis="y")
     axis.margins(y=0.12)  # room for the value labels above the tallest bar
@@ -318,13 +263,8 @@ def batch_throughput(group: RunGroup) -> float | None:
 def _run_throughput(run: Run) -> float | None:
     batches = run.batches
     steady = batches[WARMUP_BATCHES:] or batches  # a run shorter than warm-up still has a number to show
-    values = [value for batch in steady if _positive(value := batch.get("throughput"))]
+    values = [value for batch in steady if positive(value := batch.get("throughput"))]
     return statistics.median(values) if values else None
-
-
-def _global_batch(group: RunGroup) -> int | None:
-    size = (group.hardware.get("pipeline") or {}).get("global_batch")
-    return size if isinstance(size, int) else None
 
 
 def _batch_note(sizes: list[int | None]) -> str:
@@ -339,33 +279,5 @@ def _batch_text(size: int | None) -> str:
     return "?" if size is None else str(size)
 
 
-# shared -----------------------------------------------------------------------------------------
-
-def _positive(value) -> bool:
-    # Log axes cannot show zero, negative or missing values; nor can a median use NaN.
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
-def _note_if_empty(axis, message: str) -> None:
-    if not any(len(line.get_xdata()) for line in axis.lines if line.get_linestyle() != "--"):
-        axis.text(0.5, 0.5, message, ha="center", va="center", transform=axis.transAxes, fontsize=8)
-
-
-def _minutes(records: list[dict]) -> list[float]:
-    return [record.get("t", 0.0) / 60 for record in records]
-
-
-def _label(group: RunGroup, index: int) -> str:
-    return group.name if len(group.runs) == 1 else f"{group.name} #{index}"
-
-
-def _colored(groups: list[RunGroup]):
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return [(colors[index % len(colors)], group) for index, group in enumerate(groups)]
-
-
-def _save(figure, path: Path) -> Path:
-    figure.tight_layout()
-    atomic_write_bytes(path, lambda handle: figure.savefig(handle, dpi=DPI, format="png"))
-    plt.close(figure)
-    return path
+def _label(group: RunGroup) -> str:
+    return group.name if len(group.runs) == 1 else f"{group.name} ({len(group.runs)} runs)"

@@ -32,6 +32,7 @@ class _Cell:
 
 def render_html(tables: list[ReportTable], figures: list[Path], title: str = "benchbase report") -> str:
     shown = [{"slug": table.slug, "title": table.title, "headers": table.headers, "notes": table.notes,
+              "empty": table.empty,
               "rows": [[_cell(value, table.digits) for value in row] for row in table.rows]} for table in tables]
     pictures = [{"name": figure.stem, "data": base64.b64encode(figure.read_bytes()).decode("ascii")}
                 for figure in figures if figure.suffix.lower() == ".png"]

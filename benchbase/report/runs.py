@@ -15,7 +15,7 @@ from benchbase.errors import InputError
 from benchbase.run_folder import RESULT_NAME, RunFolder, find_run_folders, read_json_lines
 from benchbase.specs import ResultProblem, RunResult, read_run_result
 
-__all__ = ["Run", "RunGroup", "load_groups", "read_json_lines"]
+__all__ = ["Run", "RunGroup", "groups_by_shared_batch", "load_groups", "read_json_lines"]
 
 
 @dataclass
@@ -32,6 +32,11 @@ class Run:
     @property
     def hardware(self) -> dict:
         return self.config.get("hardware") or {}
+
+    @property
+    def global_batch(self) -> int | None:
+        batch = (self.hardware.get("pipeline") or {}).get("global_batch")
+        return batch if isinstance(batch, int) and not isinstance(batch, bool) else None
 
     @cached_property
     def metrics(self) -> list[dict]:
@@ -68,6 +73,22 @@ class RunGroup:
     @property
     def workload(self) -> dict:
         return self.runs[0].config.get("workload") or {}
+
+    @property
+    def global_batch(self) -> int | None:
+        """The global batch every run trained at; None when unrecorded or when the runs differ."""
+        batches = {run.global_batch for run in self.runs}
+        return batches.pop() if len(batches) == 1 else None
+
+
+def groups_by_shared_batch(groups: list[RunGroup]) -> dict[int, list[RunGroup]]:
+    """Global batch -> the groups that trained at it, for the batches two or more groups share:
+    only there does a comparison show the platform and framework rather than the batch size."""
+    by_batch: dict[int, list[RunGroup]] = {}
+    for group in groups:
+        if group.global_batch is not None:
+            by_batch.setdefault(group.global_batch, []).append(group)
+    return {batch: shared for batch, shared in sorted(by_batch.items()) if len(shared) > 1}
 
 
 def load_groups(paths: list[Path]) -> list[RunGroup]:

@@ -26,14 +26,20 @@ class ReportTable:
         words = "".join(char if char.isalnum() else " " for char in (self.name or self.title).lower()).split()
         return "-".join(words[:8])
 
+    @property
+    def empty(self) -> bool:
+        """No rows: renderers show the title and the notes (which say why) without a bare grid."""
+        return not self.rows
+
     def formatted_rows(self) -> list[list[str]]:
         return [[format_cell(value, self.digits) for value in row] for row in self.rows]
 
     def to_markdown(self) -> str:
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.headers) + " |",
-                 "|" + "|".join("---" for _ in self.headers) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.formatted_rows()]
-        lines += [""] + [f"{note}  " for note in self.notes]
+        lines = [f"### {self.title}", ""]
+        if not self.empty:
+            lines += ["| " + " | ".join(self.headers) + " |", "|" + "|".join("---" for _ in self.headers) + "|"]
+            lines += ["| " + " | ".join(row) + " |" for row in self.formatted_rows()] + [""]
+        lines += [f"{note}  " for note in self.notes]
         return "\n".join(lines).rstrip() + "\n"
 
     def to_csv(self) -> str:

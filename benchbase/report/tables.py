@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from benchbase.errors import InputError
 from benchbase.report.cost import CostModel, energy_kwh
 from benchbase.report.paper import FINAL_WER, PLATFORMS
-from benchbase.report.runs import RunGroup
+from benchbase.report.runs import RunGroup, groups_by_shared_batch
 from benchbase.report.scoring import OlympicScore, score_group
 from benchbase.report.table import ReportTable
 from benchbase.specs import RunResult
@@ -56,25 +56,15 @@ def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
     batch sizes that at least two groups share appear, so that the comparison is of the
     platforms and frameworks, not of the batch size.
     """
-    by_batch: dict[int, list[Scored]] = {}
-    for item in scored:
-        batches = {_global_batch(run) for run in item.group.runs} - {None}
-        if len(batches) == 1:
-            by_batch.setdefault(batches.pop(), []).append(item)
-    rows = [[item.group.name, batch, *(item.minutes(label) for label in labels)]
-            for batch, items in sorted(by_batch.items()) if len(items) > 1 for item in items]
-    notes = ["The TTA table above is the paper's Table 4 (each group at its own batch size); here, the groups that "
-             "share a global batch size (the paper's Table 6)."]
-    if not rows:
-        notes.append("No two groups trained at the same global batch size.")
+    by_group = {id(item.group): item for item in scored}
+    rows = [[group.name, batch, *(by_group[id(group)].minutes(label) for label in labels)]
+            for batch, shared in groups_by_shared_batch([item.group for item in scored]).items() for group in shared]
+    # Without rows the sentence alone says it: a header over an empty grid reads as missing data.
+    notes = [("The TTA table above is the paper's Table 4 (each group at its own batch size); here, the groups that "
+              "share a global batch size (the paper's Table 6).") if rows else
+             "No two groups trained at the same global batch size."]
     return ReportTable("TTA at the same global batch (minutes; the paper's Table 6)", ["group", "global batch", *labels],
                        rows, name="tta-same-batch", notes=notes)
-
-
-def _global_batch(run) -> int | None:
-    pipeline = (run.config.get("hardware") or {}).get("pipeline") or {}
-    batch = pipeline.get("global_batch")
-    return batch if isinstance(batch, int) else None
 
 
 def tta_minutes_table(scored: list[Scored], labels: list[str]) -> ReportTable:
@@ -118,8 +108,8 @@ def accuracy_table(scored: list[Scored]) -> ReportTable:
     for item in scored:
         lasts = [_last_evaluation(run.result) for run in item.group.runs]
         rows.append([item.group.name, ", ".join(sorted({str(last.get("subset", "dev")) for last in lasts})),
-                     *(_mean(last.get(metric) for last in lasts)
-                       for metric in ("wer", "paper_cer", "cer", "loss", "epoch"))])
+                     *(_mean(last.get(metric) for last in lasts) for metric in ("wer", "paper_cer", "cer", "loss")),
+                     _mean_count(last.get("epoch") for last in lasts)])
     return ReportTable("accuracy at the last evaluation (%, mean over runs)",
                        ["group", "subset", "WER", "CER", "CER/ref", "loss", "epoch"], rows, name="last-evaluation")
 
@@ -201,10 +191,21 @@ def cost_table(scored: list[Scored], labels: list[str], cost: CostModel) -> Repo
         dollars = [cost.cost(hardware, item.scores[label].seconds if label in item.scores else None)
                    for label in labels]
         rows.append([item.group.name, cost.hourly(hardware), *dollars, *(_energy(item, label) for label in labels)])
-    return ReportTable("cost and energy to accuracy", headers, rows, digits=4, name="cost-energy",
-                       notes=[f"Cost: {cost.describe()}, times the olympic TTA.",
-                              "Energy: GPU power from NVML integrated up to TTA, mean over the runs that reached "
-                              "the target; NA without NVML power readings."])
+    notes = [f"Cost: {cost.describe()}, times the olympic TTA."]
+    unpriced = [row[0] for row in rows if row[1] is None]
+    if unpriced:
+        notes.append(_price_hint(unpriced))
+    notes.append("Energy: GPU power from NVML integrated up to TTA, mean over the runs that reached the target; NA "
+                 "without NVML power readings.")
+    return ReportTable("cost and energy to accuracy", headers, rows, digits=4, name="cost-energy", notes=notes)
+
+
+def _price_hint(unpriced: list[str]) -> str:
+    # An all-NA column with no way out reads as a bug; say where a price comes from.
+    return (f"No price for {', '.join(unpriced)}: no price.total_usd (a purchase price, amortized over "
+            "--lifetime-years) or price.hourly_usd (a rental price) in the hardware profile. Give one in the "
+            "profile's YAML (hardware_profiles/, or your own --hw FILE) for later runs, or pass `benchbase report "
+            "--price-per-hour` for these.")
 
 
 def score_table(scored: list[Scored]) -> ReportTable:
@@ -240,6 +241,12 @@ def _percent(value: float | None, baseline: float | None) -> float | None:
 
 def _minutes(seconds: float | None) -> float | None:
     return None if seconds is None else seconds / 60
+
+
+def _mean_count(values) -> int | float | None:
+    """The mean of counts (epochs): an int when it is a whole number, so that 11 does not print as 11.00."""
+    mean = _mean(values)
+    return int(mean) if mean is not None and mean.is_integer() else mean
 
 
 def _mean(values) -> float | None:
