@@ -32,6 +32,7 @@ from benchbase.registry import collect_registry
 from benchbase.specs import ModelSpec, RunConfig
 from benchbase.specs.workload import PRECISIONS, QUANTIZABLE_TENSORS, QuantizationSpec
 from benchbase.testing.conformance import Kit, resolve_backend
+from benchbase.testing.isa import capped
 from benchbase.testing.kit_data import load_kit_data
 from benchbase.testing.precision import (
     flip_bound,
@@ -290,6 +291,12 @@ def test_an_int8_checkpoint_keeps_the_ranges(name, kit_data, tmp_path):
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_bf16_trains_and_predicts_on_a_cpu(name, kit_data):
+    if name == "tf" and capped():
+        # TensorFlow picks oneDNN's bf16 convolution by the CPU's own features (AVX-512 here),
+        # which a oneDNN held to AVX2 cannot build ("could not create a primitive descriptor");
+        # a real AVX2 CPU takes TensorFlow's other path and trains (docs/BENCHMARKS.md, bf16 on
+        # the AVX2 machine). No real CPU has this combination.
+        pytest.skip("TensorFlow bf16 under an ISA cap: a combination no real CPU has")
     model = in_precision(kit_data.model, "bf16")
     weights = random_weights(kit_data.model, kit_data.feature_dimension, seed=1)
     inputs = kit_data.batches[0].inputs()

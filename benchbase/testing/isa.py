@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from benchbase.cpu_features import best_isa
 
-__all__ = ["ISA_CAPS", "active_isa", "isa_environment", "lower_isa", "main"]
+__all__ = ["ISA_CAPS", "active_isa", "capped", "isa_environment", "lower_isa", "main"]
 
 ISA_CAPS: dict[str, dict[str, str]] = {
     "native": {},
@@ -56,6 +56,11 @@ def isa_environment(cap: str, base: Mapping[str, str] | None = None) -> dict[str
         environment[name] = value
     environment["BENCHBASE_ISA_CAP"] = cap
     return environment
+
+
+def capped() -> bool:
+    """This process runs under a cap below the CPU's own ISA (``isa_environment``)."""
+    return os.environ.get("BENCHBASE_ISA_CAP", "native") != "native"
 
 
 def active_isa(backend: str = "") -> str:
