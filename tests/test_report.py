@@ -4,6 +4,7 @@ timelines: exact TTA tables, percentages, olympic scores, cost, energy, and the 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from benchbase.errors import InputError
 from benchbase.metrics import TargetTracker
 from benchbase.report import CostModel, energy_kwh, load_groups, olympic_score
 from benchbase.report.paper import TTA_OWN_BATCH, paper_tables
-from benchbase.report.tables import pick_baseline, report_tables, scored_groups
+from benchbase.report.tables import environment_table, pick_baseline, report_tables, scored_groups
 from benchbase.specs import TTARule
 
 CER, WER = "CER/ref 40", "WER 80"  # a "cer" target: jiwer's CER over reference characters
@@ -279,3 +280,39 @@ def test_the_cost_table_says_how_to_give_a_price(groups_root):
     assert "price.total_usd" in hints[0] and "price.hourly_usd" in hints[0] and "--price-per-hour" in hints[0]
     priced = _table(report_tables(scored, scored[0], CostModel(price_per_hour=2.0)), "cost-energy")
     assert not any(note.startswith("No price") for note in priced.notes)
+
+
+def test_a_copied_run_is_scored_once_and_named(groups_root, tmp_path):
+    copies = tmp_path / "copies"
+    shutil.copytree(groups_root / "base" / "run-0", copies / "run-0")
+    shutil.copytree(groups_root / "base" / "run-0", copies / "run-1")
+    shutil.copytree(groups_root / "base" / "run-2", copies / "run-2")  # the same seed, another measurement
+    [group] = load_groups([copies])
+    assert [run.path.name for run in group.runs] == ["run-0", "run-2"]
+    assert group.duplicates == [(copies / "run-1", copies / "run-0")]
+
+
+def test_a_score_says_how_many_runs_a_spread_needs():
+    three = olympic_score([100.0, 110.0, 120.0])
+    assert three.stdev is None and "no spread from 1 kept run: it needs 4 runs (5 if one may miss)" in three.note
+    assert "a spread 4" in olympic_score([100.0, 110.0]).note
+    assert olympic_score([100.0, 110.0, 120.0, 130.0]).stdev is not None
+
+
+def test_two_machines_folders_of_one_name_are_told_apart_by_host(tmp_path):
+    for machine, host in (("a", "sha256:aaaaaaaaaaaa"), ("b", "sha256:bbbbbbbbbbbb")):
+        write_run(tmp_path / machine / "torch-cpu" / "run-0", 100, 200)
+        result = tmp_path / machine / "torch-cpu" / "run-0" / "result.json"
+        data = json.loads(result.read_text())
+        data["environment"] = {"host": host, "python": "3.11.7", "packages": {"torch": "2.13.0+cpu"},
+                               "benchbase": {"version": "0.1.0", "commit": "abc", "dirty": False},
+                               "backend_distribution": "benchbase-torch-ds2 0.1.0",
+                               "cpu": {"model": "AMD EPYC", "best_isa": "avx512", "vector_extensions": ["AVX-512 BF16"],
+                                       "isa_caps": {}}}
+        result.write_text(json.dumps(data))
+    groups = load_groups([tmp_path / "a" / "torch-cpu", tmp_path / "b" / "torch-cpu"])
+    assert [group.name for group in groups] == ["torch-cpu", "torch-cpu @sha256:bbbbbbbbbbbb"]
+    table = environment_table(groups)
+    assert table.rows[0][1:] == ["benchbase-torch-ds2 0.1.0", "torch 2.13.0+cpu", "3.11.7",
+                                 "AMD EPYC, avx512 with BF16", "none", "0.1.0 abc", "sha256:aaaaaaaaaaaa"]
+    assert table.notes == []

@@ -61,6 +61,10 @@ class RunGroup:
     runs: list[Run]
     left_out: list[Path] = field(default_factory=list)
     """Run folders without a result.json (killed, or still running): not scored, but reported."""
+    duplicates: list[tuple[Path, Path]] = field(default_factory=list)
+    """(run folder, the earlier run folder of the group it repeats): the same seed, config and
+    evaluations (times included), which only a copy of one run's folder has. Scoring a copy
+    would count one measurement several times, so only the first is scored."""
 
     @property
     def targets(self) -> list[str]:
@@ -69,6 +73,11 @@ class RunGroup:
     @property
     def hardware(self) -> dict:
         return self.runs[0].hardware
+
+    @property
+    def environment(self) -> dict:
+        """The first run's recorded software environment ({} for runs that predate it)."""
+        return self.runs[0].result.environment
 
     @property
     def workload(self) -> dict:
@@ -103,10 +112,32 @@ def load_groups(paths: list[Path]) -> list[RunGroup]:
         folders = [folder for folder in found if RunFolder(folder).result.is_file()]
         if not folders:
             raise InputError(f"{path}: no {RESULT_NAME} in it or in its run folders")
-        name = _distinct_name(path.resolve().name or str(path), {group.name for group in groups})
+        runs, duplicates = _distinct_measurements([_load_run(folder) for folder in folders])
+        name = _distinct_name(path.resolve().name or str(path), runs[0], groups)
         left_out = [folder for folder in found if folder not in folders]
-        groups.append(RunGroup(name, [_load_run(folder) for folder in folders], left_out))
+        groups.append(RunGroup(name, runs, left_out, duplicates))
     return groups
+
+
+def _distinct_measurements(runs: list[Run]) -> tuple[list[Run], list[tuple[Path, Path]]]:
+    """The runs, each measurement once, and (copy, first) for the copies."""
+    first: dict[str, Run] = {}
+    kept, duplicates = [], []
+    for run in runs:
+        measurement = _measurement(run)
+        if measurement in first:
+            duplicates.append((run.path, first[measurement].path))
+        else:
+            first[measurement] = run
+            kept.append(run)
+    return kept, duplicates
+
+
+def _measurement(run: Run) -> str:
+    """What makes a run one measurement: its seed, its config (less where it was written and the
+    data's path) and its evaluations with their times."""
+    config = {key: value for key, value in run.config.items() if key not in ("out", "data", "environment")}
+    return json.dumps([run.result.seed, config, run.evaluations], sort_keys=True, default=str)
 
 
 def _load_run(path: Path) -> Run:
@@ -133,11 +164,26 @@ def _read_object(path: Path) -> dict:
     return data
 
 
-def _distinct_name(name: str, taken: set[str]) -> str:
+def _distinct_name(name: str, run: Run, groups: list[RunGroup]) -> str:
+    """The folder's name; where another group has it, the host (or benchbase commit) that tells
+    the two apart, else a number: two machines' "torch-cpu" folders become "torch-cpu @sha256:1a2b..."."""
+    taken = {group.name for group in groups}
+    if name not in taken:
+        return name
+    for key in ("host", "commit"):
+        mine = _environment_value(run.result.environment, key)
+        others = {_environment_value(group.environment, key) for group in groups if group.name.split(" @")[0] == name}
+        if mine and mine not in others and f"{name} @{mine}" not in taken:
+            return f"{name} @{mine}"
     candidate, index = name, 2
     while candidate in taken:
         candidate, index = f"{name}-{index}", index + 1
     return candidate
+
+
+def _environment_value(environment: dict, key: str) -> str | None:
+    value = environment.get("host") if key == "host" else (environment.get("benchbase") or {}).get("commit")
+    return str(value)[:19] if value else None
 
 
 def _unique(items) -> list:

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 
 from benchbase.report.runs import RunGroup
 
-__all__ = ["OlympicScore", "olympic_score", "score_group"]
+__all__ = ["OLYMPIC_MINIMUM_RUNS", "SPREAD_MINIMUM_RUNS", "OlympicScore", "olympic_score", "score_group"]
 
 OLYMPIC_MINIMUM_RUNS = 3
+SPREAD_MINIMUM_RUNS = 4
+"""Runs for a spread (stdev, coefficient of variation): the olympic mean keeps all but two, and a
+spread needs two kept values; 5 where one run may miss the target."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,14 @@ def olympic_score(times: Sequence[float | None]) -> OlympicScore:
 
 def _kept(reached: list[float], missed: int, runs: int) -> tuple[list[float], str]:
     if runs < OLYMPIC_MINIMUM_RUNS:
-        return reached, f"mean of {runs} run(s); the olympic score needs {OLYMPIC_MINIMUM_RUNS}"
-    if missed:
-        return reached[1:], "dropped the fastest and the one run that never reached it"
-    return reached[1:-1], "dropped the fastest and the slowest"
+        return reached, (f"mean of {runs} run(s); the olympic score needs {OLYMPIC_MINIMUM_RUNS}, a spread "
+                         f"{SPREAD_MINIMUM_RUNS} (5 if one may miss)")
+    kept = reached[1:] if missed else reached[1:-1]
+    note = ("dropped the fastest and the one run that never reached it" if missed
+            else "dropped the fastest and the slowest")
+    if len(kept) < 2:
+        note += f"; no spread from {len(kept)} kept run: it needs {SPREAD_MINIMUM_RUNS} runs (5 if one may miss)"
+    return kept, note
 
 
 def score_group(group: RunGroup) -> dict[str, OlympicScore]:

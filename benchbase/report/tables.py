@@ -42,9 +42,40 @@ def pick_baseline(scored: list[Scored], name: str | None) -> Scored:
     raise InputError(f"--baseline {name!r} names no run group; groups: {', '.join(s.group.name for s in scored)}")
 
 
+def environment_table(groups: list[RunGroup]) -> ReportTable:
+    """What each group measured: the software and the CPU its first run recorded."""
+    rows = [[group.name, *_environment_cells(group.environment, group.runs[0].result.cpu)] for group in groups]
+    notes = [] if all(group.environment for group in groups) else [
+        "NA: the run predates the environment record (benchbase_environment, rule set 1.4)."]
+    return ReportTable("software environment (the first run of each group)", ["group", "backend", "frameworks",
+                       "python", "CPU", "GPU", "benchbase", "host"], rows, name="environment", notes=notes)
+
+
+def _environment_cells(environment: dict, cpu: dict) -> list[str | None]:
+    if not environment:
+        return [None] * 7
+    packages = environment.get("packages") or {}
+    frameworks = ", ".join(f"{name} {packages[name]}" for name in ("torch", "tensorflow", "tensorflow-cpu", "jax")
+                           if name in packages)
+    recorded_cpu = environment.get("cpu") or cpu or {}
+    extensions = recorded_cpu.get("vector_extensions") or []
+    isa = f"{recorded_cpu.get('best_isa', '')}{' with BF16' if 'AVX-512 BF16' in extensions else ''}"
+    caps = recorded_cpu.get("isa_caps") or {}
+    gpus = (environment.get("accelerator") or {}).get("gpus") or {}
+    gpu = (f"{gpus.get('count')}x {', '.join(dict.fromkeys(gpus.get('models', [])))} (driver {gpus.get('driver')})"
+           if gpus.get("count") else "none")
+    source = environment.get("benchbase") or {}
+    commit = (source.get("commit") or "")[:10]
+    revision = f"{source.get('version', '?')} {commit}{' (dirty)' if source.get('dirty') else ''}".strip()
+    return [environment.get("backend_distribution"), frameworks, environment.get("python"),
+            f"{recorded_cpu.get('model', '?')}, {isa}{' (capped)' if caps else ''}", gpu, revision,
+            environment.get("host")]
+
+
 def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> list[ReportTable]:
     labels = _labels(scored)
-    return [tta_minutes_table(scored, labels), same_batch_table(scored, labels),
+    return [environment_table([item.group for item in scored]), tta_minutes_table(scored, labels),
+            same_batch_table(scored, labels),
             tta_percent_table(scored, labels, baseline), accuracy_table(scored), final_evaluation_table(scored),
             throughput_table(scored), score_table(scored), cost_table(scored, labels, cost)]
 
