@@ -339,9 +339,9 @@ class Backend(ABC):
     def start_profiler(self, directory: Path) -> None:
         """Start the framework's own profiler (torch.profiler, tf.profiler) writing into ``directory``.
 
-        ``benchbase run --profile STEPS`` calls this before a few training steps and
+        ``benchbase run --profile-steps STEPS`` calls this before a few training steps and
         ``stop_profiler()`` after them. A backend that does not override both is refused
-        ``--profile`` before the clock starts.
+        ``--profile-steps`` before the clock starts.
         """
         raise NotImplementedError
 

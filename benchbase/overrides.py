@@ -1,6 +1,6 @@
 """Changing a run's specs from the command line, and what that makes of it: MLPerf's divisions.
 
-``--set workload.evaluation.beam_width=64 --set hardware.pipeline.global_batch=150``: a dotted
+``--set workload.evaluation.beam_width=64 --set hardware.pipeline.readers=2``: a dotted
 path into the workload or the hardware profile and a YAML value (``64``, ``true``, ``[a, b]``),
 validated by the same pydantic models as the YAML files, with the same one-line errors.
 

@@ -23,16 +23,20 @@ class Registry:
     workloads: dict[str, WorkloadSpec] = field(default_factory=dict)
     profiles: dict[str, HardwareProfile] = field(default_factory=dict)
 
+    def backend_entry(self, name: str) -> type[Backend] | BackendReference:
+        """What a plugin registered under ``name``, without importing a referenced backend's framework."""
+        return _lookup(self.backends, name, "backend")
+
     def backend(self, name: str) -> type[Backend]:
         """The backend class; a registered reference is imported now."""
-        backend = _lookup(self.backends, name, "backend")
+        backend = self.backend_entry(name)
         return backend.load() if isinstance(backend, BackendReference) else backend
 
     def workload(self, name_or_path: str) -> WorkloadSpec:
         """A registered workload by name, or a YAML file when the argument is a path."""
         if names_a_file(name_or_path):
             return _spec_file(WorkloadSpec, name_or_path, "workload")
-        return _lookup(self.workloads, name_or_path, "workload")
+        return _lookup(self.workloads, name_or_path, "workload", also="or a workload YAML file's path")
 
     def profile(self, name_or_path: str) -> HardwareProfile:
         """A registered profile by name, a YAML file when the argument is a path, or this machine for "auto"."""
@@ -40,7 +44,8 @@ class Registry:
             return _spec_file(HardwareProfile, name_or_path, "hardware profile")
         if name_or_path == AUTO_PROFILE and AUTO_PROFILE not in self.profiles:
             return detect_profile()  # this machine, as it is now
-        return _lookup(self.profiles, name_or_path, "hardware profile")
+        auto = f"{AUTO_PROFILE} (this machine), " if AUTO_PROFILE not in self.profiles else ""
+        return _lookup(self.profiles, name_or_path, "hardware profile", also=f"{auto}or a profile YAML file's path")
 
 
 def _spec_file(model, name_or_path: str, what: str):
@@ -103,8 +108,9 @@ def _record_failure(manager: pluggy.PluginManager, plugin_name: str, error: Exce
         raise error
 
 
-def _lookup(table: dict, name: str, kind: str):
+def _lookup(table: dict, name: str, kind: str, also: str = ""):
+    """``table[name]``, or a one-line InputError listing the names (and ``also``: what else the option takes)."""
     if name not in table:
-        available = ", ".join(sorted(table)) or "none"
+        available = ", ".join([*sorted(table), also] if also else sorted(table)) or "none"
         raise InputError(f"unknown {kind} {name!r}; available: {available}")
     return table[name]

@@ -10,7 +10,7 @@
       checkpoints/              batch-NNNNNNN.ckpt with its sidecar batch-NNNNNNN.ckpt.json, final.ckpt
       decoded/NAME.jsonl        each utterance's reference and hypothesis for one evaluated subset
       segments/K/               the files of an interrupted segment, moved aside by a resume
-      profile/                  the framework profiler's trace (benchbase run --profile)
+      profile/                  the framework profiler's trace (benchbase run --profile-steps)
 
 A folder of runs (benchbase run --runs N) holds run-0, run-1, ... The module imports nothing of
 the harness, so the checker and the report learn the layout without loading the training

@@ -36,6 +36,8 @@ def load_spec_text(spec_type: type[SpecT], text: str, source: str) -> SpecT:
         line = f"line {where.line + 1}: " if where is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise InputError(f"{source}: malformed YAML: {line}{problem}") from None
+    if data is None:  # nothing but blanks and comments
+        raise InputError(f"{source}: the file is empty; expected a mapping of fields")
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping of fields, got {type(data).__name__}")
     try:

@@ -244,3 +244,35 @@ def test_decode_sweep_refuses_a_run_without_a_checkpoint(tmp_path):
 
     with pytest.raises(InputError, match="no checkpoint"):
         newest_checkpoint(tmp_path)
+
+
+def test_decode_sweep_shows_each_beam_width_as_it_is_done(registry, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from benchbase.cli.decode_commands import sweep_row
+    from benchbase.cli.reporter import DecodeSweepReporter
+    from benchbase.replay import DevOutputs
+    from benchbase.specs import RunConfig
+
+    config = RunConfig(workload=registry.workload("ds2-mini"), backend="torch", hardware=registry.profile("cpu"),
+                       out=tmp_path / "run", data=tmp_path / "store")
+    batch = (np.stack([peaked("the cat"), peaked("a bbigg")]), np.asarray([7, 7]))
+    outputs = DevOutputs(batches=[batch, batch, batch], references=["the cat", "a big"] * 3)
+    shown = io.StringIO()
+    decoded: list[int] = []
+    with DecodeSweepReporter(Console(file=shown, width=120)) as reporter:
+        reporter.predicting("dev-clean", "final.ckpt")
+        reporter.decoding("run: beam on 6 dev-clean utterances")
+        for width in (1, 4):
+            reporter.width_started(width, len(outputs.batches))
+            row = sweep_row(config, tmp_path, "beam", width, outputs, lambda width=width: decoded.append(width))
+            assert shown.getvalue().count("beam width") == (width > 1)  # each row printed when it is done
+            reporter.width_finished(row)
+    assert decoded == [1, 1, 1, 4, 4, 4]  # progress after every batch
+    lines = shown.getvalue().splitlines()
+    assert lines[0].startswith("beam width 1, seconds ") and lines[0].endswith(", WER % 0.00, CER % 0.00, "
+                                                                               "CER/ref % 0.00")
+    assert lines[1].startswith("beam width 4, seconds ")
+    assert "run: beam on 6 dev-clean utterances" in shown.getvalue()  # and the whole table at the end

@@ -177,7 +177,7 @@ def _cli_run(tmp_path: Path, store: Path, *extra: str) -> tuple[Path, subprocess
 
 @pytest.mark.slow
 def test_cpu2_trains_in_two_processes_and_its_log_passes(small_store, tmp_path):
-    out, process = _cli_run(tmp_path, small_store, "--max-epochs", "1", "--profile", "2")
+    out, process = _cli_run(tmp_path, small_store, "--max-epochs", "1", "--profile-steps", "2")
     stdout, stderr = process.communicate(timeout=600)
     assert process.returncode == 3, stderr[-3000:]  # aborted at max_epochs: a status, not a failure
     assert stdout.count("run folder:") == 1

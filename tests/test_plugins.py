@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -255,3 +256,53 @@ def test_a_backend_reference_is_imported_only_when_asked_for(pm):
     assert registry.backend("lazy").name == "linear-ctc"
     with pytest.raises(TypeError, match="not a benchbase Backend subclass"):
         registry.backend("broken")
+
+
+# --- register_workloads, as docs/writing-a-workload.md describes it -------------------------
+
+
+def _workload_doc_blocks() -> dict[str, str]:
+    """The first ```yaml, ```python and ```toml block of docs/writing-a-workload.md."""
+    text = (Path(__file__).parents[1] / "docs" / "writing-a-workload.md").read_text()
+    return {language: re.search(rf"```{language}\n(.*?)```", text, re.S).group(1)
+            for language in ("yaml", "python", "toml")}
+
+
+def test_a_workload_a_plugin_registers_is_found_and_resolves_as_closed(pm):
+    from benchbase.cli.run_plan import RunRequest, resolve_run
+    from benchbase.specs import WorkloadSpec
+    from benchbase.yaml_specs import load_spec_text
+
+    class MyWorkloads:
+        @benchbase.hookimpl
+        def register_workloads(self, register):
+            register(load_spec_text(WorkloadSpec, _workload_doc_blocks()["yaml"], "ds2-tiny.yaml"))
+
+    pm.register(MyWorkloads(), name="my-workloads")
+    pm.register(ThirdPartyPlugin())
+    registry = collect_registry(pm)
+    assert registry.workload("ds2-tiny").model.lstm_units == 64 and not pm.failures
+    resolved = resolve_run(RunRequest(workload="ds2-tiny", backend="linear-ctc", hardware="cpu"), registry)
+    assert resolved.division["division"] == "closed"
+
+
+def test_the_documented_workload_plugin_works_through_its_entry_point(tmp_path):
+    blocks = _workload_doc_blocks()
+    site = tmp_path / "site"
+    package = site / "my_workloads"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "plugin.py").write_text(blocks["python"])
+    (package / "ds2-tiny.yaml").write_text(blocks["yaml"])
+    entry_point = re.search(r"^(\S+) = \"(\S+)\"$", blocks["toml"], re.M)
+    info = site / "my_workloads-1.0.dist-info"
+    info.mkdir()
+    info.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: my-workloads\nVersion: 1.0\n")
+    info.joinpath("entry_points.txt").write_text(f"[benchbase]\n{entry_point[1]} = {entry_point[2]}\n")
+    env = {"PYTHONPATH": str(site), "COLUMNS": "250", "BENCHBASE_LOAD_PLUGINS": f"{entry_point[1]},torch"}
+    listed = run_benchbase("workloads", env=env)
+    assert listed.returncode == 0 and "ds2-tiny" in listed.stdout, listed.stderr
+    planned = run_benchbase("run", "--workload", "ds2-tiny", "--backend", "torch", "--hw", "cpu", "--dry-run",
+                            env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert "ds2-tiny, closed division" in planned.stdout

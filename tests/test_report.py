@@ -316,3 +316,14 @@ def test_two_machines_folders_of_one_name_are_told_apart_by_host(tmp_path):
     assert table.rows[0][1:] == ["benchbase-torch-ds2 0.1.0", "torch 2.13.0+cpu", "3.11.7",
                                  "AMD EPYC, avx512 with BF16", "none", "0.1.0 abc", "sha256:aaaaaaaaaaaa"]
     assert table.notes == []
+
+
+def test_score_names_a_copied_run_and_leaves_it_out(groups_root, tmp_path):
+    copies = tmp_path / "copies"
+    for name in ("run-0", "run-1"):
+        shutil.copytree(groups_root / "base" / "run-0", copies / name)
+    printed = run_benchbase("score", str(copies))
+    assert printed.returncode == 0 and "run-1 repeats" in printed.stdout.replace("\n", "")
+    as_json = json.loads(run_benchbase("score", "--json", str(copies)).stdout)
+    assert as_json["copies"]["duplicates"] == [{"run": str(copies / "run-1"), "repeats": str(copies / "run-0")}]
+    assert as_json["copies"][CER]["runs"] == 1

@@ -248,8 +248,13 @@ def test_the_sweep_folder_reports_as_one_experiment(finished_sweep, tmp_path):
     assert reported.returncode == 0, reported.stderr[-2000:]
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "the paper's Table 6" in markdown and "CV %" in markdown
-    assert (tmp_path / "report" / "figures" / "throughput-same-batch.png").is_file()  # Figure 10
+    # Figure 10 compares groups at the same global batch; batch16 and batch32 share none, so it is left out.
+    assert not (tmp_path / "report" / "figures" / "throughput-same-batch.png").exists()
     assert (tmp_path / "report" / "report.html").is_file()
+    # `check` reads the sweep's folder as score and report do: every run's log, against rule set 1.4.
+    checked = run_benchbase("check", str(out))
+    assert checked.returncode == 0, checked.stdout[-2000:]
+    assert "4/4 log(s) pass rule set 1.4" in " ".join(checked.stdout.split())
 
 
 @pytest.mark.slow
@@ -312,3 +317,47 @@ def test_a_failing_run_is_recorded_and_the_sweep_goes_on(tmp_path, small_store):
                                            "torch-cpu-huge/seed-1": ("failed", 2)}
     assert failed.stderr.strip().startswith("benchbase: error: 2 of 2 runs did not finish: torch-cpu-huge/seed-0")
     assert "fewer than one global batch" in (tmp_path / "out" / "torch-cpu-huge" / "seed-1.log").read_text()
+
+
+# --- the dry run's checks, the file's documentation, the organization -----------------------
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def test_a_dry_run_names_the_runs_that_run_would_refuse(tmp_path):
+    profiles = ["cpu", "sys1"] if _gpus() < 4 else ["cpu"]
+    spec = {"name": "refusals", "workload": "ds2-mini", "backends": ["torch"], "profiles": profiles, "seeds": [0],
+            "variants": [{"name": "fp32"}, {"name": "fp16", "set": ["workload.model.precision=fp16"]}]}
+    out = tmp_path / "out"
+    shown = run_benchbase("sweep", str(_write(tmp_path / "refusals.yaml", spec)), "--out", str(out), "--dry-run",
+                          env={"COLUMNS": "300"})
+    assert shown.returncode == 2, shown.stderr
+    refused = 1 + (len(profiles) - 1) * 2
+    assert shown.stderr == (f"benchbase: error: {refused} of {2 * len(profiles)} planned runs would be refused by "
+                            "`benchbase run` (the table says why)\n")
+    rows = {line.split("│")[2].strip(): line.split("│")[4].strip() for line in shown.stdout.splitlines()
+            if line.count("│") == 5 and "seed-" in line}
+    assert rows["torch-cpu-fp32/seed-0"] == "pass"
+    assert rows["torch-cpu-fp16/seed-0"].startswith("refused: precision 'fp16' needs a GPU's tensor cores")
+    if "sys1" in profiles:
+        assert rows["torch-sys1-fp32/seed-0"].startswith("refused: hardware profile 'sys1' plans 4 cuda device(s)")
+    assert not out.exists()
+
+
+def test_the_sweep_file_documentation_names_every_field():
+    documented = (Path(__file__).parents[1] / "examples" / "README.md").read_text()
+    for name, field in SweepSpec.model_fields.items():
+        assert f"| `{field.alias or name}` |" in documented, name
+
+
+def test_runs_started_by_a_sweep_get_its_organization_and_resumed_ones_keep_their_own(tmp_path):
+    from benchbase.cli.sweep_command import run_arguments
+
+    run = plan_sweep(SweepSpec.model_validate(GRID))[0]
+    assert run_arguments(run, tmp_path, "start", "ACME")[-2:] == ["--org", "ACME"]
+    assert "--org" not in run_arguments(run, tmp_path, "start", None)
+    assert run_arguments(run, tmp_path, "resume", "ACME") == ["run", "--resume", str(run.folder(tmp_path))]

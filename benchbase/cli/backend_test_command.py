@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchbase.cli.app import cli
+from benchbase.cli.framework_logs import filtered_native_logs
 from benchbase.errors import BenchbaseError
 
 __all__ = ["backend_test", "results_table"]
@@ -31,7 +32,8 @@ def backend_test(name: str, rules: tuple[str, ...], as_json: bool) -> None:
     from benchbase.testing.kit_data import load_kit_data
 
     selected = [rule.name for rule in select_rules(rules or None)]  # unknown names fail before any work
-    backend_class = resolve_backend(name)
+    with filtered_native_logs():  # the framework's C++ start-up lines, not the kit's output
+        backend_class = resolve_backend(name)
     progress = Console(stderr=True)
     data = load_kit_data(progress=lambda message: progress.print(f"[dim]{message}[/]"))
     on_result = None if as_json else (lambda r: progress.print(f"[dim]{r.name}: {'pass' if r.passed else 'FAIL'}[/]"))

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from benchbase.cli.app import cli
+from benchbase.cli.framework_logs import load_backend
+from benchbase.cli.reporter import DecodeSweepReporter
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
 from benchbase.metrics import error_rates
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
 from benchbase.replay import DevOutputs, dev_outputs, load_run_config, newest_checkpoint
 from benchbase.specs import BEAM_DECODERS, RunConfig
 
@@ -34,22 +38,30 @@ def decode_sweep(run_dir: Path, beams: str, decoder: str | None, data: Path | No
     widths = _widths(beams)
     config = load_run_config(run_dir)
     subset = _subset(config, subset)
-    outputs = dev_outputs(config, newest_checkpoint(run_dir), data or config.data, subset)
+    checkpoint = newest_checkpoint(run_dir)
+    store = data or config.data
     evaluation = config.workload.evaluation
     name = decoder or (evaluation.decoder if evaluation.decoder != "greedy" else "word_beam")
-    table = Table(title=f"{run_dir}: {name} on {len(outputs.references)} {subset} utterances")
-    for column in ("beam width", "seconds", "WER %", "CER %", "CER/ref %"):
-        table.add_column(column, justify="right")
-    for width in widths:
-        table.add_row(*sweep_row(config, data or config.data, name, width, outputs))
-    Console().print(table)
+    load_backend(collect_registry(get_plugin_manager()), config.backend)  # its framework, imported quietly now
+    with DecodeSweepReporter(Console()) as reporter:
+        reporter.predicting(subset, checkpoint.name)
+        outputs = dev_outputs(config, checkpoint, store, subset)
+        reporter.decoding(f"{run_dir}: {name} on {len(outputs.references)} {subset} utterances")
+        for width in widths:
+            reporter.width_started(width, len(outputs.batches))
+            reporter.width_finished(sweep_row(config, store, name, width, outputs, reporter.batch_decoded))
 
 
-def sweep_row(config: RunConfig, store: Path, name: str, width: int, outputs: DevOutputs) -> tuple[str, ...]:
+def sweep_row(config: RunConfig, store: Path, name: str, width: int, outputs: DevOutputs,
+              batch_decoded: Callable[[], None] = lambda: None) -> tuple[str, ...]:
+    """One beam width's row: decoding seconds and the error rates; ``batch_decoded`` after each batch."""
     spec = config.workload.evaluation.model_copy(update={"decoder": name, "beam_width": width})
     decoder = evaluation_decoder(spec, store, config.workload.data.train, config.workload.model.ctc_blank_index)
+    hypotheses: list[str] = []
     started = time.perf_counter()
-    hypotheses = [text for log_probs, lengths in outputs.batches for text in decoder.decode(log_probs, lengths)]
+    for log_probs, lengths in outputs.batches:
+        hypotheses += decoder.decode(log_probs, lengths)
+        batch_decoded()
     seconds = time.perf_counter() - started
     rates = error_rates(outputs.references, hypotheses)
     return str(width), f"{seconds:.2f}", f"{rates.wer:.2f}", f"{rates.paper_cer:.2f}", f"{rates.cer:.2f}"

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from benchbase.cli.app import cli
 from benchbase.errors import InputError
@@ -34,7 +35,9 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
     scored = scored_groups(load_groups(list(run_dirs)))
     if as_json:
         click.echo(json.dumps({item.group.name: {**{label: _score_json(s) for label, s in item.scores.items()},
-                                                 "left_out": [str(path) for path in item.group.left_out]}
+                                                 "left_out": [str(path) for path in item.group.left_out],
+                                                 "duplicates": [{"run": str(copy), "repeats": str(original)}
+                                                                for copy, original in item.group.duplicates]}
                                for item in scored}, indent=2))
         return
     console = Console()
@@ -79,14 +82,20 @@ def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: b
 
 
 def _warn_left_out(console: Console, scored) -> None:
-    """Runs without a result.json are not scored; say so rather than score the rest silently."""
+    """Runs without a result.json, and copies of a run, are not scored; say so rather than score
+    the rest silently."""
     for item in scored:
         for folder in item.group.left_out:
             console.print(f"[yellow]left out of {item.group.name}:[/] {folder} has no result.json (killed or "
                           "still running)")
+        for copy, original in item.group.duplicates:
+            console.print(f"[yellow]left out of {item.group.name}:[/] {copy} repeats {original} (the same seed, "
+                          "config and evaluations: a copy of one run is one measurement)")
 
 
-def rich_table(table: ReportTable) -> Table:
+def rich_table(table: ReportTable) -> Table | Text:
+    if table.empty:  # a header over no rows reads as a missing result; the notes say why there are none
+        return Text("\n".join([table.title, *table.notes]))
     shown = Table(title=table.title, title_justify="left", caption="\n".join(table.notes) or None,
                   caption_justify="left")
     for index, header in enumerate(table.headers):

@@ -1,5 +1,5 @@
 """The terminal reporter: the one place that prints. A plugin on the lifecycle hooks that
-shows a live rich view of the run and ends with the TTA table."""
+shows a live rich view of the run and ends with the TTA table; and decode-sweep's view."""
 
 from __future__ import annotations
 
@@ -7,14 +7,22 @@ import time
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from benchbase import hookimpl
 from benchbase.harness.events import BatchProgress, Evaluation
 from benchbase.specs import RunResult
 
-__all__ = ["RunReporter", "final_evaluation_table", "result_table"]
+__all__ = ["DecodeSweepReporter", "RunReporter", "final_evaluation_table", "result_table"]
 
 REFRESH_SECONDS = 0.25
 
@@ -120,3 +128,57 @@ def final_evaluation_table(final: dict) -> Table:
         table.add_row(subset, f"{rates['wer']:.2f}", f"{rates['paper_cer']:.2f}", f"{rates['cer']:.2f}",
                       f"{rates['loss']:.2f}", str(rates["utterances"]))
     return table
+
+
+class DecodeSweepReporter:
+    """`benchbase decode-sweep`'s terminal: what it is doing now (predicting, then each beam width
+    batch by batch), each width's row the moment it is done, and the whole table at the end."""
+
+    COLUMNS = ("beam width", "seconds", "WER %", "CER %", "CER/ref %")
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        # Off a terminal (a log file), the rows alone: a transient view would leave blank lines.
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal)
+        self.task: TaskID | None = None
+        self.table: Table | None = None
+
+    def __enter__(self) -> DecodeSweepReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.progress.stop()
+        if self.table is not None and self.table.rows:
+            self.console.print(self.table)
+
+    def predicting(self, subset: str, checkpoint: str) -> None:
+        self._replace_task(f"predicting {subset} from {checkpoint}", None)
+
+    def decoding(self, title: str) -> None:
+        """The predictions are in: the table's title says what is decoded, the widths follow."""
+        self._replace_task(None, None)
+        self.table = Table(title=title)
+        for column in self.COLUMNS:
+            self.table.add_column(column, justify="right")
+
+    def width_started(self, width: int, batches: int) -> None:
+        self._replace_task(f"beam width {width}", batches)
+
+    def batch_decoded(self) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task)
+
+    def width_finished(self, row: tuple[str, ...]) -> None:
+        self._replace_task(None, None)
+        if self.table is not None:
+            self.table.add_row(*row)
+        self.console.print(", ".join(f"{column} {cell}" for column, cell in zip(self.COLUMNS, row)))
+
+    def _replace_task(self, description: str | None, total: int | None) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+        if description is not None:
+            self.task = self.progress.add_task(description, total=total)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 from pydantic import ValidationError
@@ -11,7 +13,10 @@ from rich.console import Console
 from rich.progress import Progress
 
 from benchbase.cli.app import cli
+from benchbase.cli.framework_logs import load_backend
+from benchbase.cli.plan_view import run_plan_table
 from benchbase.cli.reporter import RunReporter
+from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, resolve_run
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
 from benchbase.harness import Harness, run_benchmark
@@ -19,37 +24,51 @@ from benchbase.harness.launch import launch_workers
 from benchbase.harness.plan import checked_plan
 from benchbase.harness.resume import find_resume_point
 from benchbase.harness.world import World, coordinator_for
-from benchbase.overrides import apply_overrides, division_of, open_changes, parse_override
 from benchbase.plugins import get_plugin_manager
 from benchbase.process_guard import end_with_parent
-from benchbase.registry import collect_registry
+from benchbase.registry import Registry, collect_registry
 from benchbase.run_folder import RunFolder, series_member
 from benchbase.specs import RunConfig, WorkloadSpec
 from benchbase.specs.workload import PRECISIONS
 
-__all__ = ["run", "with_overrides"]
+__all__ = ["SET_EXAMPLE", "run", "run_refusal"]
 
 # A collective waits at most the run's time limit plus this: rank 0's untimed work (an evaluation
 # finishing past the limit) must not time the others out, and a dead rank is noticed at once anyway.
 COLLECTIVE_SLACK_S = 3600
 
 
+SET_EXAMPLE = ("workload.evaluation.beam_width=64", "hardware.pipeline.readers=2")
+"""The --set example `run --help` shows; a test runs it on the cpu profile, so the help never shows one that fails."""
+
+ORG_ENVIRONMENT = "BENCHBASE_SUBMISSION_ORG"
+DEFAULT_ORG: str = RunConfig.model_fields["submitter"].default
+MAX_ORG_LENGTH: int = next(bound.max_length for bound in RunConfig.model_fields["submitter"].metadata
+                           if hasattr(bound, "max_length"))
+
+
 @cli.command()
 @click.option("--workload", "workload_name", help="Workload name (see `benchbase workloads`) or a YAML file.")
 @click.option("--backend", "backend_name", help="Backend name (see `benchbase plugins`).")
-@click.option("--hw", "hardware", help="Hardware profile name or a YAML file.")
+@click.option("--hw", "hardware", help="Hardware profile name (see `benchbase profiles`), auto (this machine) or a "
+                                       "YAML file.")
 @click.option("--out", type=click.Path(path_type=Path), help="Run folder (default: runs/WORKLOAD-BACKEND-HW-TIME).")
-@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="Seed of the data order, the initial weights and dropout (the corpus's own seed is fixed); "
+                   "with --runs, the first run's.")
 @click.option("--max-minutes", type=click.FloatRange(min=0.01), help="Override the workload's time limit.")
 @click.option("--max-epochs", type=click.IntRange(min=1), help="Override the workload's epoch limit.")
 @click.option("--target", "targets", multiple=True, metavar="METRIC=VALUE",
               help="Replace the workload's targets, e.g. --target paper_cer=40 (repeatable; metrics: wer, paper_cer "
                    "= the paper's CER, cer = jiwer's reference-length CER).")
 @click.option("--data", type=click.Path(path_type=Path), help="A prepared feature store (required for LibriSpeech).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="The kind of device to train on: auto takes the profile's; another kind is an override the log "
+                   "records.")
 @click.option("--precision", type=click.Choice(PRECISIONS),
-              help="Override the workload's model.precision (a different run, logged and checked as such): fp32, "
-                   "tf32 and fp16 (GPUs only), bf16 mixed precision, int8-emulated fake quantization.")
+              help="Override the workload's model.precision (a different run, logged and checked as such): fp32 "
+                   "(the workloads' own), bf16 mixed precision and int8-emulated fake quantization on any device; "
+                   "tf32 and fp16 on GPUs only.")
 @click.option("--cache", type=click.Path(path_type=Path), help="Where the synthetic corpus is cached.")
 @click.option("--no-final-eval", is_flag=True,
               help="Skip the untimed evaluation of every dev and test subset after run_stop (quick runs).")
@@ -57,98 +76,140 @@ COLLECTIVE_SLACK_S = 3600
               help="Seeded runs (seed, seed+1, ...) into OUT/run-0, OUT/run-1, ... for `benchbase score`.")
 @click.option("--devices", type=click.IntRange(1, 1024),
               help="Train on N devices instead of the profile's count (an override the log records).")
-@click.option("--profile", "profile_steps", type=click.IntRange(1, 1000), default=None, metavar="STEPS",
+@click.option("--profile-steps", "profile_steps", type=click.IntRange(1, 1000), metavar="STEPS",
               help="Trace STEPS training steps (from the 3rd) with the framework's profiler into RUN_DIR/profile.")
+@click.option("--profile", "deprecated_profile_steps", type=click.IntRange(1, 1000), hidden=True,
+              help="The old name of --profile-steps (it read as a hardware profile).")
 @click.option("--checkpoint-every", type=click.IntRange(1, 10_000_000), metavar="BATCHES",
               help="Checkpoint every BATCHES batches instead of the workload's cadence (preemptible machines).")
+@click.option("--org", envvar=ORG_ENVIRONMENT, show_envvar=True, metavar="NAME",
+              help="The organization submitting the result: MLPerf's submission_org in the log, and in config.json "
+                   "(default: benchbase).")
 @click.option("--resume", "resume", type=click.Path(path_type=Path), metavar="RUN_DIR",
               help="Continue a killed or preempted run from its newest complete checkpoint (its settings come "
                    "from RUN_DIR/config.json; no other option applies).")
 @click.option("--set", "settings", multiple=True, metavar="SPEC.PATH=VALUE",
-              help="Override a field of the workload or the hardware profile, e.g. --set "
-                   "workload.evaluation.beam_width=64 --set hardware.pipeline.global_batch=150 (repeatable). "
-                   "Changing what the workload pins puts the run in the open division.")
+              help=f"Override a field of the workload or the hardware profile, e.g. --set {SET_EXAMPLE[0]} --set "
+                   f"{SET_EXAMPLE[1]} (repeatable). Changing what the workload pins puts the run in the open "
+                   "division.")
+@click.option("--dry-run", is_flag=True,
+              help="Resolve the workload, backend, profile and overrides, make every check that refuses a run "
+                   "before the clock, print the plan and stop: nothing is trained and no run folder is written.")
 @click.pass_context
-def run(context, workload_name, backend_name, hardware, out, seed, max_minutes, max_epochs, targets, data, device,
-        precision, cache, no_final_eval, runs, devices, profile_steps, checkpoint_every, resume, settings):
+def run(context: click.Context, **options: Any) -> None:
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
 
     A backend that trains one process per device (torch) on several devices runs in that many
     processes, started through torch's launcher; under `torchrun` (one machine or several) each
     process joins the run torchrun describes.
 
-    Exit status: 0 when every run reached every target, 3 when a run stopped at a limit
-    first (status aborted), 2 for bad input.
+    Exit status: 0 when every run reached every target (with --dry-run: when the run would
+    start), 3 when a run stopped at a limit first (status aborted), 2 for bad input.
     """
-    if resume is not None:
+    if options["resume"] is not None:
         _refuse_other_options(context)
-        if _resume(resume) != "success":
+        if _resume(options["resume"]) != "success":
             raise click.exceptions.Exit(3)
         return
-    for option, value in (("--workload", workload_name), ("--backend", backend_name), ("--hw", hardware)):
-        if value is None:
-            raise InputError(f"{option} is required (or --resume RUN_DIR)")
+    if options["deprecated_profile_steps"] is not None:
+        click.echo("benchbase: warning: --profile is now --profile-steps", err=True)
+    request = run_request(options)
     world = World.from_environment()
     manager = get_plugin_manager()
     registry = collect_registry(manager)
     for failure in manager.failures if world.leader else ():
         click.echo(f"benchbase: warning: {failure.describe()}", err=True)
-    backend_class = registry.backend(backend_name)
-    parsed = [parse_override(text) for text in settings]
-    workload = apply_overrides(with_overrides(registry.workload(workload_name), max_minutes, max_epochs, targets,
-                                              precision),
-                               [(path, value) for root, path, value in parsed if root == "workload"], "workload")
-    profile = apply_overrides(registry.profile(hardware),
-                              [(path, value) for root, path, value in parsed if root == "hardware"], "hardware")
-    registered = registry.workloads.get(workload.name)
-    changes = open_changes(None if registered is None else registered.model_dump(mode="json"),
-                           workload.model_dump(mode="json"))
-    division = {"overrides": tuple(settings), "division": division_of(changes), "open_changes": tuple(changes)}
-    # Before any data is synthesized or prepared: a run the backend or this machine cannot do fails in a second.
-    plan = checked_plan(backend_class, backend_name, workload, profile, device=device, devices=devices,
-                        profile_steps=profile_steps or 0, world=world)
-    console = Console(stderr=False, quiet=not world.leader)
-    # A precision other than the workload's own is in the default folder's name: it is a different run.
-    chosen = f"-{precision}" if precision and precision != registry.workload(workload_name).model.precision else ""
-    out = out or Path("runs") / (f"{workload.name}-{backend_name}-{profile.name}{chosen}-"
-                                 f"{time.strftime('%Y%m%d-%H%M%S')}")
-    folders = [out if runs == 1 else series_member(out, index) for index in range(runs)]
-    if backend_class.capabilities.process_model == "process_per_device" and plan.count > 1 and not world.distributed:
-        for folder in folders:  # the workers would each find out; one line here instead
-            RunFolder.check_available(folder)
-        store = _prepare_data(console, workload, data, cache or default_cache())
-        arguments = _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets,
-                                      store, device, precision, cache, no_final_eval, devices, profile_steps,
-                                      checkpoint_every, settings)
-        statuses = [_launch_run(plan.count, arguments, folder, seed + index, profile.pipeline.threads, console)
-                    for index, folder in enumerate(folders)]
-    else:
-        statuses = _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed,
-                             data, cache, device, devices, profile_steps, checkpoint_every, no_final_eval, console,
-                             division)
-    if any(status != "success" for status in statuses):
+    resolved = resolve_run(request, registry, world)
+    folders = _run_folders(resolved, options["out"], options["runs"])
+    if world.leader:  # before any output or data: a folder that cannot be made is one line, exit 2
+        for folder in folders:
+            check_out_folder(folder)
+    if options["dry_run"]:
+        Console().print(run_plan_table(resolved, folders, options["seed"], options["org"] or DEFAULT_ORG,
+                                       _data_description(request.data, options["cache"]),
+                                       options["checkpoint_every"], not options["no_final_eval"]))
+        return
+    if any(status != "success" for status in _run_all(world, manager, resolved, folders, options)):
         raise click.exceptions.Exit(3)
 
 
-def _run_here(world, plan, manager, backend_class, backend_name, workload, profile, folders, seed, data, cache,
-              device, devices, profile_steps, checkpoint_every, no_final_eval, console, division) -> list[str]:
+def run_request(options: dict[str, Any]) -> RunRequest:
+    """The choices of `benchbase run`'s parsed options that decide what the run is."""
+    for option, name in (("--workload", "workload_name"), ("--backend", "backend_name"), ("--hw", "hardware")):
+        if options[name] is None:
+            raise InputError(f"{option} is required (or --resume RUN_DIR)")
+    org = options["org"]
+    if org is not None and not 0 < len(org) <= MAX_ORG_LENGTH:
+        raise InputError(f"--org {org!r}: expected a name of 1 to {MAX_ORG_LENGTH} characters")
+    return RunRequest(
+        workload=options["workload_name"], backend=options["backend_name"], hardware=options["hardware"],
+        max_minutes=options["max_minutes"], max_epochs=options["max_epochs"], targets=tuple(options["targets"]),
+        precision=options["precision"], device=options["device"], devices=options["devices"],
+        profile_steps=options["profile_steps"] or options["deprecated_profile_steps"] or 0,
+        settings=tuple(options["settings"]), data=options["data"])
+
+
+def run_refusal(arguments: Sequence[str], registry: Registry) -> str | None:
+    """What `benchbase run ARGUMENTS` would refuse before any work, in its own one-line words; None
+    when it would start. `sweep --dry-run` asks this of every run it plans."""
+    try:
+        with run.make_context("run", list(arguments)) as context:
+            options = dict(context.params)
+        resolve_run(run_request(options), registry)
+    except click.ClickException as error:
+        return error.format_message()
+    except InputError as error:
+        return str(error)
+    return None
+
+
+def _run_folders(resolved: ResolvedRun, out: Path | None, runs: int) -> list[Path]:
+    # A precision other than the workload's own is in the default folder's name: it is a different run.
+    chosen = f"-{resolved.request.precision}" if resolved.precision_chosen else ""
+    out = out or Path("runs") / (f"{resolved.workload.name}-{resolved.request.backend}-{resolved.profile.name}"
+                                 f"{chosen}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return [out if runs == 1 else series_member(out, index) for index in range(runs)]
+
+
+def _data_description(data: Path | None, cache: Path | None) -> str:
+    if data is not None:
+        return str(data)
+    return f"the synthetic corpus's store in {cache or default_cache()} (built on first use)"
+
+
+def _run_all(world: World, manager, resolved: ResolvedRun, folders: list[Path], options: dict[str, Any]) -> list[str]:
+    """Every run's status: in worker processes this command launches, or here."""
+    console = Console(stderr=False, quiet=not world.leader)
+    request, plan = resolved.request, resolved.plan
+    cache = options["cache"] or default_cache()
+    if resolved.backend_class.capabilities.process_model == "process_per_device" and plan.count > 1 \
+            and not world.distributed:
+        store = _prepare_data(console, resolved.workload, request.data, cache)
+        arguments = _worker_arguments(options, request, store)
+        return [_launch_run(plan.count, arguments, folder, options["seed"] + index,
+                            resolved.profile.pipeline.threads, console)
+                for index, folder in enumerate(folders)]
+    return _run_here(world, manager, resolved, folders, options, console)
+
+
+def _run_here(world: World, manager, resolved: ResolvedRun, folders: list[Path], options: dict[str, Any],
+              console: Console) -> list[str]:
     """The runs in this process: alone, or as one rank of a torch.distributed world."""
-    coordinator = coordinator_for(world, plan.kind, timeout_seconds=workload.max_minutes * 60 + COLLECTIVE_SLACK_S)
+    coordinator = coordinator_for(world, resolved.plan.kind,
+                                  timeout_seconds=resolved.workload.max_minutes * 60 + COLLECTIVE_SLACK_S)
     try:
         if world.distributed:
             end_with_parent()  # the launcher's agent is the parent: a worker never outlives it
-        store = _prepare_in_turns(world, coordinator, console, workload, data, cache or default_cache())
+        store = _prepare_in_turns(world, coordinator, console, resolved.workload, resolved.request.data,
+                                  options["cache"] or default_cache())
         reporter = RunReporter(console)
         if world.leader:  # rank 0 owns the lifecycle hooks, the reporter among them
             manager.register(reporter, name="benchbase-reporter")
         statuses = []
         for index, folder in enumerate(folders):
-            config = RunConfig(workload=workload, backend=backend_name, hardware=profile, seed=seed + index,
-                               out=folder, data=store, device=device, devices=devices,
-                               profile_steps=profile_steps or 0, checkpoint_every=checkpoint_every,
-                               final_evaluation=not no_final_eval, **division)
+            config = _run_config(resolved, folder, store, options["seed"] + index, options)
             try:
-                result = run_benchmark(config, manager, backend_class, coordinator)
+                result = run_benchmark(config, manager, resolved.backend_class, coordinator)
             finally:
                 reporter.close()
             if result is not None:
@@ -158,6 +219,15 @@ def _run_here(world, plan, manager, backend_class, backend_name, workload, profi
         return statuses if world.leader else ["success"] * len(folders)
     finally:
         coordinator.close()
+
+
+def _run_config(resolved: ResolvedRun, folder: Path, store: Path, seed: int, options: dict[str, Any]) -> RunConfig:
+    request = resolved.request
+    return RunConfig(workload=resolved.workload, backend=request.backend, hardware=resolved.profile, seed=seed,
+                     out=folder, data=store, device=request.device, devices=request.devices,
+                     profile_steps=request.profile_steps, checkpoint_every=options["checkpoint_every"],
+                     final_evaluation=not options["no_final_eval"], submitter=options["org"] or DEFAULT_ORG,
+                     **resolved.division)
 
 
 def _prepare_in_turns(world: World, coordinator, console: Console, workload: WorkloadSpec, data: Path | None,
@@ -187,29 +257,29 @@ def _launch_run(processes: int, arguments: list[str], folder: Path, seed: int, t
     return "aborted" if failures else "success"
 
 
-def _worker_arguments(workload_name, backend_name, hardware, seed, max_minutes, max_epochs, targets, store, device,
-                      precision, cache, no_final_eval, devices, profile_steps, checkpoint_every,
-                      settings) -> list[str]:
+def _worker_arguments(options: dict[str, Any], request: RunRequest, store: Path) -> list[str]:
     """`benchbase run` as each worker runs it: the same choices, the prepared store (--out and --seed per run)."""
-    arguments = ["run", "--workload", workload_name, "--backend", backend_name, "--hw", hardware,
-                 "--data", str(store), "--device", device]
-    for option, value in (("--max-minutes", max_minutes), ("--max-epochs", max_epochs), ("--precision", precision),
-                          ("--cache", cache), ("--devices", devices), ("--profile", profile_steps),
-                          ("--checkpoint-every", checkpoint_every)):
+    arguments = ["run", "--workload", request.workload, "--backend", request.backend, "--hw", request.hardware,
+                 "--data", str(store), "--device", request.device]
+    for option, value in (("--max-minutes", request.max_minutes), ("--max-epochs", request.max_epochs),
+                          ("--precision", request.precision), ("--cache", options["cache"]),
+                          ("--devices", request.devices), ("--profile-steps", request.profile_steps or None),
+                          ("--checkpoint-every", options["checkpoint_every"]), ("--org", options["org"])):
         if value is not None:
             arguments += [option, str(value)]
-    for target in targets:
+    for target in request.targets:
         arguments += ["--target", target]
-    for setting in settings:
+    for setting in request.settings:
         arguments += ["--set", setting]
-    if no_final_eval:
+    if options["no_final_eval"]:
         arguments.append("--no-final-eval")
     return arguments
 
 
 def _refuse_other_options(context: click.Context) -> None:
-    given = [f"--{name.replace('_', '-')}" for name, value in context.params.items()
-             if name != "resume" and context.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    given = [parameter.opts[0] for parameter in context.command.params
+             if parameter.name not in (None, "resume")
+             and context.get_parameter_source(parameter.name) == click.core.ParameterSource.COMMANDLINE]
     if given:
         raise InputError(f"--resume takes every setting from the run's config.json; drop {', '.join(given)}")
 
@@ -226,7 +296,7 @@ def _resume(folder_path: Path) -> str:
     except ValidationError as error:
         raise InputError(describe_validation_error(str(folder.config), error)) from None
     manager = get_plugin_manager()
-    backend_class = collect_registry(manager).backend(config.backend)
+    backend_class = load_backend(collect_registry(manager), config.backend)
     plan = checked_plan(backend_class, config.backend, config.workload, config.hardware, device=config.device,
                         devices=config.devices)
     if plan.count > 1 and backend_class.capabilities.process_model != "single_process":
@@ -247,36 +317,9 @@ def _resume(folder_path: Path) -> str:
     return result.status
 
 
-def with_overrides(workload: WorkloadSpec, max_minutes: float | None, max_epochs: int | None,
-                   targets: tuple[str, ...], precision: str | None = None) -> WorkloadSpec:
-    """The workload with the command line's overrides, validated like the YAML itself."""
-    data = workload.model_dump()
-    if precision is not None:
-        data["model"]["precision"] = precision
-    if max_minutes is not None:
-        data["max_minutes"] = max_minutes
-    if max_epochs is not None:
-        data["max_epochs"] = max_epochs
-    if targets:
-        data["tta"]["targets"] = [_parse_target(text) for text in targets]
-    try:
-        return WorkloadSpec.model_validate(data)
-    except ValidationError as error:
-        raise InputError(describe_validation_error(f"workload {workload.name!r} with overrides", error)) from None
-
-
-def _parse_target(text: str) -> dict:
-    metric, separator, value = text.partition("=")
-    try:
-        if not separator:
-            raise ValueError
-        return {"metric": metric.strip().lower(), "value": float(value)}
-    except ValueError:
-        raise InputError(f"--target {text!r}: expected METRIC=VALUE, e.g. paper_cer=40") from None
-
-
 def _prepare_data(console: Console, workload: WorkloadSpec, data: Path | None, cache: Path) -> Path:
-    with Progress(console=console, transient=True) as progress:
+    # Off a terminal, a transient progress view would leave a blank line behind (before an error, too).
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         tasks: dict[str, int] = {}
 
         def report(label: str, done: int, total: int) -> None:

@@ -18,8 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from benchbase.cli.app import cli
+from benchbase.cli.run_command import ORG_ENVIRONMENT, run_refusal
 from benchbase.cli.sweep_view import SweepView
-from benchbase.errors import BenchbaseError, Terminated
+from benchbase.errors import BenchbaseError, InputError, Terminated
+from benchbase.registry import Registry
 from benchbase.run_folder import find_run_folders
 from benchbase.sweep import PlannedRun, SweepSpec, check_resolvable, load_sweep, plan_sweep
 from benchbase.sweep_folder import (
@@ -34,7 +36,7 @@ from benchbase.sweep_folder import (
 )
 from benchbase.sweep_runner import RunProcess, StopSignals
 
-__all__ = ["sweep"]
+__all__ = ["run_arguments", "sweep"]
 
 # `benchbase run`'s exit codes: 3 is a valid run stopped at a limit; 2 from --resume means it
 # could not go on from the checkpoints there (the run is then started again).
@@ -46,42 +48,64 @@ EXIT_BAD_INPUT = 2
 @click.argument("sweep_file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="The sweep's folder (default: runs/sweep-NAME). Run the same sweep into it again to go on.")
-@click.option("--dry-run", is_flag=True, help="Print the plan and what each run needs next; run nothing.")
-def sweep(sweep_file: Path, out: Path | None, dry_run: bool) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan, what each run needs next and which runs `benchbase run` would refuse (the same "
+                   "checks before the clock); run nothing. Exit status 2 when a run would be refused.")
+@click.option("--org", envvar=ORG_ENVIRONMENT, show_envvar=True, metavar="NAME",
+              help="The organization submitting the results: MLPerf's submission_org of every run started "
+                   "(default: benchbase; a resumed run keeps its own).")
+def sweep(sweep_file: Path, out: Path | None, dry_run: bool, org: str | None) -> None:
     """Run SWEEP_FILE's grid (backends x profiles x variants x seeds), one run after another.
 
     Each configuration (backend, profile, variant) is a folder of seeded runs, so `benchbase
     score` and `benchbase report` read it as one group. Exit status: 0 when every run finished
-    (reached its targets or stopped at a limit), 1 when a run failed, 130 or 143 when the sweep
-    was interrupted (the run in progress checkpoints; run the sweep again to go on).
+    (reached its targets or stopped at a limit), 1 when a run failed, 2 for bad input, 130 or
+    143 when the sweep was interrupted (the run in progress checkpoints; run the sweep again to
+    go on). The sweep file's fields: examples/README.md.
     """
     spec = load_sweep(sweep_file)
     plan = plan_sweep(spec)
-    _check_resolvable(spec, sweep_file)
+    registry = _check_resolvable(spec, sweep_file)
     out = out or Path("runs") / f"sweep-{spec.name}"
     check_same_runs(out, plan, SweepRecord.read(out))
     console = Console()
+    if dry_run:
+        _dry_run(console, spec, plan, out, registry)
+        return
     console.print(_plan_view(spec, plan, out))
     _note_runs_left_over(console, plan, out)
-    if dry_run:
-        return
     with hold_sweep_folder(out):
         previous = SweepRecord.read(out)
         check_same_runs(out, plan, previous)  # again, now that no other sweep can change the folder
         record = SweepRecord.planned(out, spec, sweep_file, plan, previous)
-        _run_all(console, spec, plan, out, record)
+        _run_all(console, spec, plan, out, record, org)
 
 
-def _check_resolvable(spec: SweepSpec, source: Path) -> None:
+def _check_resolvable(spec: SweepSpec, source: Path) -> Registry:
     from benchbase.plugins import get_plugin_manager  # the registry loads plugins: only for a valid file
     from benchbase.registry import collect_registry
 
-    check_resolvable(spec, source, collect_registry(get_plugin_manager()))
+    registry = collect_registry(get_plugin_manager())
+    check_resolvable(spec, source, registry)
+    return registry
 
 
-def _plan_view(spec: SweepSpec, plan: list[PlannedRun], out: Path) -> Group:
-    """One row per run (its folder's name says backend, profile, variant and seed) and what it needs
-    next, then the options: the ones every run shares and each variant's own."""
+def _dry_run(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Path, registry: Registry) -> None:
+    """The plan, each run checked as `benchbase run` checks it before its clock starts."""
+    refusals = {run.name: run_refusal(run.options, registry) for run in plan}
+    console.print(_plan_view(spec, plan, out, refusals))
+    _note_runs_left_over(console, plan, out)
+    refused = [name for name, refusal in refusals.items() if refusal is not None]
+    if refused:
+        raise InputError(f"{len(refused)} of {len(plan)} planned runs would be refused by `benchbase run` "
+                         "(the table says why)")
+
+
+def _plan_view(spec: SweepSpec, plan: list[PlannedRun], out: Path,
+               refusals: dict[str, str | None] | None = None) -> Group:
+    """One row per run (its folder's name says backend, profile, variant and seed), what it needs
+    next and (a dry run) whether `benchbase run` would refuse it, then the options: the ones
+    every run shares and each variant's own."""
     shared = " ".join(spec.common_options()) or "(the workload as registered)"
     variants = [f"variant {variant.name}: {' '.join(variant.settings) or '(no overrides)'}"
                 for variant in spec.variants if variant.name]
@@ -90,10 +114,16 @@ def _plan_view(spec: SweepSpec, plan: list[PlannedRun], out: Path) -> Group:
     table.add_column("#", justify="right")
     table.add_column("run", no_wrap=True)
     table.add_column("next")
+    if refusals is not None:
+        table.add_column("checks before the clock", overflow="fold")
     for index, run in enumerate(plan, 1):
         action = next_action(run.folder(out))
-        table.add_row(str(index), escape(run.name),
-                      f"done ({finished_status(run.folder(out))})" if action == "skip" else action)
+        cells = [str(index), escape(run.name),
+                 f"done ({finished_status(run.folder(out))})" if action == "skip" else action]
+        if refusals is not None:
+            refusal = refusals[run.name]
+            cells.append("[green]pass[/]" if refusal is None else f"[red]refused:[/] {escape(refusal)}")
+        table.add_row(*cells)
     return Group(table, *(Text(line) for line in [f"every run: {shared}", *variants]))
 
 
@@ -107,7 +137,8 @@ def _note_runs_left_over(console: Console, plan: list[PlannedRun], out: Path) ->
                               f"the {escape(folder.name)} group")
 
 
-def _run_all(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Path, record: SweepRecord) -> None:
+def _run_all(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Path, record: SweepRecord,
+             org: str | None) -> None:
     for run in plan:
         if next_action(run.folder(out)) == "skip":
             record.runs[run.name].update(status=finished_status(run.folder(out)))
@@ -119,7 +150,7 @@ def _run_all(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Pat
             if next_action(run.folder(out)) == "skip":
                 continue
             if not stop.received:
-                _run_one(view, stop, run, out, record)
+                _run_one(view, stop, run, out, record, org)
             if stop.received:
                 stopped_at = run
                 break
@@ -129,16 +160,17 @@ def _run_all(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Pat
     _finish(console, plan, out, record)
 
 
-def _run_one(view: SweepView, stop: StopSignals, run: PlannedRun, out: Path, record: SweepRecord) -> None:
+def _run_one(view: SweepView, stop: StopSignals, run: PlannedRun, out: Path, record: SweepRecord,
+             org: str | None) -> None:
     action = next_action(run.folder(out))
     if action == "restart":
         moved = abandon(out, run)
         view.note(f"{run.name}: killed before its first checkpoint; moved to {moved} and started again")
-    code = _attempt(view, stop, run, out, record, "resume" if action == "resume" else "start")
+    code = _attempt(view, stop, run, out, record, "resume" if action == "resume" else "start", org)
     if action == "resume" and code == EXIT_BAD_INPUT and not stop.received:
         moved = abandon(out, run)
         view.note(f"{run.name}: could not be resumed (see {run.log(out)}); moved to {moved} and started again")
-        code = _attempt(view, stop, run, out, record, "start")
+        code = _attempt(view, stop, run, out, record, "start", org)
     status = EXIT_STATUS.get(code, "failed")
     if code < 0:  # ended by a signal it could not handle (SIGKILL: the out-of-memory killer, say)
         status = "interrupted"
@@ -147,9 +179,9 @@ def _run_one(view: SweepView, stop: StopSignals, run: PlannedRun, out: Path, rec
 
 
 def _attempt(view: SweepView, stop: StopSignals, run: PlannedRun, out: Path, record: SweepRecord,
-             action: str) -> int:
+             action: str, org: str | None) -> int:
     """One `benchbase run` (or `run --resume`) of ``run``, watched until it exits; its exit code."""
-    arguments = ["run", "--resume", str(run.folder(out))] if action == "resume" else run.arguments(out)
+    arguments = run_arguments(run, out, action, org)
     record.set_status(run, "running")
     process = RunProcess(arguments, run.log(out), f"{action} {run.name}")
     stop.current = process
@@ -164,6 +196,14 @@ def _attempt(view: SweepView, stop: StopSignals, run: PlannedRun, out: Path, rec
         process.reap()
     record.add_attempt(run, action, code, process.seconds)
     return code
+
+
+def run_arguments(run: PlannedRun, out: Path, action: str, org: str | None) -> list[str]:
+    """`benchbase run`'s arguments to start ``run`` or resume it (a resumed run keeps its own settings)."""
+    if action == "resume":
+        return ["run", "--resume", str(run.folder(out))]
+    # Who submits is not part of the run's identity on record: --org is added here, not planned.
+    return run.arguments(out) + (["--org", org] if org is not None else [])
 
 
 def _finish(console: Console, plan: list[PlannedRun], out: Path, record: SweepRecord) -> None:

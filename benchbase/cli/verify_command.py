@@ -14,12 +14,15 @@ from pathlib import Path
 import click
 
 from benchbase.cli.app import cli
+from benchbase.cli.framework_logs import load_backend
 from benchbase.compliance import keys
 from benchbase.compliance.parse import parse_log, read_log
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
 from benchbase.harness.evaluation import evaluate_subsets
+from benchbase.plugins import get_plugin_manager
+from benchbase.registry import collect_registry
 from benchbase.replay import load_run_config, replay_pipeline, restored_backend
 from benchbase.run_folder import RunFolder
 from benchbase.specs import EvalSpec
@@ -49,6 +52,7 @@ def verify(run_dir: Path, data: Path | None) -> None:
     decoder = evaluation_decoder(evaluation, store_root, config.workload.data.train,
                                  blank=config.workload.model.ctc_blank_index, beam_width=beam_width)
     pipeline = replay_pipeline(config, store, subset)
+    load_backend(collect_registry(get_plugin_manager()), config.backend)  # its framework, imported quietly now
     with restored_backend(config, store, checkpoint) as backend:
         measured = evaluate_subsets(backend, {subset: pipeline}, decoder, config.workload.model)[subset].rates()
     differences = {metric: abs(measured[metric] - claimed[metric]) for metric in METRICS}

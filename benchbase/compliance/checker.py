@@ -24,9 +24,12 @@ from benchbase.errors import InputError
 from benchbase.run_folder import CONFIG_NAME, LOG_NAME, RESULT_NAME, RunFolder, find_run_folders
 from benchbase.specs import ResultProblem, WorkloadSpec, read_run_result
 
-__all__ = ["CheckReport", "Finding", "capped", "check_evidence", "check_log", "check_paths"]
+__all__ = ["CheckReport", "Finding", "capped", "check_evidence", "check_log", "check_paths", "what_it_checks"]
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+PLAIN_ITEMS = 8
+"""A longer list of settings (the fields a rule pins) is left to the rule set's file."""
 
 
 @dataclass
@@ -116,10 +119,31 @@ def _apply(rule: Rule, evidence: Evidence) -> Finding:
     try:
         messages = CHECKS[rule.check](rule, evidence)
     except Skip as reason:
-        return Finding(rule.check, SKIP, [str(reason)], rule.description)
+        return Finding(rule.check, SKIP, [str(reason)], what_it_checks(rule))
     except Exception as error:  # a checker bug must still be a finding, not a traceback on a user's log
         messages = [f"checker error in {rule.check}: {type(error).__name__}: {error}"]
-    return Finding(rule.check, FAIL if messages else PASS, capped(messages), rule.description)
+    return Finding(rule.check, FAIL if messages else PASS, capped(messages), what_it_checks(rule))
+
+
+def what_it_checks(rule: Rule) -> str:
+    """The rule's own description, else its kind's, with its plain settings: rules of one kind
+    (five event_metadata rules, one per key) tell apart in `check -v`."""
+    described = rule.description or type(rule).model_fields["check"].description or rule.check
+    settings = [f"{name}: {_plain(value)}" for name, value in rule
+                if name not in ("check", "description") and _plain(value)]
+    return f"{described} ({'; '.join(settings)})" if settings else described
+
+
+def _plain(value: Any) -> str:
+    """A setting as a few words (a name, a number, a list of names), or "" for a structured one."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str | int):
+        return str(value)
+    if isinstance(value, tuple | list) and 0 < len(value) <= PLAIN_ITEMS and all(isinstance(item, str | int)
+                                                                                 for item in value):
+        return ", ".join(str(item) for item in value)
+    return ""
 
 
 def capped(messages: list[str], limit: int = MESSAGES_PER_RULE) -> list[str]:
@@ -170,7 +194,13 @@ def _logs_under(path: Path) -> list[Path]:
         return [path]
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
-    logs = [log for folder in find_run_folders(path) if (log := RunFolder(folder).compliance_log).is_file()]
+    from benchbase.sweep_folder import configuration_folders  # the sweep planner loads only for a sweep
+
+    # A sweep's folder holds one folder per configuration, each with its run folders: `check`
+    # reads it as `score` and `report` do.
+    members = configuration_folders(path) or [path]
+    logs = [log for member in members for folder in find_run_folders(member)
+            if (log := RunFolder(folder).compliance_log).is_file()]
     if not logs:
-        raise InputError(f"{path}: no {LOG_NAME} in it or in its run folders")
+        raise InputError(f"{path}: no {LOG_NAME} in it, in its run folders or in a sweep's configurations")
     return logs

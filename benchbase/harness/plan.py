@@ -12,8 +12,9 @@ from benchbase.harness.world import World
 from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
 from benchbase.specs.workload import GPU_ONLY_PRECISIONS
 
-__all__ = ["build_context", "check_capabilities", "check_visible_devices", "check_world", "check_devices_in_use", "checked_plan", "config_plan", "device_plan",
-           "fp32_context", "own_slice", "plan_record", "run_pipeline"]
+__all__ = ["build_context", "check_capabilities", "check_devices_in_use", "check_precision_on_device",
+           "check_visible_devices", "check_world", "checked_plan", "config_plan", "device_plan", "fp32_context",
+           "own_slice", "plan_record", "run_pipeline"]
 
 
 def device_plan(hardware: HardwareProfile, device: str = "auto", *, devices: int | None = None,
@@ -60,9 +61,14 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
     if precision not in capabilities.precisions:
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "
                          f"(it declares {', '.join(sorted(capabilities.precisions))})")
-    if precision in GPU_ONLY_PRECISIONS and plan.kind != "cuda":
+    check_precision_on_device(precision, plan.kind)
+
+
+def check_precision_on_device(precision: str, kind: str) -> None:
+    """A precision only a GPU computes, on another device: refused before any backend is imported."""
+    if precision in GPU_ONLY_PRECISIONS and kind != "cuda":
         raise InputError(f"precision {precision!r} needs a GPU's tensor cores, and this run trains on "
-                         f"{plan.kind}; choose fp32, bf16 or int8-emulated, or a GPU profile")
+                         f"{kind}; choose fp32, bf16 or int8-emulated, or a GPU profile")
 
 
 def check_world(backend: type[Backend], name: str, hardware: HardwareProfile, plan: DevicePlan,
@@ -131,7 +137,7 @@ def checked_plan(backend: type[Backend], name: str, workload: WorkloadSpec, hard
     check_visible_devices(backend, name, hardware, plan, world)
     if profile_steps and not overrides_profiler(backend):
         raise InputError(f"backend {name!r} has no profiler hooks (start_profiler, stop_profiler); "
-                         "run without --profile")
+                         "run without --profile-steps")
     return plan
 
 

@@ -1,4 +1,4 @@
-"""`benchbase run --profile STEPS`: the framework's own profiler around a few training steps.
+"""`benchbase run --profile-steps STEPS`: the framework's own profiler around a few training steps.
 
 The trace covers steps ``FIRST_PROFILED_STEP`` to ``FIRST_PROFILED_STEP + STEPS - 1``: the
 first steps build caches and compile kernels, which is not where a steady step spends its time.

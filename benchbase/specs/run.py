@@ -25,7 +25,7 @@ class RunConfig(Spec):
     devices: int | None = Field(None, ge=1, le=1024, description="Devices to train on instead of the profile's "
                                 "count (--devices; an override the log records).")
     profile_steps: int = Field(0, ge=0, le=1000, description="Training steps to trace with the framework's profiler "
-                               "(--profile; 0: none).")
+                               "(--profile-steps; 0: none).")
     checkpoint_every: int | None = Field(None, ge=1, le=10_000_000, description="Batches between checkpoints "
                                          "instead of the workload's (--checkpoint-every; not part of the score).")
     overrides: tuple[str, ...] = Field((), max_length=200, description="The --set overrides, as given.")
