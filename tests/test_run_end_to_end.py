@@ -45,6 +45,13 @@ def test_the_run_folder_holds_every_output(finished_run):
     out, _ = finished_run
     config = json.loads((out / "config.json").read_text())
     assert config["workload"]["name"] == "ds2-mini" and config["seed"] == 3
+    # The software environment on record, the same in config.json, the log and result.json.
+    environment = config["environment"]
+    assert environment["packages"]["torch"] and environment["python"] and environment["cpu"]["model"]
+    assert environment["backend_distribution"].startswith("benchbase-torch-ds2 ")
+    assert json.loads((out / "result.json").read_text())["environment"] == environment
+    logged = [json.loads(line.split(" ", 1)[1]) for line in (out / "mllog.log").read_text().splitlines()]
+    assert [event["value"] for event in logged if event["key"] == "benchbase_environment"] == [environment]
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if line["kind"] == "eval"]
     batches = [line for line in lines if line["kind"] == "batch"]
