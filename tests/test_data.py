@@ -96,7 +96,7 @@ def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, m
     assert (planted["missing"].name, "audio file named in the transcript does not exist") in reasons
     assert any(name.startswith(planted["transcript"].name) and "no transcript" in reason for name, reason in reasons)
     assert any("'4' is not in the alphabet" in p["reason"] for p in report["problems"])
-    assert report["kept_fraction"] == pytest.approx(dev["utterances"] / dev["listed"], abs=1e-5)
+    assert abs(report["kept_fraction"] - dev["utterances"] / dev["listed"]) <= 0.5e-5 + 1e-12  # rounded to 5 decimals
 
 
 def test_manifest_lists_every_kept_utterance_with_its_place(small_store):

@@ -238,7 +238,7 @@ def test_no_utterance_clips(corpus):
 def test_seconds_in_summary_add_up(corpus):
     for split in SPLITS:
         total = sum(soundfile.info(path).duration for path in (corpus.root / split).rglob("*.flac"))
-        assert total == pytest.approx(corpus.seconds[split], abs=1e-3)
+        assert abs(total - corpus.seconds[split]) <= 0.5e-3 + 1e-9  # the summary rounds to ms (and sums in float64)
 
 
 # ---------------------------------------------------------------- noise and reverberation

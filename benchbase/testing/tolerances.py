@@ -61,17 +61,21 @@ __all__ = [
     "BOTH_SIDES",
     "ELEMENTWISE_ULPS",
     "FLOAT32_UNIT_ROUNDOFF",
+    "FLOAT64_UNIT_ROUNDOFF",
     "STEP_GROWTH",
     "RoundingModel",
     "accumulation_bound",
     "after_steps",
     "ctc_recursion_bound",
+    "ctc_recursion_bounds",
     "rounding_bound",
     "same_kernels",
 ]
 
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 """u: float32 keeps 24 significant bits, so rounding to nearest is off by at most half an ulp."""
+FLOAT64_UNIT_ROUNDOFF = 2.0**-53
+"""float64 keeps 53 significant bits."""
 BFLOAT16_UNIT_ROUNDOFF = 2.0**-8
 """bfloat16 keeps 8 significant bits."""
 ELEMENTWISE_ULPS = 4
@@ -113,15 +117,20 @@ def after_steps(first_step_bound: float, steps: int, growth: float = STEP_GROWTH
     return first_step_bound * sum(growth**k for k in range(steps + 1))
 
 
-def ctc_recursion_bound(output_lengths: np.ndarray, losses: np.ndarray) -> float:
+def ctc_recursion_bound(output_lengths: np.ndarray, losses: np.ndarray,
+                        unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF) -> float:
     """The rounding a float32 CTC recursion adds to a batch's mean loss: a log-add-exp per frame
     (ELEMENTWISE_ULPS + 2 roundings) of a value that grows to the utterance's loss. Impossible
     alignments (infinite loss) count zero. What the log-probabilities' own errors make of the
     loss, ``rounding_bound`` finds by computing the loss from the moved log-probabilities."""
+    return float(ctc_recursion_bounds(output_lengths, losses, unit_roundoff).sum() / max(len(losses), 1))
+
+
+def ctc_recursion_bounds(output_lengths: np.ndarray, losses: np.ndarray,
+                         unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF) -> np.ndarray:
+    """Per utterance, ``ctc_recursion_bound``'s rounding (0 where the alignment is impossible)."""
     possible = np.isfinite(losses)
-    per_utterance = (ELEMENTWISE_ULPS + 2) * FLOAT32_UNIT_ROUNDOFF * np.asarray(output_lengths) * np.abs(
-        np.where(possible, losses, 0.0))
-    return float(per_utterance.sum() / max(len(losses), 1))
+    return (ELEMENTWISE_ULPS + 2) * unit_roundoff * np.asarray(output_lengths) * np.abs(np.where(possible, losses, 0.0))
 
 
 def same_kernels(magnitude: float | np.ndarray) -> float:
