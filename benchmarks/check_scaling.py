@@ -83,9 +83,11 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
     """A passing bare log of about size_mb MB; returns its shape."""
     from benchbase.compliance.checks import field_at
     from benchbase.compliance.rules import load_ruleset
+    from benchbase.cpu_features import cpu_record
     from benchbase.plugins import get_plugin_manager
     from benchbase.registry import collect_registry
     from benchbase.run_folder import RunFolder
+    from benchbase.telemetry.environment import software_environment
 
     folder = RunFolder(path.parent)  # the run folder the log would sit in: what its events name
     workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload(workload_name)
@@ -123,6 +125,9 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
                                            "profile_kind": "cpu", "profile_count": 1, "overridden": False}
         header["benchbase_overrides"] = []
         header["benchbase_open_changes"] = []
+        # The environment a real run records (rule set 1.4), this machine's, as the harness writes it.
+        header["benchbase_environment"] = {**software_environment("torch", "benchbase_torch_ds2.backend"),
+                                           "cpu": cpu_record()}
         for key, value in header.items():
             emit("POINT_IN_TIME", key, value, 166, 1)
         emit("INTERVAL_END", "init_stop", None, 84, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, re
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
 from benchbase.harness import Harness, run_benchmark
-from benchbase.harness.launch import launch_workers
+from benchbase.harness.launch import LAUNCHED_WORKER, launch_workers
 from benchbase.harness.plan import checked_plan
 from benchbase.harness.resume import find_resume_point
 from benchbase.harness.world import World, coordinator_for
@@ -29,6 +30,7 @@ from benchbase.process_guard import end_with_parent
 from benchbase.registry import Registry, collect_registry
 from benchbase.run_folder import RunFolder, series_member
 from benchbase.specs import RunConfig, WorkloadSpec
+from benchbase.specs.result import ResultProblem, read_run_result
 from benchbase.specs.workload import PRECISIONS
 
 __all__ = ["SET_EXAMPLE", "run", "run_refusal"]
@@ -129,7 +131,10 @@ def run(context: click.Context, **options: Any) -> None:
                                        _data_description(request.data, options["cache"]),
                                        options["checkpoint_every"], not options["no_final_eval"]))
         return
-    if any(status != "success" for status in _run_all(world, manager, resolved, folders, options)):
+    statuses = _run_all(world, manager, resolved, folders, options)
+    # A worker of benchbase's own launcher leaves the status to the launching process (launch.LAUNCHED_WORKER).
+    launched_worker = world.distributed and os.environ.get(LAUNCHED_WORKER) == "1"
+    if any(status != "success" for status in statuses) and not launched_worker:
         raise click.exceptions.Exit(3)
 
 
@@ -249,12 +254,18 @@ def _launch_run(processes: int, arguments: list[str], folder: Path, seed: int, t
     failures = launch_workers(processes, [*arguments, "--out", str(folder), "--seed", str(seed)], threads)
     if any(failure.exit_code == Terminated.exit_code for failure in failures):
         raise Terminated()
-    # Rank 0 exits 3 when the run ended aborted at a limit: a status, not a failure.
-    broken = [failure for failure in failures if not (failure.rank == 0 and failure.exit_code == 3)]
-    if broken:
-        described = "; ".join(f"rank {failure.rank} exited with code {failure.exit_code}" for failure in broken)
+    if failures:
+        described = "; ".join(f"rank {failure.rank} exited with code {failure.exit_code}" for failure in failures)
         raise BenchbaseError(f"{described} (each rank's own error is above; run folder {folder})")
-    return "aborted" if failures else "success"
+    return _finished_status(folder)
+
+
+def _finished_status(folder: Path) -> str:
+    """The status rank 0 wrote to result.json ("aborted" if it wrote none it could)."""
+    try:
+        return read_run_result(RunFolder(folder).result.read_text(encoding="utf-8")).status
+    except (OSError, ResultProblem):
+        return "aborted"
 
 
 def _worker_arguments(options: dict[str, Any], request: RunRequest, store: Path) -> list[str]:

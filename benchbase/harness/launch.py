@@ -15,7 +15,13 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-__all__ = ["WorkerFailure", "launch_workers"]
+__all__ = ["LAUNCHED_WORKER", "WorkerFailure", "launch_workers"]
+
+LAUNCHED_WORKER = "BENCHBASE_LAUNCHED_WORKER"
+"""Set to "1" in the workers this launcher starts. They exit 0 when their run ended, whatever its
+status, and the launching process reads the status from rank 0's result.json: the launcher
+stops every other worker as soon as one exits non-zero, so rank 0's "aborted at a limit" exit
+code (3) would cut off a rank still closing down and make a finished run look broken."""
 
 # The launcher's grace period between SIGTERM and SIGKILL when it stops workers (one failed,
 # or it was itself interrupted): long enough for rank 0 to checkpoint and close its log.
@@ -54,9 +60,16 @@ def launch_workers(processes: int, arguments: list[str], threads_per_process: in
         max_restarts=0,  # a failed run is not restarted behind the user's back: it ends, logged
         monitor_interval=0.1, start_method="spawn", shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
     )
+    previous = os.environ.get(LAUNCHED_WORKER)
+    os.environ[LAUNCHED_WORKER] = "1"  # the spawned workers inherit it; this process does not keep it
     try:
         elastic_launch(config, sys.executable)("-m", "benchbase", *arguments)
     except ChildFailedError as error:
         return [WorkerFailure(rank, failure.exitcode, failure.message or "")
                 for rank, failure in sorted(error.failures.items())]
+    finally:
+        if previous is None:
+            os.environ.pop(LAUNCHED_WORKER, None)
+        else:
+            os.environ[LAUNCHED_WORKER] = previous
     return []
