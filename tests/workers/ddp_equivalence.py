@@ -45,22 +45,24 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
     backend = TorchBackend()
     backend.build(build_context(config, store, plan))
     initial = backend.export_weights()
-    losses, shapes, epoch, first_loss_bound, statistics_excess = [], [], 0, None, None
+    losses, shapes, epoch, first_batch, after_first = [], [], 0, None, None
     while len(losses) < batches:
         epoch += 1
         for batch in pipeline.epoch(epoch):
-            first = first_loss_bound is None and world.leader
-            if first:  # the global batch, at the initial weights
-                loss, bound, _ = bounded_loss(initial, workload.model, batch)
-                first_loss_bound = BOTH_SIDES * bound / abs(loss)
             mine = own_slice(batch, plan)
             shapes.append(list(mine.features.shape))
             losses.append(backend.train_step(mine))
-            if first:
-                statistics_excess = largest_statistic_excess(initial, backend.export_weights(), workload.model, batch)
+            if first_batch is None:  # the global batch and the weights after it, for the bounds below
+                first_batch, after_first = batch, backend.export_weights()
             if len(losses) == batches:
                 break
     if world.leader:
+        # The reference's bounds, after training (a rank busy for seconds between collectives
+        # would hold the others in theirs): the first loss at the initial weights, and BatchNorm
+        # after the first step, both for the first global batch.
+        loss, bound, _ = bounded_loss(initial, workload.model, first_batch)
+        first_loss_bound = BOTH_SIDES * bound / abs(loss)
+        statistics_excess = largest_statistic_excess(initial, after_first, workload.model, first_batch)
         weights = backend.export_weights()
         np.savez(Path(out) / "weights.npz", **weights)
         np.savez(Path(out) / "initial.npz", **initial)
@@ -68,6 +70,7 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
                                                             "first_loss_bound": first_loss_bound,
                                                             "statistics_excess": statistics_excess,
                                                             "devices": list(backend.devices_in_use())}))
+    coordinator.barrier()  # no rank closes its process group while the leader still works
     backend.close()
     coordinator.close()
 
