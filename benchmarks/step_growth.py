@@ -4,7 +4,7 @@ Trains ds2-mini's PyTorch backend on the same global batches once in one process
 two (torchrun, gloo; each rank its half of every batch, BatchNorm over the global batch), as
 tests/test_distributed.py does, under each CPU ISA cap (``benchbase.testing.isa``). The two
 runs differ only in the order float32 sums are added, so the difference of their losses at
-step k, relative to the first step's rounding bound b (``bounded_loss``, both sides), shows the
+step k, relative to the first step's rounding bound b (``bounded_step``, both sides), shows the
 growth: the smallest G with |loss_k(1) - loss_k(2)| / loss_k <= b * (1 + G + ... + G^k) for
 every k, and with the final weights' distance as a share of how far training moved them
 within b * (1 + ... + G^(N-1)).

@@ -14,7 +14,7 @@ import numpy as np
 from benchbase.backend import Batch, Inputs
 from benchbase.specs import ModelSpec
 from benchbase.testing.model_rules import normalization_bound
-from benchbase.testing.reference_model import bounded_loss, bounded_reference
+from benchbase.testing.reference_model import bounded_reference, bounded_step
 from benchbase.testing.tolerances import BOTH_SIDES, after_steps
 
 
@@ -41,8 +41,8 @@ def assert_log_probs_agree(found: np.ndarray, expected: np.ndarray, weights, mod
 
 def relative_loss_bound(weights, model: ModelSpec, batch: Batch, sides: int = BOTH_SIDES) -> float:
     """Rounding bound of a training step's loss at ``weights``, relative to the loss."""
-    loss, bound, _ = bounded_loss(weights, model.model_copy(update={"dropout": 0.0}), batch)
-    return sides * bound / abs(loss)
+    step = bounded_step(weights, model.model_copy(update={"dropout": 0.0}), batch)
+    return sides * step.loss_bound / abs(step.loss)
 
 
 def assert_losses_agree(found, expected, first_bound: float) -> None:

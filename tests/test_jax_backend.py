@@ -26,7 +26,7 @@ from benchbase.errors import BenchbaseError  # noqa: E402
 from benchbase.plugins import get_plugin_manager  # noqa: E402
 from benchbase.registry import collect_registry  # noqa: E402
 from benchbase.specs import OptimizerSpec  # noqa: E402
-from benchbase.testing.reference_model import bounded_loss, bounded_reference  # noqa: E402
+from benchbase.testing.reference_model import bounded_step  # noqa: E402
 from benchbase.testing.tolerances import (  # noqa: E402
     BOTH_SIDES,
     FLOAT32_UNIT_ROUNDOFF,
@@ -134,12 +134,11 @@ def test_forward_loss_and_batchnorm_agree_with_numpy(batch):
         losses = [numpy_ctc(training_log_probs[row, : batch.output_lengths[row]],
                             batch.labels[row, : batch.label_lengths[row]]) for row in range(batch.size)]
         assert losses[0] == losses[1] == 0.0
-        _, loss_bound, _ = bounded_loss(weights, model, batch)
-        assert abs(loss - np.mean(losses)) <= loss_bound
+        step = bounded_step(weights, model, batch)
+        assert abs(loss - np.mean(losses)) <= step.loss_bound
         after = backend.export_weights()
         assert all(np.isfinite(value).all() for value in after.values())
-        running_bound = bounded_reference(weights, model, batch.features, batch.feature_lengths,
-                                          training=True).running_bound
+        running_bound = step.reference.running_bound
         keep = model.batchnorm_momentum
         for prefix, (mean, variance) in moments.items():
             for stat, batch_value in (("mean", mean), ("variance", variance)):

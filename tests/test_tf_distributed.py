@@ -29,7 +29,7 @@ from benchbase.default_plugins.workloads import builtin_workload  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
 from benchbase.testing.model_rules import largest_statistic_excess  # noqa: E402
 from benchbase.testing.precision import range_update_rounding  # noqa: E402
-from benchbase.testing.reference_model import bounded_loss, bounded_reference  # noqa: E402
+from benchbase.testing.reference_model import bounded_reference, bounded_step  # noqa: E402
 from benchbase.testing.tolerances import BOTH_SIDES, after_steps  # noqa: E402
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
@@ -43,7 +43,7 @@ QUANTIZED_STEPS = 3
 # added (each replica sums its half, then the all-reduce adds the halves; BatchNorm's
 # statistics likewise), so every bound is float32's rounding bound, for both sides:
 # - the first loss: the reference's bound of the loss at the initial weights on the first
-#   batch (``bounded_loss``), twice (BOTH_SIDES);
+#   batch (``bounded_step``), twice (BOTH_SIDES);
 # - the k-th loss and the final weights: that bound compounded over k steps (``after_steps``,
 #   rule 6 of the error model); the weights as a share of how far training moved them;
 # - predictions: the two-replica model and a one-replica model holding the same weights, the
@@ -92,10 +92,11 @@ def main(store: Path, out: Path) -> None:
     results["devices"] = np.array(two.devices_in_use())
     initial = two.export_weights()
     results["initial_weights"] = _stacked(initial)
-    first_loss, first_loss_bound, _ = bounded_loss(initial, model, batches[0])
-    results["first_loss_bound"] = np.array(BOTH_SIDES * first_loss_bound / abs(first_loss))  # relative
+    first_step = bounded_step(initial, model, batches[0])
+    results["first_loss_bound"] = np.array(BOTH_SIDES * first_step.loss_bound / abs(first_step.loss))  # relative
     first_loss = two.train_step(batches[0])
-    results["statistics_excess"] = np.array(largest_statistic_excess(initial, two.export_weights(), model, batches[0]))
+    results["statistics_excess"] = np.array(largest_statistic_excess(initial, two.export_weights(), model,
+                                                                      first_step.reference))
     results["two_losses"] = np.array([first_loss] + [two.train_step(batch) for batch in batches[1:]])
     results["two_weights"] = _stacked(two.export_weights())
     results["tracing_count"] = np.array(two._train_function.experimental_get_tracing_count())

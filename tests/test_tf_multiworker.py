@@ -36,7 +36,7 @@ if importlib.util.find_spec("benchbase_tf_ds2") is None:  # the test runs Tensor
 # 1.5e-3 and the later ones by up to 1e-2; a loss not summed across the workers would be about
 # half. After the first update the two part by float32 rounding: later losses and the final
 # weights (as a share of their norm) within the rounding bound of the first global batch's
-# loss at the initial weights (``bounded_loss``, both sides), compounded over the steps
+# loss at the initial weights (``bounded_step``, both sides), compounded over the steps
 # (``after_steps``); measured at most 1.1e-5 over the epoch's 5 batches and 2.5e-5 of the
 # weights' norm.
 
@@ -45,7 +45,7 @@ import sys
 from benchbase.data.store import FeatureStore
 from benchbase.harness.plan import build_context, device_plan, run_pipeline
 from benchbase.specs import RunConfig
-from benchbase.testing.reference_model import bounded_loss
+from benchbase.testing.reference_model import bounded_step
 from benchbase_tf_ds2.backend import TensorFlowBackend
 
 config = RunConfig.model_validate_json(open(sys.argv[1]).read())
@@ -53,8 +53,8 @@ store = FeatureStore(config.data)
 batch = next(iter(run_pipeline(config, store, config.workload.data.train, training=True).epoch(1)))
 backend = TensorFlowBackend()
 backend.build(build_context(config, store, device_plan(config.hardware, devices=1)))
-loss, bound, _ = bounded_loss(backend.export_weights(), config.workload.model, batch)
-print(bound / abs(loss))
+step = bounded_step(backend.export_weights(), config.workload.model, batch)
+print(step.loss_bound / abs(step.loss))
 """
 """Prints the relative rounding bound of the run's first loss: the seed's initial weights, the
 harness's first global batch (in a fresh interpreter: this module keeps TensorFlow out of pytest's)."""

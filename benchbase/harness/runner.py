@@ -553,7 +553,7 @@ class Harness:
             device_plan=plan_record(self.plan, self.config.hardware), step_breakdown=self.statistics.step_breakdown(),
             environment=self.environment,
             cpu={"cores_in_steps": cores, "thread_budget": self._thread_budget(),
-                 "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE, **cpu_record()},
+                 "within_budget": cores <= self._thread_budget() + THREAD_BUDGET_ALLOWANCE, **self.environment["cpu"]},
         )
 
     def _tta(self) -> dict[str, dict | None]:

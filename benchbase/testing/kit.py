@@ -12,7 +12,7 @@ import numpy as np
 from benchbase.backend import Backend
 from benchbase.specs import ModelSpec
 from benchbase.testing.kit_data import KitData
-from benchbase.testing.reference_model import bounded_loss, bounded_reference, random_weights
+from benchbase.testing.reference_model import bounded_step, random_weights
 
 __all__ = ["ConformanceFailure", "FirstStep", "Kit", "describe_difference", "describe_error", "differing_weights"]
 
@@ -100,10 +100,9 @@ class Kit:
             backend.import_weights(weights)
             loss = backend.train_step(batch)
             after = backend.export_weights()
-        reference = bounded_reference(weights, self.model, batch.features, batch.feature_lengths, training=True)
-        reference_loss, loss_bound, losses = bounded_loss(weights, self.model, batch)
-        return FirstStep(weights, loss, after, reference_loss, losses, reference.running, loss_bound,
-                         reference.running_bound)
+        step = bounded_step(weights, self.model, batch)
+        return FirstStep(weights, loss, after, step.loss, step.losses, step.reference.running, step.loss_bound,
+                         step.reference.running_bound)
 
 
 def describe_difference(found: np.ndarray, expected: np.ndarray, mask: np.ndarray | None = None) -> tuple[float, str]:

@@ -33,7 +33,7 @@ import numpy as np
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
-from benchbase.testing.reference_model import batchnorm_names, bounded_reference
+from benchbase.testing.reference_model import BoundedReference, batchnorm_names, bounded_reference
 from benchbase.testing.tolerances import (
     ELEMENTWISE_ULPS,
     FLOAT32_UNIT_ROUNDOFF,
@@ -307,11 +307,11 @@ def statistic_excess(old: np.ndarray, new: np.ndarray, expected: np.ndarray, bou
 
 
 def largest_statistic_excess(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray], model,
-                             batch) -> float:
+                             reference: BoundedReference) -> float:
     """The largest ``statistic_excess`` of any BatchNorm statistic after one training step from
-    ``before`` to ``after`` on ``batch`` (running or recovered batch statistic): positive fails.
-    For tests of a backend's data-parallel modes, where no Kit builds the backend."""
-    reference = bounded_reference(before, model, batch.features, batch.feature_lengths, training=True)
+    ``before`` to ``after`` (running or recovered batch statistic), against the reference's
+    training pass of that step (``bounded_step``): positive fails. For tests of a backend's
+    data-parallel modes, where no Kit builds the backend."""
     worst = -np.inf
     for prefix in batchnorm_names(model):
         for stat in ("mean", "variance"):

@@ -36,9 +36,10 @@ from benchbase.weight_layout import weight_layout
 
 __all__ = [
     "BoundedReference",
+    "BoundedStep",
     "batchnorm_names",
-    "bounded_loss",
     "bounded_reference",
+    "bounded_step",
     "random_weights",
     "reference_forward",
 ]
@@ -99,24 +100,40 @@ def bounded_reference(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
         log_probs, running = reference_forward(weights, model, features, feature_lengths, training, rounding)
         return {"log_probs": log_probs, **running}
 
-    log_probs, running = reference_forward(weights, model, features, feature_lengths, training)
-    bound = rounding_bound(compute, operand_roundoff=operand_roundoff)
-    return BoundedReference(log_probs, running, bound.pop("log_probs"), bound)
+    exact, bound = rounding_bound(compute, operand_roundoff=operand_roundoff)
+    running = {name: value for name, value in exact.items() if name != "log_probs"}
+    return BoundedReference(exact["log_probs"], running, bound.pop("log_probs"), bound)
 
 
-def bounded_loss(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Batch
-                 ) -> tuple[float, float, np.ndarray]:
-    """(the spec's mean CTC loss of a training step's forward pass on ``batch``, its float32
-    rounding bound, each utterance's loss). Impossible alignments count zero in the mean."""
+@dataclass(frozen=True)
+class BoundedStep:
+    """The reference's view of one training step on a batch, with the float32 rounding bounds."""
+
+    reference: BoundedReference
+    """The training forward pass: log-probabilities and the running statistics it leaves."""
+    loss: float
+    """The spec's mean CTC loss, impossible alignments counted zero."""
+    loss_bound: float
+    losses: np.ndarray
+    """Each utterance's loss (+inf where no alignment exists)."""
+
+
+def bounded_step(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Batch) -> BoundedStep:
+    """A training step's forward pass on ``batch`` and its loss, each with its rounding bound
+    (the loss computed from the moved log-probabilities, plus the CTC recursion's own)."""
     def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
-        log_probs, _ = reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
+        log_probs, running = reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
         losses = ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, model.ctc_blank_index)
-        return {"loss": np.asarray(np.where(np.isfinite(losses), losses, 0.0).mean()), "losses": losses}
+        mean = np.asarray(np.where(np.isfinite(losses), losses, 0.0).mean())
+        return {"log_probs": log_probs, **running, "loss": mean, "losses": losses}
 
-    exact = compute(None)
-    bound = rounding_bound(compute)["loss"]
-    recursion = ctc_recursion_bound(batch.output_lengths, exact["losses"])
-    return float(exact["loss"]), float(bound) + recursion, exact["losses"]
+    exact, bound = rounding_bound(compute)
+    losses = exact["losses"]
+    loss_bound = float(bound.pop("loss")) + ctc_recursion_bound(batch.output_lengths, losses)
+    running = {name: value for name, value in exact.items() if name not in ("log_probs", "loss", "losses")}
+    running_bound = {name: value for name, value in bound.items() if name in running}
+    reference = BoundedReference(exact["log_probs"], running, bound["log_probs"], running_bound)
+    return BoundedStep(reference, float(exact["loss"]), loss_bound, losses)
 
 
 class _Rounding:

@@ -178,11 +178,12 @@ class RoundingModel:
         return self.rng.choice(np.array([-1.0, 1.0]), size=np.shape(value))
 
 
-def rounding_bound(compute, draws: int = INJECTION_DRAWS, operand_roundoff: float = 0.0) -> dict[str, np.ndarray]:
-    """Per output of ``compute(rounding)`` (a function returning a mapping of named arrays, run
-    once with ``None`` and once per draw with a ``RoundingModel``): the largest movement
-    the injected roundings caused, elementwise. One float32 side's bound on each output
-    (with ``operand_roundoff``, one mixed-precision side's)."""
+def rounding_bound(compute, draws: int = INJECTION_DRAWS, operand_roundoff: float = 0.0
+                   ) -> tuple[Mapping[str, np.ndarray], dict[str, np.ndarray]]:
+    """(the outputs of ``compute(None)``, per output the largest movement the injected roundings
+    caused, elementwise). ``compute(rounding)`` returns a mapping of named arrays and runs once
+    with ``None`` and once per draw with a ``RoundingModel``. The movement is one float32
+    side's bound on each output (with ``operand_roundoff``, one mixed-precision side's)."""
     exact: Mapping[str, np.ndarray] = compute(None)
     worst = {name: np.zeros(np.shape(value)) for name, value in exact.items()}
     for draw in range(draws):
@@ -191,4 +192,4 @@ def rounding_bound(compute, draws: int = INJECTION_DRAWS, operand_roundoff: floa
             with np.errstate(invalid="ignore"):  # inf - inf: an impossible alignment, no movement
                 movement = np.abs(np.asarray(moved[name], np.float64) - np.asarray(value, np.float64))
             worst[name] = np.maximum(worst[name], np.where(np.isfinite(movement), movement, 0.0))
-    return worst
+    return exact, worst

@@ -23,7 +23,7 @@ from benchbase.plugins import get_plugin_manager
 from benchbase.registry import collect_registry
 from benchbase.specs import RunConfig
 from benchbase.testing.model_rules import largest_statistic_excess
-from benchbase.testing.reference_model import bounded_loss
+from benchbase.testing.reference_model import bounded_step
 from benchbase.testing.tolerances import BOTH_SIDES
 
 GLOBAL_BATCH = 8
@@ -60,9 +60,9 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
         # The reference's bounds, after training (a rank busy for seconds between collectives
         # would hold the others in theirs): the first loss at the initial weights, and BatchNorm
         # after the first step, both for the first global batch.
-        loss, bound, _ = bounded_loss(initial, workload.model, first_batch)
-        first_loss_bound = BOTH_SIDES * bound / abs(loss)
-        statistics_excess = largest_statistic_excess(initial, after_first, workload.model, first_batch)
+        step = bounded_step(initial, workload.model, first_batch)
+        first_loss_bound = BOTH_SIDES * step.loss_bound / abs(step.loss)
+        statistics_excess = largest_statistic_excess(initial, after_first, workload.model, step.reference)
         weights = backend.export_weights()
         np.savez(Path(out) / "weights.npz", **weights)
         np.savez(Path(out) / "initial.npz", **initial)
