@@ -35,8 +35,8 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.specs import ModelSpec, OptimizerSpec
-from benchbase.weight_layout import weight_layout
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -200,7 +200,7 @@ class Capabilities:
     harness refuses them on a CPU plan before the clock starts, whatever a backend declares);
     bf16 and fp16 are the framework's automatic mixed precision (float32 master weights, fp16
     with dynamic loss scaling); int8-emulated fake-quantizes exactly as ``ModelSpec.quantization``
-    says (``benchbase.quantization`` is the reference), keeps its activation ranges as model
+    says (``benchbase.families.ds2.quantization`` is the reference), keeps its activation ranges as model
     state (in ``weight_layout`` and the checkpoint, like BatchNorm's statistics), and evaluates
     quantized too. ``train_step`` and ``predict`` both run in the run's precision; ``predict``
     still returns float32 log-probabilities and ``export_weights`` float32 master weights."""

@@ -25,9 +25,9 @@ from benchbase.backend import Backend, Batch, BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
-from benchbase.default_plugins.workloads import builtin_workload
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.builtins.workloads import builtin_workload
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs.workload import PRECISIONS
 
 WORKLOAD = "ds2-mini"

@@ -49,8 +49,8 @@ from pathlib import Path
 
 import benchbase
 from benchbase.compliance.checker import check_log
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 
 def rss_kib(field):
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -83,10 +83,10 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
     """A passing bare log of about size_mb MB; returns its shape."""
     from benchbase.compliance.checks import field_at
     from benchbase.compliance.rules import load_ruleset
-    from benchbase.cpu_features import cpu_record
-    from benchbase.plugins import get_plugin_manager
-    from benchbase.registry import collect_registry
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
     from benchbase.run_folder import RunFolder
+    from benchbase.telemetry.cpu_features import cpu_record
     from benchbase.telemetry.environment import software_environment
 
     folder = RunFolder(path.parent)  # the run folder the log would sit in: what its events name

@@ -21,8 +21,8 @@ import numpy as np
 
 from benchbase.data.alphabet import SYMBOLS, encode_transcript
 from benchbase.decode import LanguageModel, ensure_language_model, make_decoder
+from benchbase.harness.replay import dev_outputs, load_run_config, newest_checkpoint
 from benchbase.metrics import error_rates
-from benchbase.replay import dev_outputs, load_run_config, newest_checkpoint
 
 ALPHA, BETA = 0.5, 0.0
 

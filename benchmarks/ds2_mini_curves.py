@@ -20,8 +20,8 @@ from pathlib import Path
 
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.harness import run_benchmark
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder, read_json_lines
 from benchbase.specs import RunConfig, TTARule
 

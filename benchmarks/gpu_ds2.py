@@ -98,7 +98,7 @@ NVML_PERIOD_S = 0.05
 def load_workload() -> tuple[ModelSpec, OptimizerSpec, int, int | None, str]:
     """The ds2 model, optimizer, features per frame and pad_to_frames; from the spec, or its YAML's fields."""
     try:
-        from benchbase.default_plugins.workloads import builtin_workload
+        from benchbase.plugin_host.builtins.workloads import builtin_workload
 
         workload = builtin_workload(WORKLOAD)
         return (workload.model, workload.optimizer, workload.features.dimension,

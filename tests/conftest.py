@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchbase.data.prepare import prepare_store
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 
 SMALL_CORPUS_UTTERANCES = 240
 

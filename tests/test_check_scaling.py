@@ -265,7 +265,7 @@ def test_a_long_log_is_checked_in_a_small_multiple_of_its_size(scaling, tmp_path
 
 @pytest.fixture(scope="module")
 def workloads():
-    from benchbase.plugins import get_plugin_manager
-    from benchbase.registry import collect_registry
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
 
     return collect_registry(get_plugin_manager(load_entrypoints=False)).workloads

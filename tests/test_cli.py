@@ -17,8 +17,8 @@ from benchbase.cli.framework_logs import filtered_native_logs
 from benchbase.cli.run_command import SET_EXAMPLE
 from benchbase.compliance.checker import CheckReport, Finding, what_it_checks
 from benchbase.compliance.rules import load_ruleset
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 
 benchbase = run_benchbase
 

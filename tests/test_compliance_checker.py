@@ -20,8 +20,8 @@ from benchbase.compliance.parse import parse_log, parse_log_text
 from benchbase.compliance.rules import RuleSet, load_ruleset
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig, RunResult, Target, TTARule, read_run_result
 
 REACHED, NEVER = "CER 90", "CER 10"

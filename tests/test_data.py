@@ -13,7 +13,7 @@ from benchbase.data.features import extract_features
 from benchbase.data.pipeline import BatchPipeline, bucketed_plan
 from benchbase.data.prepare import prepare_store
 from benchbase.data.store import SHARD_SIZE, FeatureStore, read_shard
-from benchbase.default_plugins.workloads import builtin_workload
+from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import FeatureSpec
 
 MINI_MODEL = builtin_workload("ds2-mini").model

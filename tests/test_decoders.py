@@ -243,7 +243,7 @@ def test_decode_sweep_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
 
 def test_decode_sweep_refuses_a_run_without_a_checkpoint(tmp_path):
     from benchbase.errors import InputError
-    from benchbase.replay import newest_checkpoint
+    from benchbase.harness.replay import newest_checkpoint
 
     with pytest.raises(InputError, match="no checkpoint"):
         newest_checkpoint(tmp_path)
@@ -256,7 +256,7 @@ def test_decode_sweep_shows_each_beam_width_as_it_is_done(registry, tmp_path):
 
     from benchbase.cli.decode_commands import sweep_row
     from benchbase.cli.reporter import DecodeSweepReporter
-    from benchbase.replay import DevOutputs
+    from benchbase.harness.replay import DevOutputs
     from benchbase.specs import RunConfig
 
     config = RunConfig(workload=registry.workload("ds2-mini"), backend="torch", hardware=registry.profile("cpu"),

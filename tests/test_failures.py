@@ -22,8 +22,8 @@ from benchbase.data.integrity import shard_checksums
 from benchbase.data.store import FeatureStore, features_path
 from benchbase.errors import InputError, NonFiniteError
 from benchbase.harness import run_benchmark
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
 
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from cli_helpers import run_benchbase
 
-from benchbase.cpu_features import vector_extensions
-from benchbase.hardware_detect import detect_profile
 from benchbase.report.cost import CostModel
 from benchbase.specs import HardwareProfile
+from benchbase.telemetry.cpu_features import vector_extensions
+from benchbase.telemetry.hardware_detect import detect_profile
 
 
 def test_the_detected_profile_describes_this_machine():

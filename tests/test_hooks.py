@@ -12,7 +12,7 @@ from test_plugins import LinearCTCBackend
 import benchbase
 from benchbase import hookspecs
 from benchbase.harness import run_benchmark
-from benchbase.registry import collect_registry
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
 
 HOOKS = sorted(name for name, function in inspect.getmembers(hookspecs) if hasattr(function, "benchbase_spec"))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchbase.cpu_features import best_isa, cpu_flags, cpu_record, vector_extensions
+from benchbase.telemetry.cpu_features import best_isa, cpu_flags, cpu_record, vector_extensions
 from benchbase.testing.isa import ISA_CAPS, isa_environment, lower_isa
 
 EPYC_FLAGS = "fpu vme sse4_1 sse4_2 avx avx2 fma avx512f avx512dq avx512_vnni avx512_bf16 hypervisor"

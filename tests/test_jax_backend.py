@@ -21,10 +21,11 @@ jnp = jax.numpy
 from benchbase.backend import BackendReference, BuildContext, DevicePlan  # noqa: E402
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
 from benchbase.data.store import FeatureStore  # noqa: E402
-from benchbase.default_plugins.workloads import builtin_workload  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
-from benchbase.plugins import get_plugin_manager  # noqa: E402
-from benchbase.registry import collect_registry  # noqa: E402
+from benchbase.families.ds2.weight_layout import weight_layout  # noqa: E402
+from benchbase.plugin_host import get_plugin_manager  # noqa: E402
+from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
+from benchbase.plugin_host.registry import collect_registry  # noqa: E402
 from benchbase.specs import OptimizerSpec  # noqa: E402
 from benchbase.testing.reference_model import bounded_step  # noqa: E402
 from benchbase.testing.tolerances import (  # noqa: E402
@@ -33,7 +34,6 @@ from benchbase.testing.tolerances import (  # noqa: E402
     accumulation_bound,
     same_kernels,
 )
-from benchbase.weight_layout import weight_layout  # noqa: E402
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 

@@ -10,7 +10,7 @@ import yaml
 from cli_helpers import run_benchbase
 
 from benchbase.errors import InputError
-from benchbase.overrides import apply_overrides, division_of, open_changes, parse_override
+from benchbase.specs.overrides import apply_overrides, division_of, open_changes, parse_override
 
 
 def test_an_override_is_a_dotted_path_and_a_yaml_value():

@@ -12,12 +12,12 @@ import torch
 from cli_helpers import run_benchbase
 
 import benchbase
-from benchbase import hookspecs, plugins
+from benchbase import hookspecs, plugin_host
 from benchbase.backend import Backend, BackendReference, Inputs
 from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
-from benchbase.registry import collect_registry
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
 
 
@@ -194,21 +194,21 @@ def fake_entry_points(monkeypatch):
     module.register_backends = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
     monkeypatch.setitem(sys.modules, "fake_benchbase_plugin", module)
     distribution = _FakeDistribution("fake-plugin", "fake_benchbase_plugin")
-    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: distribution.entry_points.select(group=group))
+    monkeypatch.setattr(plugin_host.metadata, "entry_points", lambda group: distribution.entry_points.select(group=group))
 
 
 def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
     monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
-    manager = plugins.get_plugin_manager()
+    manager = plugin_host.get_plugin_manager()
     assert manager.has_plugin("fake-plugin")
     assert "linear-ctc" in collect_registry(manager).backends
-    assert plugins.entry_point_distributions() == {"fake-plugin": "fake-plugin 9.9"}
+    assert plugin_host.entry_point_distributions() == {"fake-plugin": "fake-plugin 9.9"}
 
 
 @pytest.mark.parametrize(("allowed", "loaded"), [("", False), ("fake-plugin", True), ("other", False)])
 def test_benchbase_load_plugins_restricts_entry_points(fake_entry_points, monkeypatch, allowed, loaded):
     monkeypatch.setenv("BENCHBASE_LOAD_PLUGINS", allowed)
-    assert plugins.get_plugin_manager().has_plugin("fake-plugin") is loaded
+    assert plugin_host.get_plugin_manager().has_plugin("fake-plugin") is loaded
 
 
 def test_every_hook_is_documented():
@@ -219,7 +219,7 @@ def test_every_hook_is_documented():
 
 
 def test_each_invocation_gets_a_fresh_manager():
-    assert plugins.get_plugin_manager(False) is not plugins.get_plugin_manager(False)
+    assert plugin_host.get_plugin_manager(False) is not plugin_host.get_plugin_manager(False)
 
 
 def test_a_run_evaluates_with_the_decoder_its_workload_names(pm, tmp_path, small_store):
@@ -271,7 +271,7 @@ def _workload_doc_blocks() -> dict[str, str]:
 def test_a_workload_a_plugin_registers_is_found_and_resolves_as_closed(pm):
     from benchbase.cli.run_plan import RunRequest, resolve_run
     from benchbase.specs import WorkloadSpec
-    from benchbase.yaml_specs import load_spec_text
+    from benchbase.specs.yaml_files import load_spec_text
 
     class MyWorkloads:
         @benchbase.hookimpl

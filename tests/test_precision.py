@@ -1,7 +1,7 @@
 """Precision as a measured dimension (issue #12).
 
 The quantization scheme is stated once (``ModelSpec.quantization``) with a NumPy reference
-(``benchbase.quantization``); each backend's fake quantizer must be that reference, bit for
+(``benchbase.families.ds2.quantization``); each backend's fake quantizer must be that reference, bit for
 bit, and their quantized forward passes must agree with the reference and with each other.
 bf16 runs on a CPU in every backend; fp16's loss scaling runs there too when a test builds a
 backend directly (the harness itself refuses fp16 and tf32 on a CPU). A run's precision is
@@ -21,14 +21,15 @@ from cli_helpers import run_benchbase
 from test_compliance_checker import _edit_events, _edit_json, _set_value, real_run, run_copy  # noqa: F401
 from test_plugins import LinearCTCBackend
 
-from benchbase import quantization
 from benchbase.compliance.checker import check_log
 from benchbase.compliance.rules import load_ruleset
 from benchbase.errors import InputError
+from benchbase.families.ds2 import quantization
+from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness import run_benchmark
 from benchbase.harness.plan import check_capabilities, device_plan
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import ModelSpec, RunConfig
 from benchbase.specs.workload import PRECISIONS, QUANTIZABLE_TENSORS, QuantizationSpec
 from benchbase.testing.conformance import Kit, resolve_backend
@@ -44,7 +45,6 @@ from benchbase.testing.precision import (
 )
 from benchbase.testing.reference_model import bounded_reference, random_weights, reference_forward
 from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, same_kernels
-from benchbase.weight_layout import weight_layout
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 

@@ -10,7 +10,7 @@ from cli_helpers import run_ds2_mini
 from official_checker import check_common_rules
 
 from benchbase.atomic import current_umask
-from benchbase.cpu_features import best_isa, cpu_model, vector_extensions
+from benchbase.telemetry.cpu_features import best_isa, cpu_model, vector_extensions
 
 pytestmark = pytest.mark.slow
 

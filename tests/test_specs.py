@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from benchbase.errors import InputError
 from benchbase.specs import HardwareProfile, ModelSpec, TTARule, WorkloadSpec
-from benchbase.yaml_specs import load_spec_text
+from benchbase.specs.yaml_files import load_spec_text
 
 
 def test_the_papers_profiles_carry_table_1_and_2(registry):

@@ -21,16 +21,16 @@ import yaml
 from cli_helpers import run_benchbase
 
 from benchbase.errors import InputError
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
-from benchbase.sweep import SweepSpec, check_resolvable, load_sweep, plan_sweep
-from benchbase.sweep_folder import (
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
+from benchbase.sweeps.folder import (
     SweepRecord,
     abandon,
     check_same_runs,
     configuration_folders,
     next_action,
 )
+from benchbase.sweeps.spec import SweepSpec, check_resolvable, load_sweep, plan_sweep
 
 GRID = {"name": "grid", "workload": "ds2-mini", "backends": ["torch", "tf"], "profiles": ["cpu"], "seeds": [0, 1],
         "variants": [{"name": "r1", "set": ["hardware.pipeline.readers=1"]},

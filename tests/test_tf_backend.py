@@ -9,8 +9,8 @@ from numerics import assert_log_probs_agree, assert_losses_agree, assert_normali
 from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
-from benchbase.default_plugins.workloads import builtin_workload
 from benchbase.harness.runner import run_benchmark
+from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import RunConfig
 from benchbase.testing.tolerances import same_kernels
 

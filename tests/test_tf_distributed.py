@@ -25,8 +25,8 @@ import tensorflow as tf  # noqa: E402
 from benchbase.backend import BuildContext, DevicePlan  # noqa: E402
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
 from benchbase.data.store import FeatureStore  # noqa: E402
-from benchbase.default_plugins.workloads import builtin_workload  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
+from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
 from benchbase.testing.model_rules import largest_statistic_excess  # noqa: E402
 from benchbase.testing.precision import range_update_rounding  # noqa: E402
 from benchbase.testing.reference_model import bounded_reference, bounded_step  # noqa: E402

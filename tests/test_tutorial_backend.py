@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchbase.backend import Backend, BackendReference
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "writing-a-backend.md"
 BLOCK = re.compile(r"^<!-- tutorial: (?P<path>[\w./-]+) -->\n```\w*\n(?P<code>.*?)^```$", re.DOTALL | re.MULTILINE)

@@ -8,7 +8,7 @@ import sys
 import click
 
 from benchbase.errors import BenchbaseError, Terminated
-from benchbase.termination import install_sigterm_handler
+from benchbase.harness.termination import install_sigterm_handler
 
 __all__ = ["cli", "main"]
 

@@ -17,8 +17,8 @@ from benchbase.cli.app import cli
 from benchbase.compliance.checker import CheckReport, check_paths
 from benchbase.compliance.rules import DEFAULT_RULESET, load_ruleset
 from benchbase.errors import BenchbaseError
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import WorkloadSpec
 
 __all__ = ["check", "registered_workloads", "report_table"]

@@ -11,8 +11,8 @@ from rich.text import Text
 
 from benchbase.cli.app import cli
 from benchbase.errors import InputError
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 
 
 @cli.group()

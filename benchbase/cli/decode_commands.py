@@ -14,10 +14,10 @@ from benchbase.cli.framework_logs import load_backend
 from benchbase.cli.reporter import DecodeSweepReporter
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
+from benchbase.harness.replay import DevOutputs, dev_outputs, load_run_config, newest_checkpoint
 from benchbase.metrics import error_rates
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
-from benchbase.replay import DevOutputs, dev_outputs, load_run_config, newest_checkpoint
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import BEAM_DECODERS, RunConfig
 
 __all__ = ["MAX_BEAM_WIDTH", "decode_sweep", "sweep_row"]

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from benchbase.backend import Backend
-from benchbase.registry import Registry
+from benchbase.plugin_host.registry import Registry
 
 __all__ = ["NATIVE_NOISE", "filtered_native_logs", "load_backend"]
 

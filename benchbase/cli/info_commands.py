@@ -13,8 +13,8 @@ from benchbase.atomic import atomic_write_text
 from benchbase.backend import BackendReference
 from benchbase.cli.app import cli
 from benchbase.cli.spec_view import spec_rows
-from benchbase.plugins import entry_point_distributions, get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import entry_point_distributions, get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import WorkloadSpec
 
 
@@ -113,7 +113,7 @@ def profiles(detect: bool, write_to: Path | None) -> None:
 
 
 def _detect(write_to: Path | None) -> None:
-    from benchbase.hardware_detect import detect_profile
+    from benchbase.telemetry.hardware_detect import detect_profile
 
     profile = detect_profile()
     text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=100)

@@ -25,9 +25,9 @@ from benchbase.harness.launch import LAUNCHED_WORKER, launch_workers
 from benchbase.harness.plan import checked_plan
 from benchbase.harness.resume import find_resume_point
 from benchbase.harness.world import World, coordinator_for
-from benchbase.plugins import get_plugin_manager
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import Registry, collect_registry
 from benchbase.process_guard import end_with_parent
-from benchbase.registry import Registry, collect_registry
 from benchbase.run_folder import RunFolder, series_member
 from benchbase.specs import RunConfig, WorkloadSpec
 from benchbase.specs.result import ResultProblem, read_run_result

@@ -21,10 +21,10 @@ from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import InputError, describe_validation_error
 from benchbase.harness.plan import check_precision_on_device, checked_plan, device_plan
 from benchbase.harness.world import World
-from benchbase.overrides import apply_overrides, division_of, open_changes, parse_override
-from benchbase.registry import Registry
+from benchbase.plugin_host.registry import Registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import HardwareProfile, WorkloadSpec
+from benchbase.specs.overrides import apply_overrides, division_of, open_changes, parse_override
 from benchbase.specs.tta import METRICS
 
 __all__ = ["ResolvedRun", "RunRequest", "check_out_folder", "resolve_run", "with_overrides"]

@@ -21,10 +21,9 @@ from benchbase.cli.app import cli
 from benchbase.cli.run_command import ORG_ENVIRONMENT, run_refusal
 from benchbase.cli.sweep_view import SweepView
 from benchbase.errors import BenchbaseError, InputError, Terminated
-from benchbase.registry import Registry
+from benchbase.plugin_host.registry import Registry
 from benchbase.run_folder import find_run_folders
-from benchbase.sweep import PlannedRun, SweepSpec, check_resolvable, load_sweep, plan_sweep
-from benchbase.sweep_folder import (
+from benchbase.sweeps.folder import (
     FINISHED,
     SweepRecord,
     abandon,
@@ -34,7 +33,8 @@ from benchbase.sweep_folder import (
     hold_sweep_folder,
     next_action,
 )
-from benchbase.sweep_runner import RunProcess, StopSignals
+from benchbase.sweeps.runner import RunProcess, StopSignals
+from benchbase.sweeps.spec import PlannedRun, SweepSpec, check_resolvable, load_sweep, plan_sweep
 
 __all__ = ["run_arguments", "sweep"]
 
@@ -82,8 +82,8 @@ def sweep(sweep_file: Path, out: Path | None, dry_run: bool, org: str | None) ->
 
 
 def _check_resolvable(spec: SweepSpec, source: Path) -> Registry:
-    from benchbase.plugins import get_plugin_manager  # the registry loads plugins: only for a valid file
-    from benchbase.registry import collect_registry
+    from benchbase.plugin_host import get_plugin_manager  # the registry loads plugins: only for a valid file
+    from benchbase.plugin_host.registry import collect_registry
 
     registry = collect_registry(get_plugin_manager())
     check_resolvable(spec, source, registry)

@@ -16,8 +16,8 @@ from rich.text import Text
 
 from benchbase.run_folder import RunFolder
 from benchbase.specs.tta import METRIC_LABELS
-from benchbase.sweep import PlannedRun
-from benchbase.sweep_folder import FINISHED, SweepRecord
+from benchbase.sweeps.folder import FINISHED, SweepRecord
+from benchbase.sweeps.spec import PlannedRun
 
 __all__ = ["SweepView"]
 

@@ -21,9 +21,9 @@ from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
 from benchbase.harness.evaluation import evaluate_subsets
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
-from benchbase.replay import load_run_config, replay_pipeline, restored_backend
+from benchbase.harness.replay import load_run_config, replay_pipeline, restored_backend
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import EvalSpec
 

@@ -194,7 +194,7 @@ def _logs_under(path: Path) -> list[Path]:
         return [path]
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
-    from benchbase.sweep_folder import configuration_folders  # the sweep planner loads only for a sweep
+    from benchbase.sweeps.folder import configuration_folders  # the sweep planner loads only for a sweep
 
     # A sweep's folder holds one folder per configuration, each with its run folders: `check`
     # reads it as `score` and `report` do.

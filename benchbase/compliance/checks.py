@@ -18,9 +18,9 @@ from benchbase.compliance import cross_examination, keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
 from benchbase.compliance.tta_check import recompute_tta_messages
-from benchbase.overrides import open_changes
 from benchbase.run_folder import SEGMENTS_DIR, RunFolder
 from benchbase.specs import RunResult
+from benchbase.specs.overrides import open_changes
 
 __all__ = ["CHECKS", "Evidence", "Skip", "field_at"]
 

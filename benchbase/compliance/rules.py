@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from benchbase.errors import InputError
 from benchbase.specs._base import Spec
-from benchbase.yaml_specs import load_spec_file, load_spec_text
+from benchbase.specs.yaml_files import load_spec_file, load_spec_text
 
 __all__ = [
     "AccuracyValueRule",

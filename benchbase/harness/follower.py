@@ -13,9 +13,9 @@ from benchbase.backend import Backend
 from benchbase.data.store import FeatureStore
 from benchbase.errors import Terminated
 from benchbase.harness.plan import build_context, config_plan, own_slice, run_pipeline
+from benchbase.harness.termination import deferred_termination, termination_requested
 from benchbase.harness.world import Solo, Verdict
 from benchbase.specs import RunConfig
-from benchbase.termination import deferred_termination, termination_requested
 
 __all__ = ["follow"]
 

@@ -16,8 +16,8 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance.keys import ERROR, STOP_REASON, constants
 from benchbase.errors import NonFiniteError, Terminated
 from benchbase.harness.stop import StopReason
+from benchbase.harness.termination import deferred_termination
 from benchbase.telemetry import TelemetrySampler
-from benchbase.termination import deferred_termination
 
 __all__ = ["TimedRun"]
 

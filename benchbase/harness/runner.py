@@ -27,13 +27,13 @@ from benchbase.backend import CONTRACT_VERSION, Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
-from benchbase.cpu_features import cpu_record
 from benchbase.data.integrity import verified_store
 from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline, EpochBatches
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder, greedy_decode
 from benchbase.errors import BenchbaseError, InputError, NonFiniteError, Terminated
+from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness.clock import RunClock
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.events import BatchProgress, Evaluation
@@ -54,14 +54,14 @@ from benchbase.harness.recorder import RunRecorder
 from benchbase.harness.resume import ResumePoint, interrupted_at, restart_segment
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE, TrainingStatistics
 from benchbase.harness.stop import StopReason
+from benchbase.harness.termination import deferred_termination, termination_requested
 from benchbase.harness.world import Solo, Verdict
 from benchbase.metrics import TargetTracker
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig, RunResult
 from benchbase.telemetry import TelemetrySampler
+from benchbase.telemetry.cpu_features import cpu_record
 from benchbase.telemetry.environment import software_environment
-from benchbase.termination import deferred_termination, termination_requested
-from benchbase.weight_layout import weight_layout
 
 __all__ = ["Harness", "device_plan", "run_benchmark"]
 

@@ -103,7 +103,7 @@ def groups_by_shared_batch(groups: list[RunGroup]) -> dict[int, list[RunGroup]]:
 def load_groups(paths: list[Path]) -> list[RunGroup]:
     """One group per path (its run folders are the group's runs); a sweep's folder is one group per
     configuration, so that a sweep reports as one experiment."""
-    from benchbase.sweep_folder import configuration_folders  # the sweep planner loads only for a sweep
+    from benchbase.sweeps.folder import configuration_folders  # the sweep planner loads only for a sweep
 
     expanded = [member for path in paths for member in (configuration_folders(path) or [path])]
     groups: list[RunGroup] = []

@@ -60,7 +60,7 @@ QUANTIZABLE_TENSORS: tuple[QuantizedTensor, ...] = get_args(QuantizedTensor)
 class QuantizationSpec(Spec):
     """How ``precision: int8-emulated`` fake-quantizes the model: the one statement of the scheme.
 
-    Every backend implements exactly this and ``benchbase.quantization`` is its NumPy reference.
+    Every backend implements exactly this and ``benchbase.families.ds2.quantization`` is its NumPy reference.
     A fake-quantized tensor is ``clip(round(x / scale), -qmax, qmax) * scale`` with
     ``qmax = 2 ** (bits - 1) - 1`` (symmetric, so at most 2 ** bits - 1 distinct values, zero
     exact), rounding half to even, computed in float32. Biases, BatchNorm, the gates'

@@ -13,7 +13,7 @@ compliance log (``benchbase_environment``) and result.json:
   PyTorch's CUDA and cuDNN, TensorFlow's CUDA and cuDNN;
 - the GPUs through NVML: model, driver and the CUDA version the driver supports.
 
-The CPU (model, vector extensions, ISA caps) is ``benchbase.cpu_features.cpu_record``.
+The CPU (model, vector extensions, ISA caps) is ``benchbase.telemetry.cpu_features.cpu_record``.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _nvml_gpus() -> dict[str, object]:
 def backend_distribution(backend_name: str, backend_module: str) -> str | None:
     """"name version" of the distribution that registered the backend (its entry point), or that
     provides its module; None where neither is known (a plugin class defined in a test)."""
-    from benchbase.plugins import entry_point_distributions
+    from benchbase.plugin_host import entry_point_distributions
 
     registered = entry_point_distributions().get(backend_name)
     if registered:

@@ -145,8 +145,8 @@ def run_rule(rule: Rule, kit: Kit) -> RuleResult:
 
 def resolve_backend(name: str) -> type[Backend]:
     """A registered backend class by name, through the plugin manager (entry points included)."""
-    from benchbase.plugins import get_plugin_manager
-    from benchbase.registry import collect_registry
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
 
     registry = collect_registry(get_plugin_manager())
     try:

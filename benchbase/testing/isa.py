@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from benchbase.cpu_features import best_isa
+from benchbase.telemetry.cpu_features import best_isa
 
 __all__ = ["ISA_CAPS", "active_isa", "capped", "isa_environment", "lower_isa", "main"]
 

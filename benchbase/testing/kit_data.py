@@ -29,8 +29,8 @@ from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
 from benchbase.data.pipeline import pad_batch
 from benchbase.data.store import FeatureStore, Utterance
 from benchbase.data.workload_data import default_cache, store_key
-from benchbase.default_plugins.workloads import builtin_workload
 from benchbase.errors import BenchbaseError
+from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import ModelSpec, OptimizerSpec, WorkloadSpec
 
 __all__ = ["KIT_BATCH_SIZE", "KIT_WORKLOAD", "KitData", "ensure_kit_store", "load_kit_data"]

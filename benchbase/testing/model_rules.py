@@ -32,6 +32,7 @@ import numpy as np
 
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
 from benchbase.testing.reference_model import BoundedReference, batchnorm_names, bounded_reference
 from benchbase.testing.tolerances import (
@@ -39,7 +40,6 @@ from benchbase.testing.tolerances import (
     FLOAT32_UNIT_ROUNDOFF,
     accumulation_bound,
 )
-from benchbase.weight_layout import weight_layout
 
 __all__ = [
     "check_batchnorm_statistics",

@@ -6,7 +6,7 @@ declare, on the kit's data and random weights (tests/test_precision.py does for 
 bundled backends). Their tolerances come from ``benchbase.testing.tolerances``' error model.
 
 - ``quantized_forward``: predict() of an int8-emulated model against benchbase's NumPy
-  reference of the same scheme (``benchbase.quantization``) on the same weights and ranges.
+  reference of the same scheme (``benchbase.families.ds2.quantization``) on the same weights and ranges.
   The fake-quantized weights are bit-identical everywhere (the same float32 operations); an
   activation a float32 rounding away from a grid step's midpoint may land one step apart
   (range / 127), and the recurrence carries that step on. The reference's rounding model
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Backend, Inputs
-from benchbase.quantization import INT8_EMULATED, fake_quantize_weight, input_range_names
+from benchbase.families.ds2.quantization import INT8_EMULATED, fake_quantize_weight, input_range_names
 from benchbase.specs import ModelSpec
 from benchbase.testing.kit import Kit
 from benchbase.testing.kit_data import KitData

@@ -1,6 +1,6 @@
 """benchbase's NumPy reference of the DS2 model family: the forward pass the spec pins.
 
-Computed in float64 from weights in the framework-neutral layout (``benchbase.weight_layout``),
+Computed in float64 from weights in the framework-neutral layout (``benchbase.families.ds2.weight_layout``),
 so that a backend's float32 results can be compared with it on the very same weights:
 
     conv1d (valid, strided, no bias) -> BatchNorm -> clipped ReLU (or ReLU)
@@ -9,7 +9,7 @@ so that a backend's float32 results can be compared with it on the very same wei
 
 For a model of precision int8-emulated the conv's, each LSTM's and the output layer's inputs
 and weight matrices (and h(t-1) of the recurrent matmul) are fake-quantized first, with
-``benchbase.quantization``'s functions, as ``ModelSpec.quantization`` pins; the activation
+``benchbase.families.ds2.quantization``'s functions, as ``ModelSpec.quantization`` pins; the activation
 ranges are read from the weights ("conv.input_range", ...) and returned updated beside
 BatchNorm's statistics. Every other precision is computed as fp32 (in float64).
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchbase import quantization
 from benchbase.backend import Batch
+from benchbase.families.ds2 import quantization
+from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
 from benchbase.testing.tolerances import RoundingModel, ctc_recursion_bound, rounding_bound
-from benchbase.weight_layout import weight_layout
 
 __all__ = [
     "BoundedReference",
@@ -167,7 +167,7 @@ class _Rounding:
 
 class _Quantizer:
     """int8-emulated's fake quantization at each point ``ModelSpec.quantization`` names, with
-    ``benchbase.quantization``'s float32 functions; the identity for every other precision.
+    ``benchbase.families.ds2.quantization``'s float32 functions; the identity for every other precision.
 
     The quantized values are float32 grid points, exact in the float64 arithmetic around them.
     The updated (training) or unchanged (inference) ranges go into ``running`` as

@@ -19,8 +19,8 @@ from benchbase_torch_ds2.backend import TorchBackend
 from benchbase.data.store import FeatureStore
 from benchbase.harness.plan import build_context, device_plan, own_slice, run_pipeline
 from benchbase.harness.world import World, coordinator_for
-from benchbase.plugins import get_plugin_manager
-from benchbase.registry import collect_registry
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
 from benchbase.testing.model_rules import largest_statistic_excess
 from benchbase.testing.reference_model import bounded_step

@@ -15,7 +15,7 @@ import numpy as np
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.weight_layout import validate_weights, weight_layout
+from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
 from benchbase_jax_ds2.checkpoint import read_state, write_state
 from benchbase_jax_ds2.model import split_weights
 from benchbase_jax_ds2.shapes import Buckets

@@ -1,7 +1,7 @@
 """The Deep Speech 2-like model of the workload spec as pure JAX functions.
 
 The weights live in flat dicts keyed by benchbase's framework-neutral names
-(``benchbase.weight_layout``), so exporting, importing and checkpointing need no renaming,
+(``benchbase.families.ds2.weight_layout``), so exporting, importing and checkpointing need no renaming,
 and the layouts are Keras's, which is also the natural one for ``x @ kernel`` in JAX.
 
 Batches arrive padded further than the harness padded them (to reuse compiled shapes), so
@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from benchbase.quantization import is_quantized
+from benchbase.families.ds2.quantization import is_quantized
+from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS, weight_layout
 from benchbase.specs import ModelSpec
 from benchbase.specs.workload import QuantizationSpec
-from benchbase.weight_layout import BATCHNORM_PARTS, weight_layout
 from benchbase_jax_ds2.quantization import quantize_activation, quantize_state, quantize_weight, updated_range
 
 __all__ = ["STATISTICS", "forward", "initial_weights", "split_weights"]

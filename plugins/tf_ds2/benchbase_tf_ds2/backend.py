@@ -41,7 +41,7 @@ import tensorflow as tf  # noqa: E402
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.weight_layout import validate_weights
+from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase_tf_ds2.model import DeepSpeech2
 from benchbase_tf_ds2.weights import neutral_variables
 

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.ops import gen_rnn_ops
 
-from benchbase.quantization import input_range_names, is_quantized
+from benchbase.families.ds2.quantization import input_range_names, is_quantized
 from benchbase.specs import ModelSpec
 from benchbase_tf_ds2.cross_replica import CrossReplicaBatchNormalization, ReplicaDropout, cross_replica_max
 from benchbase_tf_ds2.quantization import quantize_activation, quantize_weight, quantized_lstm, updated_range

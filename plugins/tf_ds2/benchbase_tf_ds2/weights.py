@@ -6,7 +6,7 @@ outputs), LSTM gates i, f, c, o, one bias per gate), so no array is transposed h
 
 from __future__ import annotations
 
-from benchbase.weight_layout import BATCHNORM_PARTS
+from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS
 from benchbase_tf_ds2.model import DeepSpeech2
 
 __all__ = ["neutral_variables"]

@@ -20,7 +20,7 @@ import torch
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.weight_layout import validate_weights
+from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase_torch_ds2 import weights
 from benchbase_torch_ds2.model import DeepSpeech2
 

@@ -1,6 +1,6 @@
 """The PyTorch model's weights to and from benchbase's framework-neutral layout.
 
-The layout is Keras's (benchbase.weight_layout): kernels are (inputs, outputs), the
+The layout is Keras's (benchbase.families.ds2.weight_layout): kernels are (inputs, outputs), the
 convolution (width, inputs, outputs); PyTorch keeps (outputs, inputs) and (outputs, inputs,
 width). Both use the LSTM gate order input, forget, cell, output. PyTorch's second LSTM bias
 (bias_hh) stays zero and frozen, so the neutral bias is bias_ih alone.
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from benchbase.quantization import input_range_names
-from benchbase.weight_layout import BATCHNORM_PARTS
+from benchbase.families.ds2.quantization import input_range_names
+from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS
 from benchbase_torch_ds2.model import DeepSpeech2
 
 __all__ = ["export_weights", "import_weights"]

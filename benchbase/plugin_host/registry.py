@@ -9,10 +9,10 @@ import pluggy
 
 from benchbase.backend import Backend, BackendReference
 from benchbase.errors import InputError
-from benchbase.hardware_detect import AUTO_PROFILE, detect_profile
-from benchbase.plugins import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
+from benchbase.plugin_host import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
 from benchbase.specs import HardwareProfile, WorkloadSpec
-from benchbase.yaml_specs import load_spec_file, names_a_file
+from benchbase.specs.yaml_files import load_spec_file, names_a_file
+from benchbase.telemetry.hardware_detect import AUTO_PROFILE, detect_profile
 
 __all__ = ["Registry", "collect_registry"]
 

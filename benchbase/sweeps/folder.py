@@ -26,7 +26,7 @@ from typing import Any
 from benchbase.atomic import atomic_write_text
 from benchbase.errors import InputError
 from benchbase.run_folder import RunFolder, find_run_folders
-from benchbase.sweep import PlannedRun, SweepSpec
+from benchbase.sweeps.spec import PlannedRun, SweepSpec
 
 __all__ = ["FINISHED", "RECORD_NAME", "SweepRecord", "abandon", "check_same_runs", "configuration_folders",
            "hold_sweep_folder", "next_action"]

@@ -6,7 +6,7 @@ from importlib import resources
 
 from benchbase import hookimpl
 from benchbase.specs import WorkloadSpec
-from benchbase.yaml_specs import load_spec_text
+from benchbase.specs.yaml_files import load_spec_text
 
 __all__ = ["builtin_workload", "register_workloads"]
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 from benchbase import hookimpl
 from benchbase.specs import HardwareProfile
-from benchbase.yaml_specs import load_spec_file
+from benchbase.specs.yaml_files import load_spec_file
 
 
 def profiles_directory() -> Path:
     """hardware_profiles/ inside an installed wheel, else beside the package in a checkout."""
-    packaged = Path(__file__).resolve().parents[1] / "hardware_profiles"
+    packaged = Path(__file__).resolve().parents[2] / "hardware_profiles"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / "hardware_profiles"
+    return Path(__file__).resolve().parents[3] / "hardware_profiles"
 
 
 @hookimpl

@@ -20,7 +20,7 @@ BatchNorm's ``mean`` and ``variance`` are its running statistics (used in infere
 The convolution has no bias: BatchNorm follows it.
 
 A model of precision ``int8-emulated`` also holds the moving-average range of each
-fake-quantized layer input (``benchbase.quantization``), state like BatchNorm's statistics:
+fake-quantized layer input (``benchbase.families.ds2.quantization``), state like BatchNorm's statistics:
 
     conv.input_range, lstm.{i}.input_range, output.input_range      ()   float32 scalars
 
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from benchbase.errors import BenchbaseError
-from benchbase.quantization import quantizer_state_layout
+from benchbase.families.ds2.quantization import quantizer_state_layout
 from benchbase.specs import ModelSpec
 
 __all__ = ["BATCHNORM_PARTS", "validate_weights", "weight_layout"]

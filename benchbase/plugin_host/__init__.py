@@ -28,8 +28,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "benchbase"
 DEFAULT_PLUGINS = (
-    "benchbase.default_plugins.workloads",
-    "benchbase.default_plugins.hardware_profiles",
+    "benchbase.plugin_host.builtins.workloads",
+    "benchbase.plugin_host.builtins.hardware_profiles",
 )
 
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from benchbase.errors import InputError
-from benchbase.overrides import apply_overrides, parse_override
 from benchbase.specs._base import Spec
+from benchbase.specs.overrides import apply_overrides, parse_override
 from benchbase.specs.workload import PRECISIONS
-from benchbase.yaml_specs import load_spec_file, names_a_file
+from benchbase.specs.yaml_files import load_spec_file, names_a_file
 
 __all__ = ["PlannedRun", "SweepSpec", "Variant", "check_resolvable", "load_sweep", "plan_sweep"]
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psutil
 
-from benchbase.cpu_features import cpu_model, vector_extensions
 from benchbase.specs import HardwareProfile
+from benchbase.telemetry.cpu_features import cpu_model, vector_extensions
 from benchbase.telemetry.nvml import open_nvml
 
 __all__ = ["AUTO_PROFILE", "DetectedGpu", "detect_profile", "detected_gpus"]
