@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from benchbase.compliance.checks import CHECKS, MESSAGES_PER_RULE, Evidence, Skip
+from benchbase.compliance.keys import constants
 from benchbase.compliance.parse import ParsedLog, read_log
-from benchbase.compliance.rules import Rule, RuleSet, load_ruleset
+from benchbase.compliance.rules import DivisionRule, Rule, RuleSet, load_ruleset
 from benchbase.errors import InputError
 from benchbase.run_folder import CONFIG_NAME, LOG_NAME, RESULT_NAME, RunFolder, find_run_folders
 from benchbase.specs import ResultProblem, WorkloadSpec, read_run_result
@@ -96,7 +97,7 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
 
 
 def check_evidence(evidence: Evidence, ruleset: RuleSet) -> CheckReport:
-    evidence.divisions = any(rule.check == "division" for rule in ruleset.rules)
+    evidence.divisions = any(isinstance(rule, DivisionRule) for rule in ruleset.rules)
     report = CheckReport(source=evidence.source, ruleset=ruleset.version, notes=resume_notes(evidence.log))
     for rule in ruleset.rules:
         report.findings.append(_apply(rule, evidence))
@@ -184,7 +185,7 @@ def _attach_config(evidence: Evidence, path: Path) -> str | None:
 
 
 def _registered_workload(evidence: Evidence, workloads: Mapping[str, WorkloadSpec]) -> dict[str, Any] | None:
-    name = evidence.value_of("submission_benchmark")
+    name = evidence.value_of(constants.SUBMISSION_BENCHMARK)
     spec = workloads.get(name) if isinstance(name, str) else None
     return None if spec is None else spec.model_dump(mode="json")
 

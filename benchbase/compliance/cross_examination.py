@@ -20,8 +20,12 @@ from typing import Any
 
 from benchbase.compliance import keys
 from benchbase.compliance import rules as r
-from benchbase.compliance.parse import LogEvent, is_number
+from benchbase.compliance.check_registry import check
+from benchbase.compliance.evidence import Evidence, Skip
+from benchbase.compliance.keys import constants
+from benchbase.compliance.parse import LogEvent
 from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT, RunFolder, read_json_lines
+from benchbase.specs.numbers import is_number
 
 __all__ = ["artifacts", "decoded_outputs", "eval_counts", "timeline"]
 
@@ -29,7 +33,8 @@ RATES = ("wer", "cer", "paper_cer")
 MESSAGES = 8
 
 
-def decoded_outputs(rule: r.DecodedOutputsRule, evidence) -> list[str]:
+@check(r.DecodedOutputsRule)
+def decoded_outputs(rule: r.DecodedOutputsRule, evidence: Evidence) -> list[str]:
     folder = _folder(evidence)
     messages: list[str] = []
     for event in _accuracy_events(evidence):
@@ -50,7 +55,8 @@ def decoded_outputs(rule: r.DecodedOutputsRule, evidence) -> list[str]:
     return messages[:MESSAGES]
 
 
-def eval_counts(rule: r.EvalCountsRule, evidence) -> list[str]:
+@check(r.EvalCountsRule)
+def eval_counts(rule: r.EvalCountsRule, evidence: Evidence) -> list[str]:
     folder = _folder(evidence)
     logged_sizes = evidence.value_of(keys.EVAL_SUBSETS)
     logged_sizes = logged_sizes if isinstance(logged_sizes, dict) else {}
@@ -63,7 +69,7 @@ def eval_counts(rule: r.EvalCountsRule, evidence) -> list[str]:
         if problem:
             continue  # decoded_outputs reports it
         counts = {"decoded outputs": len(pairs), "metadata": event.metadata.get(keys.UTTERANCES)}
-        if event.key == "eval_accuracy":
+        if event.key == constants.EVAL_ACCURACY:
             counts[keys.EVAL_SUBSETS] = logged_sizes.get(subset)
         if subset in store_sizes:
             counts["the store"] = store_sizes[subset]
@@ -73,22 +79,22 @@ def eval_counts(rule: r.EvalCountsRule, evidence) -> list[str]:
                             + ", ".join(f"{count} utterances in {source}" for source, count in known.items())
                             + " (a partial evaluation)")
     scored = evidence.value_of(keys.TTA_SUBSET)
-    samples = evidence.value_of("eval_samples")
+    samples = evidence.value_of(constants.EVAL_SAMPLES)
     if isinstance(scored, str) and is_number(samples) and scored in logged_sizes and samples != logged_sizes[scored]:
-        messages.append(f"eval_samples is {samples}, but {keys.EVAL_SUBSETS} gives {scored} {logged_sizes[scored]}")
+        messages.append(f"{constants.EVAL_SAMPLES} is {samples}, but {keys.EVAL_SUBSETS} gives {scored} "
+                        f"{logged_sizes[scored]}")
     return messages[:MESSAGES]
 
 
-def timeline(rule: r.TimelineRule, evidence) -> list[str]:
+@check(r.TimelineRule)
+def timeline(rule: r.TimelineRule, evidence: Evidence) -> list[str]:
     folder = _folder(evidence)
-    run_start = evidence.log.first("run_start")
+    run_start = evidence.log.first(constants.RUN_START)
     if run_start is None:
-        from benchbase.compliance.checks import Skip
-
-        raise Skip("no run_start")
+        raise Skip(f"no {constants.RUN_START}")
     records = read_json_lines(folder.metrics)
     evaluations = [record for record in records if record.get("kind") == "eval"]
-    stops = {event.epoch(): event for event in evidence.log.keyed("eval_stop")}
+    stops = {event.epoch(): event for event in evidence.log.keyed(constants.EVAL_STOP)}
     messages: list[str] = []
     if len(evaluations) != len(stops):
         messages.append(f"metrics.jsonl records {len(evaluations)} evaluations, the log {len(stops)}")
@@ -102,20 +108,22 @@ def timeline(rule: r.TimelineRule, evidence) -> list[str]:
         if abs(record["t"] - logged) > allowed:
             messages.append(f"epoch {record['epoch']}: the log ends its evaluation at {logged:.3f} s, metrics.jsonl "
                             f"at {record['t']:.3f} s (tolerance {allowed:.3f} s; an edited timeline)")
-    run_stop = evidence.log.first("run_stop")
+    run_stop = evidence.log.first(constants.RUN_STOP)
     batches = [record["t"] for record in records if record.get("kind") == "batch" and is_number(record.get("t"))]
     if run_stop is not None and batches:
         stopped = evidence.log.run_clock(run_stop.time_ms)
         if max(batches) > stopped + rule.allowed(stopped):
-            messages.append(f"metrics.jsonl has a batch at {max(batches):.3f} s, after run_stop at {stopped:.3f} s")
+            messages.append(f"metrics.jsonl has a batch at {max(batches):.3f} s, after {constants.RUN_STOP} at "
+                            f"{stopped:.3f} s")
     return messages[:MESSAGES]
 
 
-def artifacts(rule: r.ArtifactsRule, evidence) -> list[str]:
+@check(r.ArtifactsRule)
+def artifacts(rule: r.ArtifactsRule, evidence: Evidence) -> list[str]:
     folder = _folder(evidence)
     named = evidence.log.keyed(keys.CHECKPOINT)
-    periodic = [event for event in named if not event.metadata.get("final")]
-    must_exist = periodic[-PERIODIC_CHECKPOINTS_KEPT:] + [event for event in named if event.metadata.get("final")]
+    periodic = [event for event in named if not event.metadata.get(keys.FINAL)]
+    must_exist = periodic[-PERIODIC_CHECKPOINTS_KEPT:] + [event for event in named if event.metadata.get(keys.FINAL)]
     messages = []
     for event in must_exist:
         path = _inside(folder, event.value)
@@ -127,17 +135,15 @@ def artifacts(rule: r.ArtifactsRule, evidence) -> list[str]:
 # --- evidence from the folder ------------------------------------------------------------------
 
 
-def _folder(evidence) -> RunFolder:
-    from benchbase.compliance.checks import Skip
-
+def _folder(evidence: Evidence) -> RunFolder:
     if evidence.folder is None:
         raise Skip("a bare log: no run folder to cross-examine")
     return evidence.folder
 
 
-def _accuracy_events(evidence) -> list[LogEvent]:
+def _accuracy_events(evidence: Evidence) -> list[LogEvent]:
     return [event for event in evidence.log.events
-            if event.key in ("eval_accuracy", keys.FINAL_ACCURACY) and isinstance(event.value, dict)]
+            if event.key in (constants.EVAL_ACCURACY, keys.FINAL_ACCURACY) and isinstance(event.value, dict)]
 
 
 def _decoded_name(event: LogEvent, folder: RunFolder) -> str | None:
@@ -188,7 +194,7 @@ def _rates(pairs: list[tuple[str, str]]) -> dict[str, float]:
     return {"wer": rates.wer, "cer": rates.cer, "paper_cer": rates.paper_cer}
 
 
-def _store_sizes(evidence) -> dict[str, int]:
+def _store_sizes(evidence: Evidence) -> dict[str, int]:
     """Utterances per subset in the store config.json names, when it is on this machine."""
     store = (evidence.config or {}).get("data")
     if not isinstance(store, str):

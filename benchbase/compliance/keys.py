@@ -10,6 +10,7 @@ from mlperf_logging.mllog import constants
 
 __all__ = [
     "BACKEND_CONTRACT",
+    "BATCH",
     "CHECKPOINT",
     "RESUME",
     "OVERRIDES",
@@ -18,6 +19,7 @@ __all__ = [
     "DECODED",
     "DEVICES",
     "DEVICE_PLAN",
+    "ENVIRONMENT",
     "ERROR",
     "EVAL_BEAM_WIDTH",
     "EVAL_DECODER",
@@ -25,6 +27,7 @@ __all__ = [
     "EVAL_LM_BETA",
     "EVAL_LM_MODE",
     "EVAL_SUBSETS",
+    "FINAL",
     "FINAL_ACCURACY",
     "FINAL_ACCURACY_FP32",
     "OPT_ADADELTA_EPSILON",
@@ -57,8 +60,12 @@ DECODED = "decoded"
 UTTERANCES = "utterances"
 """eval_accuracy and FINAL_ACCURACY metadata: how many utterances the subset's evaluation decoded."""
 CHECKPOINT = "benchbase_checkpoint"
-"""Value: the run-folder path of a checkpoint just written (metadata epoch_num, batch; final: true
+"""Value: the run-folder path of a checkpoint just written (metadata epoch_num, BATCH; FINAL: true
 for the one written after run_stop)."""
+BATCH = "batch"
+"""CHECKPOINT metadata: the batches trained when it was written."""
+FINAL = "final"
+"""CHECKPOINT metadata: true for the checkpoint of the final weights, written after run_stop."""
 TTA_SUBSET = "benchbase_tta_subset"
 """Value: the dev subset the TTA rule is scored on."""
 EVAL_SUBSETS = "benchbase_eval_subsets"
@@ -72,8 +79,11 @@ FINAL_ACCURACY_FP32 = "benchbase_final_accuracy_fp32"
 
 RESUME = "benchbase_resume"
 """A resumed run (benchbase run --resume): value {checkpoint, batch, epoch, segment,
-interrupted_at_s (the run clock when the interrupted segment ended), downtime_s}. Events after
-it are on the run clock at their wall time less every resume's downtime."""
+interrupted_at_s (the run clock when the interrupted segment ended), lost_s (the run-clock
+seconds trained since the checkpoint, lost and counted), skipped (why newer checkpoints were
+passed over)}. Events after it are on the run clock at their wall time less every resume's
+downtime, which the checker computes from the log's own times (ParsedLog.resumes): the log
+does not state it."""
 
 OVERRIDES = "benchbase_overrides"
 """Value: the run's --set overrides as given (a list of strings; empty when none)."""

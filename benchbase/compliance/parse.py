@@ -18,7 +18,6 @@ from __future__ import annotations
 import gc
 import io
 import json
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,18 +25,20 @@ from functools import partial
 from sys import intern
 from typing import IO, Any
 
+from benchbase.compliance.keys import RESUME, constants
+from benchbase.specs.numbers import is_number
+
 _fast_json: Callable[[str], Any] | None
 try:
     from pydantic_core import from_json as _fast_json
 except ImportError:  # pragma: no cover - a pydantic-core without from_json: the json module reads every line
     _fast_json = None
 
-__all__ = ["PROBLEMS_KEPT", "LineProblem", "LogEvent", "ParsedLog", "is_number", "parse_log", "parse_log_lines",
-           "parse_log_text", "read_log"]
+__all__ = ["PROBLEMS_KEPT", "LineProblem", "LogEvent", "ParsedLog", "parse_log", "parse_log_lines", "parse_log_text",
+           "read_log"]
 
 PREFIX = ":::MLLOG"
-RESUME_KEY = "benchbase_resume"  # keys.RESUME (keys imports mllog, which this module does without)
-EVENT_TYPES = ("POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END")
+EVENT_TYPES = (constants.POINT_IN_TIME, constants.INTERVAL_START, constants.INTERVAL_END)
 PROBLEMS_KEPT = 100
 """Problems kept with their messages; the rest of a log's problems are only counted."""
 _EMPTY: dict[str, Any] = {}
@@ -54,7 +55,7 @@ class LogEvent:
 
     def epoch(self) -> int | None:
         """The event's epoch_num, when it carries an integer one."""
-        epoch = self.metadata.get("epoch_num")
+        epoch = self.metadata.get(constants.EPOCH_NUM)
         return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
@@ -90,7 +91,7 @@ class ParsedLog:
     def run_clock(self, time_ms: float) -> float | None:
         """The run clock (seconds) at wall time ``time_ms``: since run_start, less the downtime of
         every resume at or before it (None without run_start)."""
-        start = self.first("run_start")
+        start = self.first(constants.RUN_START)
         if start is None:
             return None
         seconds = (time_ms - start.time_ms) / 1000
@@ -103,12 +104,12 @@ class ParsedLog:
         """Every resume with its downtime in seconds: what its wall time adds beyond the run-clock time
         its segment's interruption had reached (value ``interrupted_at_s``), computed from the log's
         own times, not read from the value. Negative for a log whose resume precedes its interruption."""
-        start = self.first("run_start")
+        start = self.first(constants.RUN_START)
         found: list[tuple[LogEvent, float]] = []
         if start is None:
             return found
         before = 0.0
-        for event in self.keyed(RESUME_KEY):
+        for event in self.keyed(RESUME):
             reached = event.value.get("interrupted_at_s") if isinstance(event.value, dict) else None
             if not is_number(reached):
                 continue
@@ -238,17 +239,6 @@ def _parse_event(number: int, text: str) -> LogEvent | LineProblem:
     elif metadata.__class__ is not dict:
         return LineProblem(number, f"line {number}: metadata is not an object")
     return LogEvent(number, float(time_ms), key, record.get("value"), event_type, metadata)
-
-
-def is_number(value: Any) -> bool:
-    """A finite int or float (JSON allows NaN and Infinity; bools are ints to Python), within a
-    float's range (an integer of 400 digits is no time or rate, and no check could compute with it)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 class _DuplicateField(ValueError):

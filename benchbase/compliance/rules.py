@@ -4,16 +4,21 @@ A rule set is a list of rules; each rule names the Python check that enforces it
 ``check`` field picks the model, a discriminated union) and carries only data: keys, counts,
 limits, field paths. Nothing in a rule set is ever evaluated as code, unlike the official
 checker's ``CHECK: "v['value'] in [...]"`` strings.
+
+A kind of rule is declared once, here, by its model: a class with a ``check`` literal joins
+the union a rule set is read with (RULE_KINDS), and the function that enforces it names the
+model in its ``@check`` (check_registry.py).
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import Field, model_validator
 
+from benchbase.compliance.keys import constants
 from benchbase.errors import InputError
 from benchbase.specs._base import Spec
 from benchbase.specs.yaml_files import load_spec_file, load_spec_text
@@ -34,6 +39,7 @@ __all__ = [
     "ResultConsistencyRule",
     "ResultTTARule",
     "ResumesRule",
+    "RULE_KINDS",
     "Rule",
     "RuleSet",
     "RunStopRule",
@@ -49,8 +55,26 @@ _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*
               description="A dotted field path inside the workload spec.")
 
 
+RULE_KINDS: dict[str, type[_RuleBase]] = {}
+"""Rule name -> its model, in the order the models are declared below (the order in which a rule
+set's validation error lists the names it knows)."""
+
+
 class _RuleBase(Spec):
     description: str = Field("", max_length=1000, description="What the rule protects, shown beside failures.")
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # After pydantic has built the fields: a model with a `check` literal is a kind of rule.
+        super().__pydantic_init_subclass__(**kwargs)
+        if "check" in cls.model_fields:
+            RULE_KINDS[cls.rule_name()] = cls
+
+    @classmethod
+    def rule_name(cls) -> str:
+        """The name a rule set gives this kind of rule: its ``check`` literal."""
+        (name,) = get_args(cls.model_fields["check"].annotation)
+        return name
 
 
 class LinesParseRule(_RuleBase):
@@ -91,28 +115,8 @@ class InitDurationRule(_RuleBase):
 
 class RunStopRule(_RuleBase):
     check: Literal["run_stop_status"] = Field(description="Exactly one run_stop, with a known status.")
-    statuses: tuple[str, ...] = Field(("success", "aborted"), min_length=1, max_length=10,
+    statuses: tuple[str, ...] = Field((constants.SUCCESS, constants.ABORTED), min_length=1, max_length=10,
                                       description="Allowed values of run_stop's metadata status.")
-
-
-class ThreadBudgetRule(_RuleBase):
-    check: Literal["thread_budget"] = Field(description="Training stayed within the plan's CPU threads.")
-    allowance: float = Field(ge=0.0, le=64.0,
-                             description="Cores allowed above the budget (the harness's own reader threads).")
-
-
-class DevicePlanRule(_RuleBase):
-    check: Literal["device_plan"] = Field(description="The devices trained on agree with the profile and the plan.")
-
-
-class ResumesRule(_RuleBase):
-    check: Literal["resumes"] = Field(description="A resumed run's resumes hold together.")
-    tolerance_seconds: float = Field(0.5, ge=0.0, le=3600.0,
-                                     description="Slack between the log's millisecond wall clock and the run clock.")
-
-
-class DivisionRule(_RuleBase):
-    check: Literal["division"] = Field(description="A closed run is the registered workload but for its run choices.")
 
 
 class MonotonicTimeRule(_RuleBase):
@@ -175,6 +179,16 @@ class ResultTTARule(_ClockToleranceRule):
     check: Literal["result_tta"] = Field(description="result.json's TTA equals the TTA recomputed from the log.")
 
 
+class ResultConsistencyRule(_RuleBase):
+    check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
+
+
+class ThreadBudgetRule(_RuleBase):
+    check: Literal["thread_budget"] = Field(description="Training stayed within the plan's CPU threads.")
+    allowance: float = Field(ge=0.0, le=64.0,
+                             description="Cores allowed above the budget (the harness's own reader threads).")
+
+
 class EvalSubsetsRule(_RuleBase):
     check: Literal["eval_subsets"] = Field(
         description="Every evaluation scores each of the workload's dev subsets on its own, and the log names "
@@ -213,8 +227,18 @@ class ArtifactsRule(_RuleBase):
     check: Literal["artifacts"] = Field(description="The checkpoints the log names (and keeps) exist.")
 
 
-class ResultConsistencyRule(_RuleBase):
-    check: Literal["result_consistency"] = Field(description="result.json's seed, status and workload match the log.")
+class DevicePlanRule(_RuleBase):
+    check: Literal["device_plan"] = Field(description="The devices trained on agree with the profile and the plan.")
+
+
+class ResumesRule(_RuleBase):
+    check: Literal["resumes"] = Field(description="A resumed run's resumes hold together.")
+    tolerance_seconds: float = Field(0.5, ge=0.0, le=3600.0,
+                                     description="Slack between the log's millisecond wall clock and the run clock.")
+
+
+class DivisionRule(_RuleBase):
+    check: Literal["division"] = Field(description="A closed run is the registered workload but for its run choices.")
 
 
 class EnvironmentRule(_RuleBase):
@@ -224,14 +248,8 @@ class EnvironmentRule(_RuleBase):
                                       "benchbase_environment value that must be present and not empty.")
 
 
-Rule = Annotated[
-    LinesParseRule | KeyCountsRule | OrderRule | InitDurationRule | RunStopRule | MonotonicTimeRule
-    | EventMetadataRule | AccuracyValueRule | EvalCadenceRule | FixedHyperparametersRule | ResultTTARule
-    | ResultConsistencyRule | ThreadBudgetRule | EvalSubsetsRule | FinalEvaluationRule
-    | NumericHealthRule | DecodedOutputsRule | EvalCountsRule | TimelineRule | ArtifactsRule | DevicePlanRule
-    | ResumesRule | DivisionRule | EnvironmentRule,
-    Field(discriminator="check"),
-]
+Rule = Annotated[Union[tuple(RULE_KINDS.values())], Field(discriminator="check")]  # noqa: UP007 (a computed union)
+"""Any kind of rule, told apart by its ``check`` field."""
 
 
 class RuleSet(Spec):

@@ -12,24 +12,22 @@ milliseconds, so the two agree only to within a tolerance the rule set states.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from pydantic import ValidationError
 
-from benchbase.compliance.keys import SUBSET
-from benchbase.compliance.parse import LogEvent, ParsedLog, is_number
+from benchbase.compliance.evidence import Evidence
+from benchbase.compliance.keys import SUBSET, constants
+from benchbase.compliance.parse import LogEvent, ParsedLog
 from benchbase.metrics import TargetTracker
 from benchbase.specs import TargetReached, TTARule
-
-if TYPE_CHECKING:
-    from benchbase.compliance.checks import Evidence
+from benchbase.specs.numbers import is_number
+from benchbase.specs.overrides import MISSING, field_at
 
 __all__ = ["recompute_tta", "recompute_tta_messages"]
 
 
 def recompute_tta(log: ParsedLog, rule: TTARule, subset: str | None = None) -> dict[str, tuple[float, int] | None]:
     """Target label -> (run-clock seconds, epoch) when the log's evaluations of ``subset`` reach it, else None."""
-    run_start = log.first("run_start")
+    run_start = log.first(constants.RUN_START)
     tracker = TargetTracker(rule)
     if run_start is None:
         return {target.label: None for target in rule.targets}
@@ -83,25 +81,26 @@ def _compare(label: str, claim: TargetReached | None, actual: tuple[float, int] 
 
 def _evaluations(log: ParsedLog, subset: str | None) -> list[tuple[LogEvent, float]]:
     """Each well-formed eval_accuracy of ``subset`` with the time its evaluation finished."""
-    subsets_logged = any(SUBSET in event.metadata for event in log.keyed("eval_accuracy"))
+    subsets_logged = any(SUBSET in event.metadata for event in log.keyed(constants.EVAL_ACCURACY))
     found = []
     # One pass from the end: each event's next eval_stop, without rescanning the log per evaluation.
     next_stop: list[LogEvent | None] = [None] * len(log.events)
     upcoming: LogEvent | None = None
     for index in range(len(log.events) - 1, -1, -1):
         next_stop[index] = upcoming
-        if log.events[index].key == "eval_stop":
+        if log.events[index].key == constants.EVAL_STOP:
             upcoming = log.events[index]
     for index, event in enumerate(log.events):
         value = event.value
-        if event.key != "eval_accuracy" or not isinstance(value, dict):
+        if event.key != constants.EVAL_ACCURACY or not isinstance(value, dict):
             continue
         if subsets_logged and event.metadata.get(SUBSET) != subset:
             continue
         if not (is_number(value.get("wer")) and is_number(value.get("cer"))):
             continue
         stop = next_stop[index]
-        same_epoch = stop is not None and stop.metadata.get("epoch_num") == event.metadata.get("epoch_num")
+        epoch = event.metadata.get(constants.EPOCH_NUM)
+        same_epoch = stop is not None and stop.metadata.get(constants.EPOCH_NUM) == epoch
         found.append((event, stop.time_ms if same_epoch else event.time_ms))
     return found
 
@@ -111,8 +110,8 @@ def _tta_rule(evidence: Evidence) -> tuple[TTARule, str | None] | None:
     # The run's own targets (config.json) count: --target may replace the workload's. The
     # window and subset are pinned, and fixed_hyperparameters checks config.json's against the workload's.
     for workload in ((evidence.config or {}).get("workload"), evidence.workload):
-        source = field_at_tta(workload)
-        if source is not None:
+        source = field_at(workload, "tta")
+        if source is not None and source is not MISSING:
             try:
                 rule = TTARule.model_validate(source)
             except ValidationError:
@@ -122,10 +121,5 @@ def _tta_rule(evidence: Evidence) -> tuple[TTARule, str | None] | None:
 
 
 def _first_dev_subset(workload: dict) -> str | None:
-    data = workload.get("data")
-    dev = data.get("dev") if isinstance(data, dict) else None
+    dev = field_at(workload, "data.dev")
     return dev[0] if isinstance(dev, list | tuple) and dev and isinstance(dev[0], str) else None
-
-
-def field_at_tta(workload: Any) -> Any:
-    return workload.get("tta") if isinstance(workload, dict) else None

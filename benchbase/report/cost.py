@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchbase.compliance.parse import is_number
+from benchbase.specs.numbers import is_number
 
 __all__ = ["CostModel", "energy_kwh", "gpu_power_watts"]
 

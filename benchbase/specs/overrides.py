@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from benchbase.errors import InputError, describe_validation_error
 
-__all__ = ["CLOSED_RUN_CHOICES", "SPEC_ROOTS", "apply_overrides", "division_of", "open_changes", "parse_override"]
+__all__ = ["CLOSED_RUN_CHOICES", "MISSING", "SPEC_ROOTS", "apply_overrides", "division_of", "field_at", "open_changes",
+           "parse_override", "set_field_at"]
 
 SPEC_ROOTS = ("workload", "hardware")
 CLOSED_RUN_CHOICES = ("max_minutes", "max_epochs", "model.precision")
 """What a closed run may choose: its time and epoch limits (which never change a TTA that is
 reached) and the arithmetic precision, which `benchbase check` pins to what the run states."""
+
+MISSING: Final = object()
+"""What field_at finds where a dotted path leads nowhere (None is a value a spec may hold)."""
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -52,20 +56,41 @@ def apply_overrides(spec: BaseModel, overrides: list[tuple[str, Any]], label: st
         return spec
     data = spec.model_dump(mode="json")
     for path, value in overrides:
-        node = data
-        *parents, last = path.split(".")
-        for part in parents:
-            child = node.get(part) if isinstance(node, dict) else None
-            if not isinstance(child, dict):
-                raise InputError(f"--set {label}.{path}: {label} has no {'.'.join(parents)} section to set {last} in")
-            node = child
-        if last not in node:
-            raise InputError(f"--set {label}.{path}: {label} has no field {path!r}")
-        node[last] = value
+        if field_at(data, path) is MISSING:
+            raise InputError(f"--set {label}.{path}: {_no_field(label, path, data)}")
+        set_field_at(data, path, value)
     try:
         return type(spec).model_validate(data)
     except ValidationError as error:
         raise InputError(describe_validation_error(f"{label} with --set overrides", error)) from None
+
+
+def field_at(data: Any, path: str) -> Any:
+    """The value at a dotted path in nested dicts, or MISSING."""
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return MISSING
+        data = data[part]
+    return data
+
+
+def set_field_at(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set the value at a dotted path in nested dicts, adding the sections it names that are
+    missing; a path through a value that is not a dict leaves ``data`` as it was."""
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.setdefault(part, {}) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node[last] = value
+
+
+def _no_field(label: str, path: str, data: dict[str, Any]) -> str:
+    """Why ``path`` cannot be set in ``data``: a section on the way is missing, or the field."""
+    *parents, last = path.split(".")
+    if parents and not isinstance(field_at(data, ".".join(parents)), dict):
+        return f"{label} has no {'.'.join(parents)} section to set {last} in"
+    return f"{label} has no field {path!r}"
 
 
 def open_changes(registered: Mapping[str, Any] | None, used: Mapping[str, Any]) -> list[str]:

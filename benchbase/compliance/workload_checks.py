@@ -1,0 +1,163 @@
+"""Checks of the log against the workload it is held to: the registered one for a closed run,
+its own config.json for an open one (Evidence.reference_workload). The evaluations follow the
+workload's cadence and subsets, the pinned hyperparameters are the workload's, and the division
+the run claims is the one its configuration puts it in."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any
+
+from benchbase.compliance import keys
+from benchbase.compliance import rules as r
+from benchbase.compliance.check_registry import check
+from benchbase.compliance.evidence import Evidence, Skip, same_value, short
+from benchbase.compliance.keys import constants
+from benchbase.specs.overrides import MISSING, field_at, open_changes, set_field_at
+
+__all__ = ["division", "eval_cadence", "eval_subsets", "fixed_hyperparameters"]
+
+
+@check(r.EvalCadenceRule)
+def eval_cadence(rule: r.EvalCadenceRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    every = field_at(workload, "evaluation.every_epochs")
+    if not isinstance(every, int) or every < 1:
+        raise Skip(f"{source} has no evaluation.every_epochs")
+    ended = [event.epoch() for event in evidence.log.keyed(constants.EPOCH_STOP) if event.epoch() is not None]
+    # eval_stop, not eval_accuracy: an evaluation logs one eval_accuracy per dev subset.
+    evaluated = Counter(event.epoch() for event in evidence.log.keyed(constants.EVAL_STOP)
+                        if event.epoch() is not None)
+    expected = [epoch for epoch in ended if epoch % every == 0]
+    if expected and ended and expected[-1] == ended[-1] and _aborted(evidence):
+        expected = expected[:-1]  # a run stopped by its time limit ends mid-epoch, before that evaluation
+    messages = [f"epoch {epoch} ended without an evaluation (skipped evaluation; the workload evaluates "
+                f"every {every} epoch(s))" for epoch in expected if epoch not in evaluated]
+    messages += [f"epoch {epoch} is evaluated {count} times" for epoch, count in evaluated.items() if count > 1]
+    messages += [f"an evaluation at epoch {epoch}, which the workload does not evaluate (every {every})"
+                 for epoch in evaluated if epoch % every]
+    return messages
+
+
+@check(r.FixedHyperparametersRule)
+def fixed_hyperparameters(rule: r.FixedHyperparametersRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    configured = (evidence.config or {}).get("workload")
+    configured = configured if isinstance(configured, dict) else None
+    chosen, messages = _run_choices(rule, evidence, configured)
+    for key, path in rule.log_keys.items():
+        pinned, logged = field_at(workload, path), evidence.value_of(key)
+        if path in chosen:
+            continue  # the run chose it, and its log and config.json say the same
+        if logged is MISSING:
+            messages.append(f"{key} is not in the log ({source} pins {path} = {pinned!r})")
+        elif pinned is not MISSING and not same_value(logged, pinned):
+            messages.append(f"{key} is {logged!r} in the log, but {source} pins {path} = {pinned!r}")
+    if evidence.workload is not None and configured is not None and not evidence.is_open():
+        registered = _with_values(evidence.workload, chosen)
+        for path in rule.config_fields:
+            pinned, used = field_at(registered, path), field_at(configured, path)
+            if not same_value(used, pinned):
+                messages.append(f"config.json has workload.{path} = {short(used)}, but the registered workload "
+                                f"pins {short(pinned)}")
+    return messages
+
+
+def _run_choices(rule: r.FixedHyperparametersRule, evidence: Evidence,
+                 configured: dict | None) -> tuple[dict[str, Any], list[str]]:
+    """The run's own choices ({path: value}) that the log and config.json agree on, and a message
+    for each choice where they disagree (an edited log or an edited config.json)."""
+    chosen: dict[str, Any] = {}
+    messages = []
+    if configured is None:
+        return chosen, messages  # a bare log: nothing states the run's choice but the log itself
+    keys_by_path = {path: key for key, path in rule.log_keys.items()}
+    for path in rule.run_choices:
+        key = keys_by_path[path]
+        logged, used = evidence.value_of(key), field_at(configured, path)
+        if logged is MISSING or used is MISSING:
+            continue  # held to the registered workload below, which names what is missing
+        if same_value(logged, used):
+            chosen[path] = used
+        else:
+            messages.append(f"{key} is {logged!r} in the log, but config.json's workload.{path} is {used!r}: the "
+                            "log and the run's configuration disagree")
+    return chosen, messages
+
+
+def _with_values(data: dict, values: dict[str, Any]) -> dict:
+    """A copy of nested dicts ``data`` with each dotted path of ``values`` set."""
+    if not values:
+        return data
+    copied = copy.deepcopy(data)
+    for path, value in values.items():
+        set_field_at(copied, path, value)
+    return copied
+
+
+@check(r.EvalSubsetsRule)
+def eval_subsets(rule: r.EvalSubsetsRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    dev = field_at(workload, "data.dev")
+    if not isinstance(dev, list | tuple) or not dev:
+        raise Skip(f"{source} names no dev subsets")
+    scored = field_at(workload, "tta.subset")
+    scored = dev[0] if scored in (None, MISSING) else scored
+    messages = []
+    logged = evidence.value_of(keys.TTA_SUBSET)
+    if logged != scored:
+        messages.append(f"{keys.TTA_SUBSET} is {short(logged)} in the log, but {source} scores TTA on {scored!r}")
+    by_epoch: dict[int | None, Counter] = {}
+    for event in evidence.log.keyed(constants.EVAL_ACCURACY):
+        by_epoch.setdefault(event.epoch(), Counter())[event.metadata.get(keys.SUBSET)] += 1
+    for epoch, subsets in by_epoch.items():
+        if subsets != Counter(dev):
+            messages.append(f"the evaluation of epoch {epoch} scored {_counted(subsets)}, but {source} evaluates "
+                            f"each of {', '.join(dev)} once (pooled or missing subsets)")
+    return messages
+
+
+@check(r.DivisionRule)
+def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
+    """A closed run is the registered workload but for its run choices; an open one says what it changed."""
+    stated = evidence.log.first(constants.SUBMISSION_DIVISION)
+    if stated is None:
+        return [f"no {constants.SUBMISSION_DIVISION}: the run states no division"]
+    if stated.value not in (constants.CLOSED, constants.OPEN):
+        return [f"line {stated.line}: {constants.SUBMISSION_DIVISION} is {stated.value!r}, neither "
+                f"{constants.CLOSED} nor {constants.OPEN}"]
+    changes = evidence.log.first(keys.OPEN_CHANGES)
+    logged = changes.value if changes is not None and isinstance(changes.value, list) else []
+    configured = (evidence.config or {}).get("workload")
+    if stated.value == constants.OPEN:
+        # Held to its own config.json by the rules above. Where the log lists what was changed (benchbase
+        # run does; a run configured in code may not), the list must be config.json's changes.
+        if evidence.workload is None or not isinstance(configured, dict) or not logged:
+            return []
+        unlisted = [change for change in open_changes(evidence.workload, configured) if change not in logged]
+        return [f"config.json departs from the registered workload in what the log's {keys.OPEN_CHANGES} does "
+                f"not list: {'; '.join(unlisted[:5])}"] if unlisted else []
+    messages = []
+    if logged:
+        messages.append(f"line {stated.line}: claims the closed division, but the log lists what the run changed: "
+                        f"{short(logged)}")
+    if evidence.workload is None:
+        if evidence.config is not None:
+            messages.append(f"line {stated.line}: claims the closed division, but its workload is not registered here")
+        return messages
+    if isinstance(configured, dict):
+        found = open_changes(evidence.workload, configured)
+        if found:
+            messages.append(f"line {stated.line}: claims the closed division, but config.json departs from the "
+                            f"registered workload: {'; '.join(found[:5])}")
+    return messages
+
+
+def _aborted(evidence: Evidence) -> bool:
+    stops = evidence.log.keyed(constants.RUN_STOP)
+    return bool(stops) and stops[-1].metadata.get(constants.STATUS) == constants.ABORTED
+
+
+def _counted(subsets: Counter) -> str:
+    return ", ".join(f"{subset} x{count}" if count > 1 else str(subset) for subset, count in subsets.items())
