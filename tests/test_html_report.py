@@ -12,7 +12,7 @@ import pytest
 
 from benchbase.report.html import render_html
 from benchbase.report.output import write_tables
-from benchbase.report.table import ReportTable
+from benchbase.report.report_table import ReportTable
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import types
 from importlib import metadata
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from cli_helpers import run_benchbase
 import benchbase
 from benchbase import hookspecs, plugin_host
 from benchbase.backend import Backend, BackendReference, Inputs
+from benchbase.cli import main
 from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
@@ -154,10 +157,12 @@ def test_a_plugin_that_fails_to_import_is_one_line_in_plugins_and_other_commands
     env = {"PYTHONPATH": str(site), "COLUMNS": "300"}
     env.pop("BENCHBASE_LOAD_PLUGINS", None)
     listed = run_benchbase("plugins", env={**env, "BENCHBASE_LOAD_PLUGINS": "broken,torch"})
-    assert listed.returncode == 0, listed.stderr
     line = next(line for line in listed.stdout.splitlines() if "broken" in line)
     assert "broken-benchbase-plugin" in line and "ModuleNotFoundError" in line
     assert "torch" in listed.stdout
+    assert listed.returncode == 1  # the listing is for reading, the exit code for CI: a plugin was skipped
+    assert listed.stderr.splitlines() == ["benchbase: error: plugin 'broken' (broken-benchbase-plugin) skipped: "
+                                          "ModuleNotFoundError: No module named 'a_module_that_does_not_exist'"]
     shown = run_benchbase("workloads", env={**env, "BENCHBASE_LOAD_PLUGINS": "broken"})
     assert shown.returncode == 0 and "ds2-mini" in shown.stdout
 
@@ -187,9 +192,6 @@ class _FakeDistribution(metadata.Distribution):
 
 @pytest.fixture
 def fake_entry_points(monkeypatch):
-    import sys
-    import types
-
     module = types.ModuleType("fake_benchbase_plugin")
     module.register_backends = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
     monkeypatch.setitem(sys.modules, "fake_benchbase_plugin", module)
@@ -209,6 +211,24 @@ def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
 def test_benchbase_load_plugins_restricts_entry_points(fake_entry_points, monkeypatch, allowed, loaded):
     monkeypatch.setenv("BENCHBASE_LOAD_PLUGINS", allowed)
     assert plugin_host.get_plugin_manager().has_plugin("fake-plugin") is loaded
+
+
+def test_a_misspelt_hook_fails_benchbase_plugins_with_a_line_naming_it(monkeypatch, capsys):
+    module = types.ModuleType("misspelt_benchbase_plugin")
+    module.register_backend = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
+    monkeypatch.setitem(sys.modules, "misspelt_benchbase_plugin", module)
+    distribution = _FakeDistribution("misspelt-plugin", "misspelt_benchbase_plugin")
+    monkeypatch.setattr(plugin_host.metadata, "entry_points", lambda group: distribution.entry_points.select(group=group))
+    monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["plugins"])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "benchbase: error: plugin 'misspelt-plugin' (misspelt-plugin) skipped: "
+        "unknown hook 'register_backend' (did you mean 'register_backends'?)")
+    manager = plugin_host.get_plugin_manager()
+    assert not manager.has_plugin("misspelt-plugin")  # skipped whole, nothing half-registered
+    assert "linear-ctc" not in collect_registry(manager).backends
 
 
 def test_every_hook_is_documented():

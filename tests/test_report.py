@@ -13,9 +13,10 @@ from cli_helpers import run_benchbase
 from benchbase.errors import InputError
 from benchbase.metrics import TargetTracker
 from benchbase.report import CostModel, energy_kwh, load_groups, olympic_score
+from benchbase.report.comparison import environment_table, pick_baseline, report_tables, scored_groups
 from benchbase.report.paper import TTA_OWN_BATCH, paper_tables
-from benchbase.report.tables import environment_table, pick_baseline, report_tables, scored_groups
 from benchbase.specs import TTARule
+from benchbase.specs.result import RunResult
 
 CER, WER = "CER/ref 40", "WER 80"  # a "cer" target: jiwer's CER over reference characters
 RULE = {"targets": [{"metric": "cer", "value": 40}, {"metric": "wer", "value": 80}], "window": 3,
@@ -58,15 +59,16 @@ def write_run(folder: Path, cer_at: float | None, wer_at: float | None) -> None:
     tta = {label: {"seconds": tracker.reached[label], "minutes": tracker.reached[label] / 60,
                    "epoch": tracker.reached_epoch[label]} if label in tracker.reached else None
            for label in (CER, WER)}
-    (folder / "result.json").write_text(json.dumps({
-        "status": "success" if None not in tta.values() else "aborted", "tta": tta, "seed": 0,
-        "last_evaluation": {"epoch": len(evals), "subset": "dev-clean", "wer": evals[-1][2], "cer": evals[-1][1],
-                            "paper_cer": 31.0, "loss": 12.0},
-        "final_evaluation": {"decoder": "greedy", "beam_width": 1, "epoch": len(evals), "seconds": 2.0,
-                             "subsets": {subset: {"wer": wer, "cer": 1.0, "paper_cer": 1.0, "loss": 1.0,
-                                                  "utterances": 10} for subset, wer in FINAL_WER.items()}},
-        "throughput": {"median": 52.0}, "data_wait": {"share_of_step_time": 0.01},
-        "telemetry": {"cpu_percent_mean": 80.0, "gpu_percent_mean": 90.0, "sampler_cpu_seconds": 1.5}}))
+    result = RunResult(
+        status="success" if None not in tta.values() else "aborted", tta=tta, seed=0,
+        last_evaluation={"epoch": len(evals), "subset": "dev-clean", "wer": evals[-1][2], "cer": evals[-1][1],
+                         "paper_cer": 31.0, "loss": 12.0},
+        final_evaluation={"decoder": "greedy", "beam_width": 1, "epoch": len(evals), "seconds": 2.0,
+                          "subsets": {subset: {"wer": wer, "cer": 1.0, "paper_cer": 1.0, "loss": 1.0,
+                                               "utterances": 10} for subset, wer in FINAL_WER.items()}},
+        throughput={"median": 52.0}, data_wait={"share_of_step_time": 0.01},
+        telemetry={"cpu_percent_mean": 80.0, "gpu_percent_mean": 90.0, "sampler_cpu_seconds": 1.5})
+    (folder / "result.json").write_text(result.model_dump_json())
 
 
 @pytest.fixture
@@ -239,7 +241,7 @@ def test_the_score_states_the_coefficient_of_variation():
 def test_groups_at_the_same_batch_make_the_papers_table_6(groups_root):
     import shutil
 
-    from benchbase.report.tables import same_batch_table
+    from benchbase.report.comparison import same_batch_table
 
     # "base" and "fast" at one global batch, "bad" at another: only the first two are compared.
     for name, batch in (("base", 32), ("fast", 32), ("bad", 16)):
@@ -303,13 +305,13 @@ def test_two_machines_folders_of_one_name_are_told_apart_by_host(tmp_path):
     for machine, host in (("a", "sha256:aaaaaaaaaaaa"), ("b", "sha256:bbbbbbbbbbbb")):
         write_run(tmp_path / machine / "torch-cpu" / "run-0", 100, 200)
         result = tmp_path / machine / "torch-cpu" / "run-0" / "result.json"
-        data = json.loads(result.read_text())
-        data["environment"] = {"host": host, "python": "3.11.7", "packages": {"torch": "2.13.0+cpu"},
-                               "benchbase": {"version": "0.1.0", "commit": "abc", "dirty": False},
-                               "backend_distribution": "benchbase-torch-ds2 0.1.0",
-                               "cpu": {"model": "AMD EPYC", "best_isa": "avx512", "vector_extensions": ["AVX-512 BF16"],
-                                       "isa_caps": {}}}
-        result.write_text(json.dumps(data))
+        environment = {"host": host, "python": "3.11.7", "packages": {"torch": "2.13.0+cpu"},
+                       "benchbase": {"version": "0.1.0", "commit": "abc", "dirty": False},
+                       "backend_distribution": "benchbase-torch-ds2 0.1.0",
+                       "cpu": {"model": "AMD EPYC", "best_isa": "avx512", "vector_extensions": ["AVX-512 BF16"],
+                               "isa_caps": {}}}
+        recorded = RunResult.model_validate_json(result.read_text()).model_copy(update={"environment": environment})
+        result.write_text(recorded.model_dump_json())
     groups = load_groups([tmp_path / "a" / "torch-cpu", tmp_path / "b" / "torch-cpu"])
     assert [group.name for group in groups] == ["torch-cpu", "torch-cpu @sha256:bbbbbbbbbbbb"]
     table = environment_table(groups)

@@ -13,6 +13,7 @@ from benchbase.atomic import atomic_write_text
 from benchbase.backend import BackendReference
 from benchbase.cli.app import cli
 from benchbase.cli.spec_view import spec_rows
+from benchbase.errors import BenchbaseError
 from benchbase.plugin_host import entry_point_distributions, get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import WorkloadSpec
@@ -35,6 +36,8 @@ def plugins() -> None:
     for failure in manager.failures:
         table.add_row(failure.plugin, failure.distribution, f"[red]skipped: {failure.error}[/]", "")
     Console().print(table)
+    if manager.failures:  # the list is for reading; the exit code is for scripts and CI
+        raise BenchbaseError("; ".join(failure.describe() for failure in manager.failures))
 
 
 def _backend_module(backend) -> str:

@@ -19,13 +19,13 @@ from benchbase.backend import Backend, DevicePlan
 from benchbase.cli.framework_logs import load_backend
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import InputError, describe_validation_error
-from benchbase.harness.plan import check_precision_on_device, checked_plan, device_plan
+from benchbase.harness.devices import check_precision_on_device, checked_plan, device_plan
 from benchbase.harness.world import World
 from benchbase.plugin_host.registry import Registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.specs.overrides import apply_overrides, division_of, open_changes, parse_override
-from benchbase.specs.tta import METRICS
+from benchbase.specs.tta import parse_target
 
 __all__ = ["ResolvedRun", "RunRequest", "check_out_folder", "resolve_run", "with_overrides"]
 
@@ -149,22 +149,8 @@ def with_overrides(workload: WorkloadSpec, max_minutes: float | None, max_epochs
     if max_epochs is not None:
         data["max_epochs"] = max_epochs
     if targets:
-        data["tta"]["targets"] = [_parse_target(text) for text in targets]
+        data["tta"]["targets"] = [parse_target(text, "--target") for text in targets]
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as error:
         raise InputError(describe_validation_error(f"workload {workload.name!r} with overrides", error)) from None
-
-
-def _parse_target(text: str) -> dict:
-    metric, separator, value = text.partition("=")
-    try:
-        if not separator:
-            raise ValueError
-        target = {"metric": metric.strip().lower(), "value": float(value)}
-    except ValueError:
-        raise InputError(f"--target {text!r}: expected METRIC=VALUE, e.g. paper_cer=40") from None
-    if target["metric"] not in METRICS:
-        raise InputError(f"--target {text!r}: unknown metric {metric.strip()!r}; the metrics are wer, paper_cer "
-                         "(the paper's CER) and cer (jiwer's reference-length CER)")
-    return target

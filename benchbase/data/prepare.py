@@ -40,9 +40,9 @@ from benchbase.data.store import (
 )
 from benchbase.errors import InputError
 from benchbase.process_guard import end_with_parent
-from benchbase.specs import FeatureSpec, ModelSpec
+from benchbase.specs import FeatureSpec, ModelSpec, WorkloadSpec
 
-__all__ = ["MANIFEST_FILE", "REPORT_FILE", "prepare_store"]
+__all__ = ["MANIFEST_FILE", "REPORT_FILE", "prepare_store", "prepare_workload_store"]
 
 Progress = Callable[[int, int], None]
 """Called with (utterances done, utterances in all)."""
@@ -102,6 +102,14 @@ def prepare_store(
     _write_manifest_and_report(out, jobs_by_subset, summaries, description)
     atomic_write_bytes(out / STORE_FILE, lambda handle: handle.write(json.dumps(description, indent=2).encode()))
     return description
+
+
+def prepare_workload_store(corpus_root: Path, workload: WorkloadSpec, out: Path, workers: int | None = None,
+                           progress: Progress | None = None) -> dict:
+    """``prepare_store`` with everything a workload pins: its train/dev/test subsets, features, model, durations."""
+    data = workload.data
+    return prepare_store(corpus_root, {"train": data.train, "dev": data.dev, "test": data.test}, workload.features,
+                         workload.model, data.max_duration, out, workers, progress)
 
 
 def _plan_jobs(root, subsets, features, model, max_duration, out) -> dict[str, list[ShardJob]]:

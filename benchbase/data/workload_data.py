@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from benchbase.data.prepare import prepare_store
+from benchbase.data.prepare import prepare_workload_store
 from benchbase.data.store import FORMAT_VERSION, FeatureStore
 from benchbase.errors import InputError
 from benchbase.specs import WorkloadSpec
@@ -58,9 +58,7 @@ def _ensure_synthetic(workload: WorkloadSpec, cache: Path, progress: Progress | 
     cache.mkdir(parents=True, exist_ok=True)
     synthesize_corpus(corpus, utterances=utterances, seed=CORPUS_SEED,
                       progress=_labelled(progress, "synthesizing speech"))
-    subsets = {"train": workload.data.train, "dev": workload.data.dev, "test": workload.data.test}
-    prepare_store(corpus, subsets, workload.features, workload.model, workload.data.max_duration, store,
-                  progress=_labelled(progress, "extracting features"))
+    prepare_workload_store(corpus, workload, store, progress=_labelled(progress, "extracting features"))
     return store
 
 

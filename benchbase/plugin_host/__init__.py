@@ -7,6 +7,7 @@ distribution names; set but empty, no third-party plugin loads.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ def get_plugin_manager(load_entrypoints: bool = True) -> PluginManager:
     manager.add_hookspecs(hookspecs)
     for module_name in DEFAULT_PLUGINS:
         manager.register(importlib.import_module(module_name), name=module_name)
+    manager.check_pending()
     if load_entrypoints:
         load_entrypoint_plugins(manager)
     return manager
@@ -67,8 +69,9 @@ def get_plugin_manager(load_entrypoints: bool = True) -> PluginManager:
 def load_entrypoint_plugins(manager: PluginManager) -> list[str]:
     """Register the ``benchbase`` entry points that BENCHBASE_LOAD_PLUGINS allows.
 
-    A plugin that fails to import is skipped and remembered in ``manager.failures``: one
-    broken third-party package must not take down every command.
+    A plugin that fails to import, or implements a hook benchbase does not define (a misspelt
+    ``register_backend``), is skipped and remembered in ``manager.failures``: one broken
+    third-party package must not take down every command, and none is silently half-loaded.
     """
     allowed = _allowed_plugins()
     loaded = []
@@ -79,13 +82,37 @@ def load_entrypoint_plugins(manager: PluginManager) -> list[str]:
         if manager.has_plugin(entry_point.name):
             continue
         try:
-            manager.register(entry_point.load(), name=entry_point.name)
-        except Exception as error:  # any import-time failure of third-party code
+            plugin = entry_point.load()
+            manager.register(plugin, name=entry_point.name)
+            _check_hook_names(manager, plugin)
+        except Exception as error:  # noqa: BLE001  any import-time failure of third-party code
+            if manager.has_plugin(entry_point.name):
+                manager.unregister(name=entry_point.name)
             manager.failures.append(PluginFailure(entry_point.name, distribution or "unknown distribution",
-                                                  f"{type(error).__name__}: {error}"))
+                                                  _describe(error)))
             continue
         loaded.append(entry_point.name)
     return loaded
+
+
+def _check_hook_names(manager: PluginManager, plugin: object) -> None:
+    """pluggy's check that every hook implementation has a spec, so a misspelt hook is an error, not a no-op."""
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError:
+        unknown = sorted(name for name, caller in vars(manager.hook).items()
+                         if not name.startswith("_") and not caller.has_spec()
+                         and any(implementation.plugin is plugin for implementation in caller.get_hookimpls()))
+        hooks = sorted(name for name, value in vars(hookspecs).items() if hasattr(value, "benchbase_spec"))
+        close = difflib.get_close_matches(unknown[0], hooks, n=1) if unknown else []
+        hint = f"did you mean {close[0]!r}?" if close else f"the hooks are {', '.join(hooks)}"
+        raise pluggy.PluginValidationError(plugin, f"unknown hook {', '.join(map(repr, unknown))} ({hint})") from None
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, pluggy.PluginValidationError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
 
 
 def _allowed_plugins() -> set[str] | None:

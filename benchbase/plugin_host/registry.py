@@ -92,9 +92,8 @@ def _contributions(manager: pluggy.PluginManager, plugin: object, hook: str, tab
             raise InputError(f"{kind} {item.name!r} is registered already")
         items[item.name] = item
 
-    for implementation in getattr(manager.hook, hook).get_hookimpls():
-        if implementation.plugin is plugin:
-            implementation.function(*[{"register": register}[name] for name in implementation.argnames])
+    others = [other for other in manager.get_plugins() if other is not plugin]
+    manager.subset_hook_caller(hook, remove_plugins=others)(register=register)
     return items
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from benchbase.report.cost import CostModel, energy_kwh
+from benchbase.report.report_table import ReportTable
 from benchbase.report.runs import Run, RunGroup, load_groups
 from benchbase.report.scoring import OlympicScore, olympic_score, score_group
-from benchbase.report.table import ReportTable
 
 __all__ = [
     "CostModel",

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from benchbase import __version__
-from benchbase.report.table import ReportTable, format_cell
+from benchbase.report.report_table import ReportTable, format_cell
 
 __all__ = ["render_html"]
 

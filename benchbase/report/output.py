@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchbase.atomic import atomic_write_text
 from benchbase.report.html import render_html
-from benchbase.report.table import ReportTable
+from benchbase.report.report_table import ReportTable
 
 __all__ = ["write_tables"]
 

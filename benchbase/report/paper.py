@@ -4,7 +4,7 @@ docs/design.md, "Reference numbers from the paper"; None is the paper's NA (neve
 
 from __future__ import annotations
 
-from benchbase.report.table import ReportTable
+from benchbase.report.report_table import ReportTable
 
 __all__ = ["BEAM_WIDTH", "FINAL_WER", "HARDWARE", "TTA_OWN_BATCH", "TTA_SAME_BATCH", "paper_tables"]
 

@@ -6,9 +6,10 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 
+from benchbase.errors import InputError
 from benchbase.specs._base import Spec
 
-__all__ = ["METRICS", "METRIC_LABELS", "Target", "TTARule"]
+__all__ = ["METRICS", "METRIC_LABELS", "Target", "TTARule", "parse_target"]
 
 Metric = Literal["cer", "paper_cer", "wer"]
 """wer: word error rate; cer: jiwer's character error rate (edits / reference characters, can
@@ -28,6 +29,21 @@ class Target(Spec):
     @property
     def label(self) -> str:
         return f"{METRIC_LABELS[self.metric]} {self.value:g}"
+
+
+def parse_target(text: str, option: str = "target") -> dict:
+    """``paper_cer=40`` (a --target option, a sweep file's target) as a Target's fields; InputError names ``option``."""
+    metric, separator, value = text.partition("=")
+    try:
+        if not separator:
+            raise ValueError
+        target = {"metric": metric.strip().lower(), "value": float(value)}
+    except ValueError:
+        raise InputError(f"{option} {text!r}: expected METRIC=VALUE, e.g. paper_cer=40") from None
+    if target["metric"] not in METRICS:
+        raise InputError(f"{option} {text!r}: unknown metric {metric.strip()!r}; the metrics are wer, paper_cer "
+                         "(the paper's CER) and cer (jiwer's reference-length CER)")
+    return target
 
 
 class TTARule(Spec):

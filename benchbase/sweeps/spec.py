@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from benchbase.errors import InputError
 from benchbase.specs._base import Spec
 from benchbase.specs.overrides import apply_overrides, parse_override
+from benchbase.specs.tta import parse_target
 from benchbase.specs.workload import PRECISIONS
 from benchbase.specs.yaml_files import load_spec_file, names_a_file
 
@@ -63,13 +64,10 @@ def _check_settings(settings: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _check_target(text: str) -> str:
-    metric, separator, value = text.partition("=")
     try:
-        float(value)
-    except ValueError:
-        separator = ""
-    if not separator or not metric.strip():
-        raise ValueError(f"target {text!r}: expected METRIC=VALUE, e.g. paper_cer=40")
+        parse_target(text)
+    except InputError as error:  # pydantic wants a ValueError to place it under its field
+        raise ValueError(str(error)) from None
     return text
 
 

@@ -148,14 +148,12 @@ def ensure_kit_store(cache: Path, progress: Progress | None = None) -> Path:
 
 
 def _prepare(workload: WorkloadSpec, folder: Path) -> None:
-    from benchbase.data.prepare import prepare_store
+    from benchbase.data.prepare import prepare_workload_store
     from benchbase.data.synth import synthesize_corpus
 
     corpus = folder / "corpus"
     synthesize_corpus(corpus, utterances=KIT_UTTERANCES, seed=KIT_CORPUS_SEED)
-    data = workload.data
-    prepare_store(corpus, {"train": data.train, "dev": data.dev, "test": data.test}, workload.features,
-                  workload.model, data.max_duration, folder / "store")
+    prepare_workload_store(corpus, workload, folder / "store")
     shutil.rmtree(corpus)  # the features are all the kit reads
 
 

@@ -1,4 +1,4 @@
-"""The report's tables, one row per run group: TTA in minutes and in percent of a baseline
+"""The report's comparison tables, one row per run group: TTA in minutes and in percent of a baseline
 (the paper's Tables 4 and 6), final accuracy (Table 5), throughput and utilization, and the
 cost and energy to reach each target (beyond the paper)."""
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from benchbase.errors import InputError
 from benchbase.report.cost import CostModel, energy_kwh
 from benchbase.report.paper import FINAL_WER, PLATFORMS
+from benchbase.report.report_table import ReportTable
 from benchbase.report.runs import RunGroup, groups_by_shared_batch
 from benchbase.report.scoring import OlympicScore, score_group
-from benchbase.report.table import ReportTable
 from benchbase.specs import RunResult
 
 __all__ = ["Scored", "pick_baseline", "report_tables", "score_table", "scored_groups"]
