@@ -31,6 +31,7 @@ MOVED_MODULES = {
     "benchbase.sweep_runner": "benchbase.sweeps.runner",
     "benchbase.termination": "benchbase.harness.termination",
     "benchbase.replay": "benchbase.harness.replay",
+    "benchbase.harness.events": "benchbase.harness.hook_payloads",
     "benchbase.hardware_detect": "benchbase.telemetry.hardware_detect",
     "benchbase.cpu_features": "benchbase.telemetry.cpu_features",
 }

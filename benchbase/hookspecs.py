@@ -18,7 +18,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from benchbase.backend import Backend, BackendReference
-    from benchbase.harness.events import BatchProgress, Evaluation
+    from benchbase.harness.hook_payloads import BatchProgress, Evaluation
     from benchbase.specs import HardwareProfile, RunConfig, RunResult, WorkloadSpec
 
 __all__ = ["hookspec"]

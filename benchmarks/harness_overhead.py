@@ -27,7 +27,8 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.harness import run_benchmark
-from benchbase.harness.plan import build_context, device_plan
+from benchbase.harness.assembly import build_context
+from benchbase.harness.devices import device_plan
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder

@@ -22,7 +22,7 @@ from official_checker import check_common_rules
 
 from benchbase.backend import Batch
 from benchbase.errors import InputError
-from benchbase.harness.plan import check_world, device_plan, own_slice
+from benchbase.harness.devices import check_world, device_plan, own_slice
 from benchbase.harness.world import World
 from benchbase.testing.tolerances import after_steps
 

@@ -27,7 +27,7 @@ from benchbase.errors import InputError
 from benchbase.families.ds2 import quantization
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness import run_benchmark
-from benchbase.harness.plan import check_capabilities, device_plan
+from benchbase.harness.devices import check_capabilities, device_plan
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import ModelSpec, RunConfig

@@ -16,9 +16,9 @@ from rich.text import Text
 from benchbase.cli.app import cli
 from benchbase.errors import InputError
 from benchbase.report import CostModel, ReportTable, load_groups
+from benchbase.report.comparison import pick_baseline, report_tables, score_table, scored_groups
 from benchbase.report.output import write_tables
 from benchbase.report.paper import paper_tables
-from benchbase.report.tables import pick_baseline, report_tables, score_table, scored_groups
 
 __all__ = ["report", "rich_table", "score"]
 

@@ -19,7 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from benchbase import hookimpl
-from benchbase.harness.events import BatchProgress, Evaluation
+from benchbase.harness.hook_payloads import BatchProgress, Evaluation
 from benchbase.specs import RunResult
 
 __all__ = ["DecodeSweepReporter", "RunReporter", "final_evaluation_table", "result_table"]

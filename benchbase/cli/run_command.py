@@ -21,8 +21,8 @@ from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, re
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
 from benchbase.harness import Harness, run_benchmark
+from benchbase.harness.devices import checked_plan
 from benchbase.harness.launch import LAUNCHED_WORKER, launch_workers
-from benchbase.harness.plan import checked_plan
 from benchbase.harness.resume import find_resume_point
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager

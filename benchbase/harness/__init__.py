@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchbase.harness.events import BatchProgress, Evaluation
+from benchbase.harness.hook_payloads import BatchProgress, Evaluation
 from benchbase.harness.runner import Harness, run_benchmark
 from benchbase.specs import RunResult
 

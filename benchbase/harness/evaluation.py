@@ -17,37 +17,31 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import BackgroundDecoding
 from benchbase.decode.factory import Decoder
 from benchbase.errors import NonFiniteError
+from benchbase.harness.hook_payloads import SubsetScore
 from benchbase.metrics import error_rates
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
 
-__all__ = ["SubsetEvaluation", "evaluate_subsets"]
-
-DIGITS = 4
+__all__ = ["SubsetEvaluation", "evaluate_subsets", "subset_records"]
 
 
 @dataclass(frozen=True)
-class SubsetEvaluation:
-    subset: str
-    wer: float
-    cer: float
-    paper_cer: float
-    loss: float
-    """Mean CTC loss per utterance (the training loss's reduction), impossible alignments as the spec says."""
-    utterances: int
+class SubsetEvaluation(SubsetScore):
+    """A subset's score with the evidence behind it: each utterance's reference and hypothesis, in order."""
+
     references: list[str] = field(repr=False)
     hypotheses: list[str] = field(repr=False)
-
-    def rates(self) -> dict[str, float]:
-        """What the log and metrics.jsonl record for the subset."""
-        return {"wer": round(self.wer, DIGITS), "cer": round(self.cer, DIGITS),
-                "paper_cer": round(self.paper_cer, DIGITS), "loss": round(self.loss, DIGITS)}
 
 
 def evaluate_subsets(backend: Backend, pipelines: dict[str, BatchPipeline], decoder: Decoder,
                      model: ModelSpec) -> dict[str, SubsetEvaluation]:
     """Every subset in ``pipelines`` order, each predicted, decoded and scored on its own."""
     return {subset: _evaluate(subset, backend, pipeline, decoder, model) for subset, pipeline in pipelines.items()}
+
+
+def subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
+    """Each subset's rates and utterance count, as metrics.jsonl and result.json record them."""
+    return {subset: {**result.rates(), "utterances": result.utterances} for subset, result in results.items()}
 
 
 def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: Decoder,

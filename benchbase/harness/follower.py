@@ -12,15 +12,16 @@ from __future__ import annotations
 from benchbase.backend import Backend
 from benchbase.data.store import FeatureStore
 from benchbase.errors import Terminated
-from benchbase.harness.plan import build_context, config_plan, own_slice, run_pipeline
+from benchbase.harness.assembly import build_context, run_pipeline
+from benchbase.harness.devices import config_plan, own_slice
 from benchbase.harness.termination import deferred_termination, termination_requested
-from benchbase.harness.world import Solo, Verdict
+from benchbase.harness.world import Coordinator, Verdict
 from benchbase.specs import RunConfig
 
 __all__ = ["follow"]
 
 
-def follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -> None:
+def follow(config: RunConfig, backend_class: type[Backend], coordinator: Coordinator) -> None:
     try:
         _follow(config, backend_class, coordinator)
     except Terminated:
@@ -30,7 +31,7 @@ def follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -
         raise
 
 
-def _follow(config: RunConfig, backend_class: type[Backend], coordinator: Solo) -> None:
+def _follow(config: RunConfig, backend_class: type[Backend], coordinator: Coordinator) -> None:
     plan = config_plan(config, backend_class, coordinator.world, coordinator.service_addresses)
     store = FeatureStore(config.data)
     context = build_context(config, store, plan)

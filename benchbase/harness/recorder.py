@@ -13,8 +13,9 @@ from pathlib import Path
 
 from benchbase.atomic import atomic_write_text
 from benchbase.errors import BenchbaseError
-from benchbase.harness.events import BatchProgress
+from benchbase.harness.hook_payloads import BatchProgress
 from benchbase.harness.resume import write_sidecar
+from benchbase.harness.resume_state import ResumeState
 from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT, RunFolder, write_json_line
 from benchbase.specs import RunResult
 
@@ -60,7 +61,7 @@ class RunRecorder:
                                         for reference, hypothesis in zip(references, hypotheses)))
         return path
 
-    def checkpoint(self, batch_index: int, save: Callable[[Path], None], state: dict) -> Path:
+    def checkpoint(self, batch_index: int, save: Callable[[Path], None], state: ResumeState) -> Path:
         """``save`` writes a temporary file that is renamed into place, then its sidecar (checksum and
         the harness ``state``) follows; older checkpoints are pruned with their sidecars."""
         final = self.folder.periodic_checkpoint(batch_index)

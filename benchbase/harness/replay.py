@@ -19,7 +19,8 @@ from benchbase.backend import Backend
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError, describe_validation_error
-from benchbase.harness.plan import build_context, device_plan, run_pipeline
+from benchbase.harness.assembly import build_context, run_pipeline
+from benchbase.harness.devices import device_plan
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder

@@ -22,45 +22,78 @@ subtracts each resume's downtime from the wall clock of the events after it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchbase.atomic import atomic_write_text
+from benchbase.compliance import ComplianceLog
+from benchbase.compliance import keys as own_keys
 from benchbase.compliance.parse import read_log
+from benchbase.data.integrity import file_digest
 from benchbase.errors import InputError
+from benchbase.harness.clock import RunClock
+from benchbase.harness.resume_state import ResumeState
 from benchbase.run_folder import RunFolder
 
-__all__ = ["ResumePoint", "file_sha256", "find_resume_point", "interrupted_at", "restart_segment", "write_sidecar"]
+__all__ = ["ResumePoint", "Resumption", "find_resume_point", "interrupted_at", "restart_segment", "write_sidecar"]
 
 
 @dataclass(frozen=True)
 class ResumePoint:
     checkpoint: Path
-    state: dict
-    """The harness state the sidecar holds (see ``Harness._harness_state``)."""
+    state: ResumeState
+    """The harness state the checkpoint's sidecar holds."""
     skipped: tuple[str, ...] = ()
     """Why newer checkpoints were passed over (a torn file, a checksum that does not match)."""
 
     @property
     def batch_index(self) -> int:
-        return int(self.state["batch_index"])
+        return self.state.batch_index
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+@dataclass(frozen=True)
+class Resumption:
+    """A run going on from a resume point, its interrupted segment moved aside."""
+
+    point: ResumePoint
+    checkpoint: str
+    """The checkpoint's name in the run folder."""
+    segment: int
+    interrupted_at: float
+    """Run-clock seconds of the interrupted segment's last evidence: where the clock goes on."""
+
+    @classmethod
+    def begin(cls, folder: RunFolder, point: ResumePoint) -> Resumption:
+        """Date the interruption, then restart the run's files from the checkpoint; before any of them is opened."""
+        at = interrupted_at(folder)
+        return cls(point, folder.relative(point.checkpoint), restart_segment(folder, point), at)
+
+    @property
+    def lost_s(self) -> float:
+        """The work done after the checkpoint, which the clock counts again."""
+        return round(self.interrupted_at - self.point.state.clock_s, 4)
+
+    def start_clock(self, clock: RunClock, log: ComplianceLog) -> None:
+        """The clock goes on from the interruption (the restart's init was not timed), and the log says so."""
+        clock.start(offset=self.interrupted_at)
+        log.event(own_keys.RESUME, value={
+            "checkpoint": self.checkpoint, "batch": self.point.batch_index, "epoch": self.point.state.epoch,
+            "segment": self.segment, "interrupted_at_s": round(self.interrupted_at, 4), "lost_s": self.lost_s,
+            "skipped": list(self.point.skipped)})
+
+    def resumes(self) -> list[dict]:
+        """Every resume of the run, this one last, as the sidecars and result.json list them."""
+        return [*self.point.state.resumes, {
+            "segment": self.segment, "checkpoint": self.checkpoint, "batch": self.point.batch_index,
+            "interrupted_at_s": round(self.interrupted_at, 4), "lost_s": self.lost_s}]
 
 
-def write_sidecar(checkpoint: Path, state: dict) -> None:
+def write_sidecar(checkpoint: Path, state: ResumeState) -> None:
     """After the checkpoint is in place: its checksum and the harness state, atomically."""
     atomic_write_text(RunFolder.sidecar(checkpoint),
-                      json.dumps({"sha256": file_sha256(checkpoint), "state": state}, indent=1))
+                      json.dumps({"sha256": file_digest(checkpoint), "state": state.to_dict()}, indent=1))
 
 
 def find_resume_point(folder: RunFolder) -> ResumePoint:
@@ -70,7 +103,7 @@ def find_resume_point(folder: RunFolder) -> ResumePoint:
         problem = _problem_with(checkpoint)
         if problem is None:
             state = json.loads(RunFolder.sidecar(checkpoint).read_text(encoding="utf-8"))["state"]
-            return ResumePoint(checkpoint, state, tuple(skipped))
+            return ResumePoint(checkpoint, ResumeState.from_dict(state), tuple(skipped))
         skipped.append(f"{folder.relative(checkpoint)}: {problem}")
     detail = f" ({'; '.join(skipped)})" if skipped else ""
     raise InputError(f"{folder.checkpoints}: no complete checkpoint to resume from{detail}")
@@ -86,7 +119,7 @@ def _problem_with(checkpoint: Path) -> str | None:
         return "no sidecar (the run ended while writing it)"
     except (OSError, ValueError, KeyError, TypeError):
         return f"its sidecar {sidecar.name} is unreadable"
-    if file_sha256(checkpoint) != expected:
+    if file_digest(checkpoint) != expected:
         return "its checksum does not match its sidecar (truncated or corrupt)"
     return None
 
@@ -131,7 +164,7 @@ def _log_prefix(log: Path, checkpoint_name: str) -> str:
     for line in log.read_text(encoding="utf-8").splitlines(keepends=True):
         kept.append(line)
         record = _parse(line)
-        if record and record.get("key") == "benchbase_checkpoint" and record.get("value") == checkpoint_name:
+        if record and record.get("key") == own_keys.CHECKPOINT and record.get("value") == checkpoint_name:
             return "".join(kept)
     raise InputError(f"{log}: the log never names {checkpoint_name}; it does not belong to this run")
 

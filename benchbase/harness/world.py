@@ -9,8 +9,9 @@ backend uses for its gradients: a barrier before the clock starts, one small all
 every batch (rank 0's verdict: go on or stop; any rank's SIGTERM), and the process group's key
 value store, where a failing rank leaves its error for rank 0 to log.
 
-torch is imported only here and only for such a run: the harness itself stays framework-free,
-and a single-process run (``Solo``) never touches it.
+The harness talks to a ``Coordinator``: ``Solo`` for a world of one, ``ProcessGroup`` for
+several. torch is imported only by the latter and only for such a run: the harness itself stays
+framework-free, and a single-process run never touches it.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
 from benchbase.errors import BenchbaseError, InputError
 
-__all__ = ["Coordinator", "PeerLost", "Solo", "Verdict", "World", "coordinator_for"]
+__all__ = ["Coordinator", "PeerLost", "ProcessGroup", "Solo", "Verdict", "World", "coordinator_for"]
 
 FAILURE_KEY = "benchbase/failure/{rank}"
 # How long rank 0 waits for a failing peer's own account before it names the failure itself.
@@ -88,6 +89,35 @@ class World:
         return self.size > 1
 
 
+class Coordinator(Protocol):
+    """How the harness meets the run's other processes; rank 0 decides, the others follow."""
+
+    world: World
+    service_addresses: tuple[str, ...]
+    """One reachable host:port per rank, reserved for a framework that forms its own cluster."""
+
+    def barrier(self) -> None:
+        """Wait until every rank arrives."""
+
+    def agree(self, verdict: Verdict) -> Verdict:
+        """This rank's verdict in, the largest of every rank's out."""
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order, on every rank."""
+
+    def report_failure(self, message: str) -> None:
+        """Leave this rank's error where rank 0 finds it; never raises."""
+
+    def peer_failure(self) -> str | None:
+        """Rank 0, after a collective failed: which rank failed and why, as far as can be told."""
+
+    def local_processes(self) -> list[int]:
+        """The run's processes on this machine (the telemetry sampler follows them)."""
+
+    def close(self) -> None:
+        """Leave the world; never raises."""
+
+
 class Solo:
     """A world of one: every coordination is a no-op."""
 
@@ -110,14 +140,13 @@ class Solo:
         return None
 
     def local_processes(self) -> list[int]:
-        """The run's processes on this machine (the telemetry sampler follows them)."""
         return [os.getpid()]
 
     def close(self) -> None:
         pass
 
 
-class Coordinator(Solo):
+class ProcessGroup:
     """torch.distributed's default process group, shared with the backend's DDP.
 
     gloo carries the harness's own messages (small CPU tensors) whatever the devices; a GPU
@@ -228,5 +257,5 @@ def _reachable_free_address() -> str:
         return f"{host}:{listener.getsockname()[1]}"
 
 
-def coordinator_for(world: World, device_kind: str, timeout_seconds: float) -> Solo:
-    return Coordinator(world, device_kind, timeout_seconds) if world.distributed else Solo()
+def coordinator_for(world: World, device_kind: str, timeout_seconds: float) -> Coordinator:
+    return ProcessGroup(world, device_kind, timeout_seconds) if world.distributed else Solo()

@@ -17,7 +17,8 @@ import numpy as np
 from benchbase_torch_ds2.backend import TorchBackend
 
 from benchbase.data.store import FeatureStore
-from benchbase.harness.plan import build_context, device_plan, own_slice, run_pipeline
+from benchbase.harness.assembly import build_context, run_pipeline
+from benchbase.harness.devices import device_plan, own_slice
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry

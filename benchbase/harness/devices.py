@@ -1,20 +1,21 @@
-"""Before the clock starts: the device plan, the backend's capabilities, and what build() gets."""
+"""Before the clock starts: the device plan, and every check that can refuse it (the backend's
+capabilities, the processes torchrun started, the devices this machine has); after build(), the
+devices the backend took; and the plan as the log records it."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
-from benchbase.backend import Backend, Batch, BuildContext, DevicePlan, ProcessModel
-from benchbase.data.pipeline import BatchPipeline
-from benchbase.data.store import FeatureStore
+from benchbase.backend import Backend, Batch, DevicePlan, ProcessModel
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.harness.world import World
 from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
 from benchbase.specs.workload import GPU_ONLY_PRECISIONS
 
-__all__ = ["build_context", "check_capabilities", "check_devices_in_use", "check_precision_on_device",
-           "check_visible_devices", "check_world", "checked_plan", "config_plan", "device_plan", "fp32_context",
-           "own_slice", "plan_record", "run_pipeline"]
+__all__ = ["check_capabilities", "check_devices_in_use", "check_precision_on_device", "check_visible_devices",
+           "check_world", "checked_plan", "config_plan", "device_plan", "gpus_in_use", "own_slice", "plan_record",
+           "thread_budget"]
 
 
 def device_plan(hardware: HardwareProfile, device: str = "auto", *, devices: int | None = None,
@@ -111,19 +112,6 @@ def check_visible_devices(backend: type[Backend], name: str, hardware: HardwareP
                          "the override), or --device cpu")
 
 
-def own_slice(batch: Batch, plan: DevicePlan) -> Batch:
-    """This process's rows of the global batch: all of them, or slice ``rank`` of a process-per-device world."""
-    if not plan.distributed:
-        return batch
-    rows = plan.batch_per_device * plan.process_devices
-    start, stop = plan.rank * rows, (plan.rank + 1) * rows
-    return dataclasses.replace(
-        batch, features=batch.features[start:stop], feature_lengths=batch.feature_lengths[start:stop],
-        output_lengths=batch.output_lengths[start:stop], labels=batch.labels[start:stop],
-        label_lengths=batch.label_lengths[start:stop], utterance_ids=batch.utterance_ids[start:stop],
-        transcripts=batch.transcripts[start:stop])
-
-
 def checked_plan(backend: type[Backend], name: str, workload: WorkloadSpec, hardware: HardwareProfile, *,
                  device: str = "auto", devices: int | None = None, profile_steps: int = 0,
                  world: World | None = None) -> DevicePlan:
@@ -172,37 +160,30 @@ def plan_record(plan: DevicePlan, hardware: HardwareProfile) -> dict:
             "profile_count": hardware.devices.count, "overridden": plan.overridden}
 
 
-def run_pipeline(config: RunConfig, store: FeatureStore, subsets: tuple[str, ...], training: bool) -> BatchPipeline:
-    """The harness's batches: every rank builds the same pipeline, so all see the same global batches."""
-    pipeline, data, model = config.hardware.pipeline, config.workload.data, config.workload.model
-    if training:
-        return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
-                             prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
-                             drop_last=True, seed=config.seed, length_buckets=data.length_buckets,
-                             pad_to_frames=data.pad_to_frames)
-    return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
-                         prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=config.seed,
-                         pad_to_frames=data.pad_to_frames)
+def own_slice(batch: Batch, plan: DevicePlan) -> Batch:
+    """This process's rows of the global batch: all of them, or slice ``rank`` of a process-per-device world."""
+    if not plan.distributed:
+        return batch
+    rows = plan.batch_per_device * plan.process_devices
+    start, stop = plan.rank * rows, (plan.rank + 1) * rows
+    return dataclasses.replace(
+        batch, features=batch.features[start:stop], feature_lengths=batch.feature_lengths[start:stop],
+        output_lengths=batch.output_lengths[start:stop], labels=batch.labels[start:stop],
+        label_lengths=batch.label_lengths[start:stop], utterance_ids=batch.utterance_ids[start:stop],
+        transcripts=batch.transcripts[start:stop])
 
 
-def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> BuildContext:
-    workload = config.workload
-    # Every subset the run will feed the backend, the final evaluation's test subsets included.
-    # (A missing train or dev subset is an error there; a missing test subset is left out.)
-    fed = workload.data.train + workload.data.dev + tuple(subset for subset in workload.data.test
-                                                          if store.has(subset))
-    longest_frames, longest_labels = store.longest(fed)
-    return BuildContext(
-        model=workload.model, optimizer=workload.optimizer, feature_dimension=store.feature_dimension, plan=plan,
-        seed=config.seed, max_frames=workload.data.pad_to_frames or longest_frames, max_label_length=longest_labels,
-    )
+def gpus_in_use(plan: DevicePlan, process_model: ProcessModel, world: World) -> list[str] | None:
+    """The GPUs this machine's processes train on, as CUDA_VISIBLE_DEVICES entries (None: a CPU run)."""
+    if plan.kind != "cuda":
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [entry.strip() for entry in visible.split(",")] if visible is not None else [
+        str(index) for index in range(plan.count)]
+    here = world.local_size if process_model == "process_per_device" and plan.distributed else plan.process_devices
+    return entries[:here]  # rank r of this machine trains on the r-th visible GPU
 
 
-def fp32_context(context: BuildContext) -> BuildContext:
-    """The same build at fp32: what the final evaluation's FP32 twin of a lower-precision run gets."""
-    # Rank 0 evaluates it alone, after the other processes have left: a world of one device.
-    plan = context.plan
-    if plan.distributed:
-        plan = dataclasses.replace(plan, count=plan.process_devices, world_size=1, rank=0, devices_per_process=None,
-                                   peer_addresses=())
-    return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}), plan=plan)
+def thread_budget(plan: DevicePlan) -> int:
+    """The CPU cores the plan gives training: its threads, else the machine's."""
+    return plan.threads or os.cpu_count() or 1

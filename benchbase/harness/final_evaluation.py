@@ -1,0 +1,92 @@
+"""The final evaluation: after run_stop, off the clock (as MLPerf and the paper do), the trained
+model on every dev and test subset at the final decoder's width, the paper's Table 5, in the
+run's precision; for a run not in fp32, the same weights once more by an FP32 twin.
+
+It goes into the log as ``benchbase_final_accuracy`` events and into result.json as
+``final_evaluation``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from benchbase.backend import Backend
+from benchbase.compliance import ComplianceLog
+from benchbase.compliance import keys as own_keys
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.decode import evaluation_decoder
+from benchbase.decode.factory import Decoder
+from benchbase.families.ds2.weight_layout import weight_layout
+from benchbase.harness.assembly import fp32_context, run_pipeline
+from benchbase.harness.evaluation import evaluate_subsets, subset_records
+from benchbase.harness.initialization import RunInputs
+from benchbase.harness.recorder import RunRecorder
+from benchbase.specs import RunConfig
+
+__all__ = ["FinalEvaluation"]
+
+
+class FinalEvaluation:
+    def __init__(self, config: RunConfig, inputs: RunInputs, backend: Backend, backend_class: type[Backend],
+                 log: ComplianceLog, recorder: RunRecorder) -> None:
+        """``backend``: the trained one; ``backend_class`` builds the FP32 twin."""
+        evaluation = config.workload.evaluation
+        self.config = config
+        self.inputs = inputs
+        self.backend = backend
+        self.backend_class = backend_class
+        self.log = log
+        self.recorder = recorder
+        self.decoder_name = evaluation.final_decoder or evaluation.decoder
+        self.beam_width = evaluation.final_beam_width or evaluation.beam_width
+
+    def run(self, epoch: int) -> dict:
+        """Evaluate the model trained for ``epoch`` epochs; returns result.json's ``final_evaluation``."""
+        workload = self.config.workload
+        decoder = evaluation_decoder(workload.evaluation.model_copy(update={"decoder": self.decoder_name}),
+                                     self.config.data, workload.data.train, blank=workload.model.ctc_blank_index,
+                                     beam_width=self.beam_width)
+        # A store prepared without some test subset still gets the others; `benchbase check`
+        # reports the missing ones (rule final_evaluation).
+        subsets = [subset for subset in workload.data.dev + workload.data.test if self.inputs.store.has(subset)]
+        pipelines = {subset: run_pipeline(self.config, self.inputs.store, (subset,), training=False)
+                     for subset in subsets}
+        started = time.perf_counter()
+        results = evaluate_subsets(self.backend, pipelines, decoder, workload.model)
+        for subset, result in results.items():
+            self.log.event(own_keys.FINAL_ACCURACY, value=result.rates(),
+                           metadata={own_keys.SUBSET: subset, own_keys.EVAL_DECODER: self.decoder_name,
+                                     own_keys.EVAL_BEAM_WIDTH: self.beam_width, own_keys.UTTERANCES: result.utterances})
+            self.recorder.decoded(self.recorder.folder.decoded_final(subset), result.references, result.hypotheses)
+        record = {"decoder": self.decoder_name, "beam_width": self.beam_width, "epoch": epoch,
+                  "seconds": round(time.perf_counter() - started, 3), "precision": workload.model.precision,
+                  "subsets": subset_records(results)}
+        if workload.model.precision != "fp32":
+            record["fp32"] = self._in_fp32(pipelines, decoder)
+        return record
+
+    def _in_fp32(self, pipelines: dict[str, BatchPipeline], decoder: Decoder) -> dict:
+        """The cost of the run's precision made visible: the same weights evaluated in FP32 by a
+        second instance of the backend, built with the run's context at fp32 (every backend
+        implements fp32), given the exported weights less the quantizer's ranges."""
+        started = time.perf_counter()
+        context = fp32_context(self.inputs.context)
+        twin = self.backend_class()
+        try:
+            weights = self.backend.export_weights()
+            twin.build(context)
+            twin.import_weights({name: weights[name] for name in weight_layout(context.model,
+                                                                               context.feature_dimension)})
+            results = evaluate_subsets(twin, pipelines, decoder, context.model)
+        except Exception as error:  # noqa: BLE001  (the timed run stands; result.json says why this is missing)
+            return {"error": f"{type(error).__name__}: {str(error)[:500]}"}
+        finally:
+            twin.close()
+        for subset, result in results.items():
+            self.log.event(own_keys.FINAL_ACCURACY_FP32, value=result.rates(),
+                           metadata={own_keys.SUBSET: subset, own_keys.PRECISION: "fp32",
+                                     own_keys.EVAL_DECODER: self.decoder_name,
+                                     own_keys.EVAL_BEAM_WIDTH: self.beam_width, own_keys.UTTERANCES: result.utterances})
+            self.recorder.decoded(self.recorder.folder.decoded_final(subset, fp32=True), result.references,
+                                  result.hypotheses)
+        return {"seconds": round(time.perf_counter() - started, 3), "subsets": subset_records(results)}

@@ -1,0 +1,64 @@
+"""Init, off the clock: the store checked, and everything the timed run needs assembled from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchbase.backend import Backend, BuildContext, DevicePlan
+from benchbase.data.integrity import verified_store
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.store import FeatureStore
+from benchbase.decode import evaluation_decoder
+from benchbase.decode.factory import Decoder
+from benchbase.errors import InputError
+from benchbase.harness.assembly import build_context, run_pipeline
+from benchbase.harness.devices import config_plan
+from benchbase.harness.world import Coordinator
+from benchbase.specs import RunConfig
+
+__all__ = ["RunInputs", "open_store"]
+
+
+def open_store(config: RunConfig) -> FeatureStore:
+    """The run's store, once it is known to be what was prepared (checksums) and to fit the workload."""
+    store = FeatureStore(config.data)
+    verified_store(config.data)
+    expected = config.workload.features.dimension
+    if store.feature_dimension != expected:
+        raise InputError(f"{config.data}: features have {store.feature_dimension} dimensions, "
+                         f"workload {config.workload.name!r} expects {expected}")
+    return store
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What the timed run trains and evaluates with, all of it built in init."""
+
+    store: FeatureStore
+    plan: DevicePlan
+    context: BuildContext
+    train_data: BatchPipeline
+    dev_data: dict[str, BatchPipeline]
+    """One pipeline per dev subset, in the workload's order: each is evaluated on its own."""
+    decoder: Decoder
+
+    @classmethod
+    def assemble(cls, config: RunConfig, store: FeatureStore, backend_class: type[Backend],
+                 coordinator: Coordinator) -> RunInputs:
+        """The plan (after every check that can refuse it), the pipelines and the decoder."""
+        workload = config.workload
+        plan = config_plan(config, backend_class, coordinator.world, coordinator.service_addresses)
+        context = build_context(config, store, plan)
+        train_data = run_pipeline(config, store, workload.data.train, training=True)
+        if len(train_data) == 0:
+            raise InputError(f"{config.data}: the training subsets hold {train_data.utterances} utterances, "
+                             f"fewer than one global batch of {config.hardware.pipeline.global_batch}: "
+                             "no batch would be trained")
+        dev_data = {subset: run_pipeline(config, store, (subset,), training=False) for subset in workload.data.dev}
+        for subset, data in dev_data.items():
+            if data.utterances == 0:
+                raise InputError(f"{config.data}: dev subset {subset} holds no utterances; nothing to evaluate")
+        # Built in init, off the clock: the language model and the decoder's compiled kernel.
+        decoder = evaluation_decoder(workload.evaluation, config.data, workload.data.train,
+                                     blank=workload.model.ctc_blank_index)
+        return cls(store, plan, context, train_data, dev_data, decoder)

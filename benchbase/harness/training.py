@@ -1,0 +1,216 @@
+"""The timed loop: epochs of batches on the run clock, each epoch's evaluation, the checkpoints."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import pluggy
+
+from benchbase.backend import Backend, Batch
+from benchbase.compliance import ComplianceLog
+from benchbase.compliance import keys as own_keys
+from benchbase.compliance.keys import constants
+from benchbase.data.pipeline import EpochBatches
+from benchbase.decode import greedy_decode
+from benchbase.errors import BenchbaseError, NonFiniteError, Terminated
+from benchbase.harness.clock import RunClock
+from benchbase.harness.devices import own_slice
+from benchbase.harness.evaluation import evaluate_subsets, subset_records
+from benchbase.harness.hook_payloads import BatchProgress, Evaluation, SubsetScore
+from benchbase.harness.initialization import RunInputs
+from benchbase.harness.profiling import StepProfiler
+from benchbase.harness.progress import TrainingProgress
+from benchbase.harness.recorder import RunRecorder
+from benchbase.harness.stop import StopReason
+from benchbase.harness.termination import deferred_termination, termination_requested
+from benchbase.harness.world import Coordinator, Verdict
+from benchbase.specs import RunConfig
+
+__all__ = ["SENTENCES_PER_LOG", "TrainingLoop"]
+
+SENTENCES_PER_LOG = 3
+
+
+class TrainingLoop:
+    """Epochs of batches on the clock: every batch trained and recorded, a checkpoint and decoded
+    sentences every so many, an evaluation every so many epochs, until a stop."""
+
+    def __init__(self, config: RunConfig, hook: pluggy.HookRelay, clock: RunClock, log: ComplianceLog,
+                 recorder: RunRecorder, coordinator: Coordinator, inputs: RunInputs, backend: Backend,
+                 progress: TrainingProgress, *, resumed: bool) -> None:
+        """``resumed``: training goes on from ``progress.position``, whose epoch the log has started."""
+        self.config = config
+        self.workload = config.workload
+        self.hook = hook
+        self.clock = clock
+        self.log = log
+        self.recorder = recorder
+        self.folder = recorder.folder
+        self.coordinator = coordinator
+        self.inputs = inputs
+        self.backend = backend
+        self.progress = progress
+        self.resumed = resumed
+        self.profiler = StepProfiler(backend, config.profile_steps, self.folder.profile)
+
+    def train(self) -> tuple[StopReason, int]:
+        """Train until a stop; returns why and the last epoch. On SIGTERM, checkpoints before raising Terminated."""
+        try:
+            return self._train()
+        except Terminated:
+            self._checkpoint_on_termination()
+            raise
+
+    def _train(self) -> tuple[StopReason, int]:
+        first_epoch, done_in_first = self.progress.position if self.resumed else (1, 0)
+        train_data = self.inputs.train_data
+        upcoming: EpochBatches | None = train_data.epoch(first_epoch, skip=done_in_first)
+        try:
+            for epoch in range(first_epoch, self.workload.max_epochs + 1):
+                resumed_epoch = self.resumed and epoch == first_epoch
+                if not resumed_epoch:  # a resumed epoch's start is in the log already
+                    self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
+                batches, upcoming = upcoming, None
+                try:
+                    finished_epoch = self._train_epoch(epoch, batches, done_in_first if resumed_epoch else 0)
+                finally:
+                    batches.close()  # also when training raised: its readers stop now, not at exit
+                if finished_epoch and epoch < self.workload.max_epochs:
+                    # The next epoch's readers fill its shuffle buffer while this one is evaluated.
+                    upcoming = train_data.epoch(epoch + 1)
+                self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
+                if not finished_epoch:
+                    return StopReason.MAX_MINUTES, epoch
+                if epoch % self.workload.evaluation.every_epochs == 0:
+                    self._evaluate(epoch)
+                reason = (StopReason.TARGETS_REACHED if self.progress.tracker.all_reached else
+                          StopReason.MAX_MINUTES if self._out_of_time() else None)
+                # The other ranks waited here while this one evaluated; now they learn whether to go on.
+                verdict = self.coordinator.agree(Verdict.CONTINUE if reason is None else Verdict.STOP)
+                if verdict == Verdict.TERMINATED:
+                    raise Terminated()
+                if reason is not None:
+                    return reason, epoch
+            return StopReason.MAX_EPOCHS, self.workload.max_epochs
+        finally:
+            if upcoming is not None:
+                upcoming.close()
+
+    def _train_epoch(self, epoch: int, batches: EpochBatches, done: int = 0) -> bool:
+        """Train one epoch (``done`` of its batches trained already); False when the time limit stopped it early."""
+        for batch_in_epoch in range(done + 1, len(self.inputs.train_data) + 1):
+            waited_from = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            step_from, cpu_from = time.perf_counter(), time.process_time()
+            with deferred_termination(), self.profiler.around(self.progress.batch_index + 1):
+                # SIGTERM waits for the update to complete
+                loss = self.backend.train_step(own_slice(batch, self.inputs.plan))
+            step, cpu = time.perf_counter() - step_from, time.process_time() - cpu_from
+            if not isinstance(loss, float):
+                raise BenchbaseError(f"backend {self.config.backend!r}: train_step returned a "
+                                     f"{type(loss).__name__}; the contract asks for a Python float")
+            if not math.isfinite(loss):
+                # Training on from here would measure garbage; the batch is named so it can be inspected.
+                raise NonFiniteError(f"batch {self.progress.batch_index + 1} (epoch {epoch}): train_step returned a "
+                                     f"loss of {loss} on utterances {_named(batch.utterance_ids)}")
+            self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step, cpu)
+            verdict = self.coordinator.agree(Verdict.TERMINATED if termination_requested() else
+                                             Verdict.STOP if self._out_of_time() else Verdict.CONTINUE)
+            if verdict == Verdict.TERMINATED:
+                raise Terminated()
+            if verdict == Verdict.STOP:
+                return False
+        return True
+
+    def _after_batch(self, epoch: int, batch_in_epoch: int, batch: Batch, loss: float, wait: float, step: float,
+                     cpu: float) -> None:
+        progress = self.progress
+        progress.batch_trained(epoch, batch_in_epoch, batch.size)
+        throughput = progress.statistics.record(batch.size, wait, step, cpu)
+        report = BatchProgress(epoch, batch_in_epoch, len(self.inputs.train_data), progress.batch_index,
+                               self.clock.seconds(), loss, throughput, wait)
+        timings = self.backend.step_timings()
+        progress.statistics.record_communication(timings.get("communication"))
+        self.recorder.batch(report, step, batch.size, timings)
+        evaluation = self.workload.evaluation
+        if progress.batch_index % evaluation.log_sentences_every == 0:
+            self._log_sentences(epoch, batch)
+        if progress.batch_index % (self.config.checkpoint_every or evaluation.checkpoint_every) == 0:
+            path = self.recorder.checkpoint(progress.batch_index, self.backend.save_checkpoint,
+                                            progress.resume_state(self.clock.seconds()))
+            self._log_checkpoint(path, {constants.EPOCH_NUM: epoch})
+        self.hook.batch_completed(progress=report)
+
+    def _log_checkpoint(self, path: Path, metadata: dict) -> None:
+        """Name the checkpoint in the log (`benchbase check` looks for it) and tell the plugins."""
+        batch_index = self.progress.batch_index
+        self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path), metadata={**metadata, own_keys.BATCH: batch_index})
+        self.hook.checkpoint_saved(path=path, batch_index=batch_index)
+
+    def _checkpoint_on_termination(self) -> None:
+        """SIGTERM (a preemption): keep what was trained. The model is consistent here, since a
+        SIGTERM during train_step waits for the step to finish."""
+        if self.progress.batch_index == 0:
+            return
+        with deferred_termination():  # a second SIGTERM must not tear this checkpoint
+            path = self.recorder.checkpoint(self.progress.batch_index, self.backend.save_checkpoint,
+                                            self.progress.resume_state(self.clock.seconds()))
+            self._log_checkpoint(path, {"terminated": True})
+
+    def save_final_checkpoint(self, epoch: int) -> None:
+        """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase
+        verify` loads to re-evaluate them."""
+        path = self.recorder.final_checkpoint(self.backend.save_checkpoint)
+        self._log_checkpoint(path, {constants.EPOCH_NUM: epoch, own_keys.FINAL: True})
+
+    def _log_sentences(self, epoch: int, batch: Batch) -> None:
+        log_probs, lengths = self.backend.predict(batch.inputs())
+        hypotheses = greedy_decode(log_probs, lengths, self.workload.model.ctc_blank_index)
+        for index in range(min(SENTENCES_PER_LOG, batch.size)):
+            self.recorder.training_sentence({
+                "epoch": epoch, "batch": self.progress.batch_index, "t": round(self.clock.seconds(), 3),
+                "id": batch.utterance_ids[index], "reference": batch.transcripts[index],
+                "hypothesis": hypotheses[index],
+            })
+
+    def _out_of_time(self) -> bool:
+        return self.clock.seconds() >= self.workload.max_minutes * 60
+
+    def _evaluate(self, epoch: int) -> Evaluation:
+        started = self.clock.seconds()
+        dev_data = self.inputs.dev_data
+        self.log.start(constants.EVAL_START, metadata={constants.EPOCH_NUM: epoch})
+        self.hook.eval_started(epoch=epoch, batches=sum(len(data) for data in dev_data.values()))
+        results = evaluate_subsets(self.backend, dev_data, self.inputs.decoder, self.workload.model)
+        for subset, result in results.items():
+            # The decoded outputs are the evidence behind the rates: `benchbase check` recomputes them.
+            decoded = self.recorder.decoded(self.folder.decoded_evaluation(subset, epoch), result.references,
+                                            result.hypotheses)
+            self.log.event(constants.EVAL_ACCURACY, value=result.rates(),
+                           metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: subset,
+                                     own_keys.DECODED: self.folder.relative(decoded),
+                                     own_keys.UTTERANCES: result.utterances})
+        self.log.end(constants.EVAL_STOP, metadata={constants.EPOCH_NUM: epoch})
+        finished = self.clock.seconds()
+        scored = results[self.workload.scored_subset]
+        tracker = self.progress.tracker
+        tracker.update(epoch, finished, scored.rates())
+        evaluation = Evaluation(**{field.name: getattr(scored, field.name) for field in fields(SubsetScore)},
+                                epoch=epoch, seconds=finished, eval_seconds=finished - started,
+                                reached=dict(tracker.reached),
+                                targets=tuple(target.label for target in self.workload.tta.targets),
+                                subsets={subset: result.rates() for subset, result in results.items()})
+        self.recorder.evaluation(epoch, finished, scored.subset, subset_records(results), finished - started)
+        self.progress.last_evaluation = evaluation
+        self.hook.eval_completed(evaluation=evaluation)
+        return evaluation
+
+
+def _named(utterance_ids: list[str], shown: int = 8) -> str:
+    more = len(utterance_ids) - shown
+    return ", ".join(utterance_ids[:shown]) + (f" and {more} more" if more > 0 else "")
