@@ -1,0 +1,124 @@
+"""The package's shape, as docs/design.md ("Architecture") draws it: which package may import which.
+
+Read from the source with ``ast``, so the rules hold for code paths no other test runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import benchbase
+
+PACKAGE = Path(benchbase.__file__).parent
+LONGEST_MODULE = 400
+LOOSE_MODULES = 8
+EXEMPT_FROM_LENGTH = {"decode/_search.py"}  # one numba kernel, kept whole so it compiles as one unit
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The benchbase modules ``name`` imports, at the top or inside a function (a deferred import is one too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    imported: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for statement in ast.walk(node):
+            if isinstance(statement, ast.Import):
+                imported |= {alias.name for alias in statement.names}
+            elif isinstance(statement, ast.ImportFrom):
+                base = statement.module or ""
+                if statement.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - statement.level + 1] + [base]).strip(".")
+                imported.add(base)
+                imported |= {f"{base}.{alias.name}" for alias in statement.names}
+    return {module for module in imported if module in MODULES and module != name}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _owner(module: str) -> str:
+    """The package a module belongs to, one level below benchbase (``benchbase.harness.runner`` -> harness)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_top_level_holds_the_contract_the_run_folder_and_leaf_utilities_only():
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= LOOSE_MODULES, loose
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {str(path.relative_to(PACKAGE)): length for path in PACKAGE.rglob("*.py")
+            if (length := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE}
+    assert set(long) <= EXEMPT_FROM_LENGTH, long
+
+
+def test_there_is_no_import_circle():
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            circle = trail[trail.index(module):] + [module]
+            raise AssertionError("import circle: " + " -> ".join(circle))
+        if module in finished:
+            return
+        for imported in sorted(GRAPH[module]):
+            if not (imported.startswith(module + ".") or module.startswith(imported + ".")):
+                visit(imported, [*trail, module])  # a package and its own modules are one unit
+        finished.add(module)
+
+    finished: set[str] = set()
+    for module in sorted(GRAPH):
+        visit(module, [])
+
+
+@pytest.mark.parametrize(("importer", "forbidden"), [
+    ("compliance", {"harness", "cli", "report", "sweeps.runner"}),  # re-checks a run without its producer's code
+    ("report", {"harness", "cli", "compliance.checks"}),      # reads run folders through run_folder and specs
+    ("specs", {"harness", "cli", "compliance", "report", "data", "plugin_host"}),  # specs are data
+    ("harness", {"cli", "report"}),                           # the harness never prints
+    ("metrics", {"harness", "cli", "report", "compliance"}),
+])
+def test_a_package_imports_only_what_the_architecture_allows(importer, forbidden):
+    offending = {(module, imported) for module, imports in GRAPH.items() if _owner(module) == importer
+                 for imported in imports
+                 if any(imported == f"benchbase.{name}" or imported.startswith(f"benchbase.{name}.") for name in forbidden)}
+    assert not offending
+
+
+def test_the_core_never_imports_a_backend():
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [name for name in names if name.startswith("benchbase_")], path
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(benchbase.MOVED_MODULES.items()))
+def test_an_old_import_path_still_works_and_says_where_the_module_went(old, new):
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert [str(warning.message) for warning in caught if warning.category is DeprecationWarning] == [
+        f"{old} moved to {new}; the old path goes in benchbase 0.3"]
+    assert module.__spec__.name == new  # the alias never replaces the module's own identity
