@@ -1,4 +1,4 @@
-"""The contract between the harness and a backend (contract version 2).
+"""The contract between the harness and a backend (contract version 3).
 
 A backend builds the model, runs training steps and returns per-frame log-probabilities.
 Everything that decides the score (the clock, the data order, decoding, metrics, the TTA
@@ -22,6 +22,14 @@ while the first is still open (before its close()): the final evaluation's FP32 
 with the same context at ``precision="fp32"``, given the first one's ``export_weights()``
 (less the quantizer's ranges) through ``import_weights()``, evaluated with ``predict()`` and
 closed. It needs nothing a backend does not already have: every backend implements fp32.
+
+Contract versions (the log records the one a run used, ``benchbase_backend_contract``):
+
+- 3 (benchbase 0.2): ``predict()`` returns the log-probabilities only. The output lengths were
+  always the harness's (``Inputs.output_lengths``, from the workload's convolution); version 2
+  had predict() hand them back and only accepted them unchanged. A version-2 backend's tuple
+  is still taken, with a DeprecationWarning, until benchbase 0.3; the conformance kit wants 3.
+- 2 (benchbase 0.1): the conformance kit; devices and processes in the ``DevicePlan``.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ __all__ = [
     "weight_layout",
 ]
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 
 DeviceKind = Literal["cpu", "cuda"]
 ProcessModel = Literal["single_process", "process_per_device", "process_per_machine"]
@@ -257,13 +265,13 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, inputs: Inputs) -> np.ndarray:
         """Inference mode (no dropout, BatchNorm's running statistics), no update.
 
-        Returns (log_probs, output_lengths): log_probs float32 numpy (batch, frames,
-        symbols), log-softmax over symbols, frames at least ``max(inputs.output_lengths)``;
-        output_lengths int32 numpy (batch,) equal to ``inputs.output_lengths``. Frames past
-        an utterance's length are ignored. Must not change any state a later call sees.
+        Returns the log-probabilities: float32 numpy (batch, frames, symbols), log-softmax over
+        symbols, frames at least ``max(inputs.output_lengths)``. Frames past an utterance's
+        length (``inputs.output_lengths``, the harness's) are ignored. Must not change any
+        state a later call sees.
         """
 
     @abstractmethod

@@ -14,7 +14,7 @@ from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.decode import GreedyDecoder
-from benchbase.harness.evaluation import evaluate_subsets
+from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs
 from benchbase.testing.tolerances import BOTH_SIDES, FLOAT64_UNIT_ROUNDOFF, accumulation_bound, ctc_recursion_bound
 
 
@@ -24,10 +24,10 @@ class SeededLogProbs:
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, inputs: Inputs) -> np.ndarray:
         frames = int(inputs.output_lengths.max())
         logits = self.rng.normal(0, 3, (len(inputs.output_lengths), frames, 30)).astype(np.float32)
-        return torch.log_softmax(torch.from_numpy(logits), -1).numpy(), inputs.output_lengths.copy()
+        return torch.log_softmax(torch.from_numpy(logits), -1).numpy()
 
 
 def _pipelines(store: FeatureStore, model, subsets) -> dict[str, BatchPipeline]:
@@ -54,7 +54,7 @@ def test_validation_loss_is_torchs_ctc_loss_on_the_same_log_probs(small_store, m
     # (zero_infinity), averaged over utterances (the spec's mean_over_batch).
     backend, losses, frames = SeededLogProbs(1), [], []
     for batch in _pipelines(store, model, ["dev-clean"])["dev-clean"].epoch(0):
-        log_probs, lengths = backend.predict(batch.inputs())
+        log_probs, lengths = backend.predict(batch.inputs()), batch.output_lengths
         frames.extend(lengths.tolist())
         labels = torch.from_numpy(batch.labels.astype(np.int64))
         losses.append(torch.nn.functional.ctc_loss(
@@ -72,6 +72,22 @@ def test_validation_loss_is_torchs_ctc_loss_on_the_same_log_probs(small_store, m
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
+class Contract2Predictions(SeededLogProbs):
+    """predict() as backend contract 2 had it: (log_probs, output_lengths)."""
+
+    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        return super().predict(inputs), inputs.output_lengths.copy()
+
+
+def test_a_contract_2_backend_still_evaluates_with_a_deprecation_warning(small_store, mini_workload):
+    inputs = next(iter(_pipelines(FeatureStore(small_store), mini_workload.model, ["dev-clean"])["dev-clean"]
+                       .epoch(0))).inputs()
+    with pytest.warns(DeprecationWarning, match=r"Contract2Predictions.predict\(\) returns \(log_probs, "
+                                                 r"output_lengths\), backend contract 2"):
+        old = predicted_log_probs(Contract2Predictions(3), inputs)
+    np.testing.assert_array_equal(old, SeededLogProbs(3).predict(inputs))
+
+
 def test_cache_clear_asks_the_os_to_drop_every_store_file(small_store, tmp_path):
     assert drop_from_page_cache(small_store) is True
     unreadable = tmp_path / "store"

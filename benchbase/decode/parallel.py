@@ -35,7 +35,7 @@ class BackgroundDecoding:
     the dev set), so evaluation takes max(predict, decode) rather than their sum.
 
         decoding = BackgroundDecoding(decoder)
-        for batch in dev: decoding.submit(*backend.predict(batch))
+        for batch in dev: decoding.submit(backend.predict(batch.inputs()), batch.output_lengths)
         hypotheses = decoding.results()
     """
 

@@ -8,11 +8,12 @@ the backend returned (one NumPy CTC for every backend; a backend never reports a
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchbase.backend import Backend
+from benchbase.backend import Backend, Inputs
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import BackgroundDecoding
 from benchbase.decode.factory import Decoder
@@ -22,7 +23,7 @@ from benchbase.metrics import error_rates
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
 
-__all__ = ["SubsetEvaluation", "evaluate_subsets", "subset_records"]
+__all__ = ["SubsetEvaluation", "evaluate_subsets", "predicted_log_probs", "subset_records"]
 
 
 @dataclass(frozen=True)
@@ -51,15 +52,26 @@ def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: D
     decoding = BackgroundDecoding(decoder)  # decodes batch n while the backend predicts n + 1
     for batch in pipeline.epoch(0):
         # The backend sees features and lengths only: the labels stay here.
-        log_probs, lengths = backend.predict(batch.inputs())
+        log_probs = predicted_log_probs(backend, batch.inputs())
         _check_finite(subset, log_probs, batch.output_lengths, batch.utterance_ids)
-        decoding.submit(log_probs, lengths)
-        losses.append(ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, model.ctc_blank_index))
+        decoding.submit(log_probs, batch.output_lengths)
+        losses.append(ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths,
+                               model.ctc_blank_index))
         references += batch.transcripts
     hypotheses = decoding.results()
     rates = error_rates(references, hypotheses)
     return SubsetEvaluation(subset, rates.wer, rates.cer, rates.paper_cer, _mean_loss(np.concatenate(losses), model),
                             rates.utterances, references, hypotheses)
+
+
+def predicted_log_probs(backend: Backend, inputs: Inputs) -> np.ndarray:
+    """``backend.predict(inputs)``'s log-probabilities; the output lengths are the harness's own."""
+    result = backend.predict(inputs)
+    if isinstance(result, tuple):  # backend contract 2, taken until benchbase 0.3 (CHANGELOG.md)
+        warnings.warn(f"{type(backend).__name__}.predict() returns (log_probs, output_lengths), backend contract 2; "
+                      "contract 3 returns the log-probabilities only", DeprecationWarning, stacklevel=2)
+        result = result[0]
+    return result
 
 
 def _check_finite(subset: str, log_probs: np.ndarray, lengths: np.ndarray, utterance_ids: list[str]) -> None:

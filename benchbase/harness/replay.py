@@ -21,6 +21,7 @@ from benchbase.data.store import FeatureStore
 from benchbase.errors import InputError, describe_validation_error
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.harness.devices import device_plan
+from benchbase.harness.evaluation import predicted_log_probs
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder
@@ -96,7 +97,7 @@ def dev_outputs(config: RunConfig, checkpoint: Path, store_root: Path, subset: s
         epoch = pipeline.epoch(0)
         try:
             for batch in epoch:
-                batches.append(backend.predict(batch.inputs()))
+                batches.append((predicted_log_probs(backend, batch.inputs()), batch.output_lengths))
                 references += batch.transcripts
         finally:
             epoch.close()  # a failed predict must not leave the reader thread waiting on a full queue

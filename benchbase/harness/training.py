@@ -18,7 +18,7 @@ from benchbase.decode import greedy_decode
 from benchbase.errors import BenchbaseError, NonFiniteError, Terminated
 from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import own_slice
-from benchbase.harness.evaluation import evaluate_subsets, subset_records
+from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs, subset_records
 from benchbase.harness.hook_payloads import BatchProgress, Evaluation, SubsetScore
 from benchbase.harness.initialization import RunInputs
 from benchbase.harness.profiling import StepProfiler
@@ -149,7 +149,8 @@ class TrainingLoop:
     def _log_checkpoint(self, path: Path, metadata: dict) -> None:
         """Name the checkpoint in the log (`benchbase check` looks for it) and tell the plugins."""
         batch_index = self.progress.batch_index
-        self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path), metadata={**metadata, own_keys.BATCH: batch_index})
+        self.log.event(own_keys.CHECKPOINT, value=self.folder.relative(path),
+                       metadata={**metadata, own_keys.BATCH: batch_index})
         self.hook.checkpoint_saved(path=path, batch_index=batch_index)
 
     def _checkpoint_on_termination(self) -> None:
@@ -169,8 +170,8 @@ class TrainingLoop:
         self._log_checkpoint(path, {constants.EPOCH_NUM: epoch, own_keys.FINAL: True})
 
     def _log_sentences(self, epoch: int, batch: Batch) -> None:
-        log_probs, lengths = self.backend.predict(batch.inputs())
-        hypotheses = greedy_decode(log_probs, lengths, self.workload.model.ctc_blank_index)
+        log_probs = predicted_log_probs(self.backend, batch.inputs())
+        hypotheses = greedy_decode(log_probs, batch.output_lengths, self.workload.model.ctc_blank_index)
         for index in range(min(SENTENCES_PER_LOG, batch.size)):
             self.recorder.training_sentence({
                 "epoch": epoch, "batch": self.progress.batch_index, "t": round(self.clock.seconds(), 3),

@@ -90,7 +90,7 @@ def quantized_forward(backend_class: type[Backend], data: KitData, seed: int = 0
     kit = Kit(backend_class, data, seed)
     with kit.backend(model=model) as backend:
         backend.import_weights(weights)
-        found, _ = backend.predict(inputs)
+        found = backend.predict(inputs)
     reference = bounded_reference(weights, model, inputs.features, inputs.feature_lengths, training=False)
     unquantized = {name: value for name, value in weights.items() if not name.endswith(".input_range")}
     float32 = bounded_reference(quantize_weights(unquantized, data.model), data.model, inputs.features,

@@ -60,12 +60,12 @@ class JaxBackend(Backend):
         jax.block_until_ready(self._state)
         return float(loss)
 
-    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, inputs: Inputs) -> np.ndarray:
         features = jax.device_put(self.buckets.features(inputs), self.device)
         frames = self.context.model.output_frames(inputs.features.shape[1])
         log_probs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
                                              np.int32(inputs.size), np.int32(frames)))
-        return log_probs[: inputs.size, :frames].copy(), np.array(inputs.output_lengths, dtype=np.int32)
+        return log_probs[: inputs.size, :frames].copy()
 
     def save_checkpoint(self, path: Path) -> None:
         write_state(path, self._state)

@@ -35,9 +35,9 @@ from pathlib import Path
 # the reporter's live view; warnings and errors still show. A user's own setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
@@ -122,9 +122,8 @@ class TensorFlowBackend(Backend):
             raise BenchbaseError(f"another worker of the run is gone: TensorFlow's all-reduce failed "
                                  f"({_status_line(error)})") from None
 
-    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
-        log_probs = self._predict_function(inputs.features).numpy()
-        return log_probs, np.asarray(inputs.output_lengths, dtype=np.int32)
+    def predict(self, inputs: Inputs) -> np.ndarray:
+        return self._predict_function(inputs.features).numpy()
 
     def save_checkpoint(self, path: Path) -> None:
         arrays = {f"{group}/{index:04d}": variable.numpy()

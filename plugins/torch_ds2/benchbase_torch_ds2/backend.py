@@ -137,7 +137,7 @@ class TorchBackend(Backend):
         self.profiler.export_chrome_trace(str(self.trace))
         del self.profiler
 
-    def predict(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, inputs: Inputs) -> np.ndarray:
         features = self._tensor(inputs.features)
         # The module itself, not its DDP wrapper: rank 0 predicts alone, with nothing to synchronize.
         self.network.eval()
@@ -146,7 +146,7 @@ class TorchBackend(Backend):
                 log_probs = self.network(features)
         finally:
             self.network.train()
-        return log_probs.float().cpu().numpy(), np.asarray(inputs.output_lengths, dtype=np.int32)
+        return log_probs.float().cpu().numpy()
 
     def save_checkpoint(self, path: Path) -> None:
         state = {"model": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -165,7 +165,7 @@ class TorchBackend(Backend):
             self.optimizer.load_state_dict(state["optimizer"])
             if self.scaler is not None:
                 self.scaler.load_state_dict(state["loss_scale"])
-        except Exception as error:  # torch.load reports a garbled file as any of a dozen exception types
+        except Exception as error:  # noqa: BLE001 - torch.load reports a garbled file as any of a dozen exception types
             reason = (str(error).splitlines() or [type(error).__name__])[0]
             raise BenchbaseError(f"{path}: not a checkpoint of this model ({reason})") from None
         torch.set_rng_state(state["rng"].cpu())
@@ -210,7 +210,7 @@ class CommunicationClock:
     seconds = 0.0
 
 
-def timed_allreduce(clock: CommunicationClock, bucket):  # noqa: ANN201
+def timed_allreduce(clock: CommunicationClock, bucket):
     """DDP's own all-reduce hook, timed from the moment a bucket's gradients are ready to the
     moment they are averaged: communication that may overlap the rest of the backward pass.
 
