@@ -1,6 +1,10 @@
 # make run   installs what is missing into .venv and runs the main job (ds2-mini, PyTorch, CPU)
 # GPU users: install a CUDA torch first, and plugins/tf_ds2[gpu] instead of [cpu].
-# make test  installs what is missing and runs the tests
+# make test  installs what is missing and runs every test (tests/ and plugins/*/tests/) on
+#            TEST_WORKERS processes (pytest-xdist; a module's tests share one worker, so that
+#            what a module's fixture trains is trained once), then the few marked serial alone
+# make test-quick  the development loop: the same without the tests marked slow (the ones that
+#            train a model through a run, or take over ~20 s); `make test` still runs them
 # make test-isa  runs the numerics tests again with the frameworks held one ISA below this CPU's
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,20 +13,31 @@ STAMP := $(VENV)/.benchbase-installed
 SOURCES := pyproject.toml plugins/torch_ds2/pyproject.toml plugins/tf_ds2/pyproject.toml plugins/jax_ds2/pyproject.toml \
 	constraints.txt
 
-.PHONY: run test test-isa lint clean-venv
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest
+PARALLEL := -n $(TEST_WORKERS) --dist loadscope
+
+.PHONY: run test test-quick test-isa lint clean-venv
 
 run: $(STAMP)
 	$(BIN)/benchbase run --workload ds2-mini --backend torch --hw cpu
 
+# Tests marked serial measure the CPU time a process gets: they run alone, after the parallel part.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(PYTEST) $(PARALLEL) -m "not serial"
+	$(PYTEST) -m "serial"
+
+test-quick: $(STAMP)
+	$(PYTEST) $(PARALLEL) -m "not slow and not serial"
+	$(PYTEST) -m "serial and not slow"
 
 # An AVX-512 machine checks the AVX2 kernels, an AVX2 machine the portable ones (benchbase/testing/isa.py).
 test-isa: $(STAMP)
-	$(BIN)/python -m benchbase.testing.isa --cap below -- $(BIN)/python -m pytest -m numerics -q
+	$(BIN)/python -m benchbase.testing.isa --cap below -- $(PYTEST) $(PARALLEL) -m "numerics and not serial" -q
+	$(BIN)/python -m benchbase.testing.isa --cap below -- $(PYTEST) -m "numerics and serial" -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check benchbase plugins tests benchmarks
+	$(BIN)/ruff check benchbase plugins tests benchmarks conftest.py
 	$(BIN)/mypy
 
 $(BIN)/python:
@@ -30,7 +45,7 @@ $(BIN)/python:
 
 $(STAMP): $(SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu]" -e plugins/torch_ds2 \
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu,distributed]" -e plugins/torch_ds2 \
 		-e "plugins/tf_ds2[cpu]" -e plugins/jax_ds2
 	touch $@
 

@@ -59,7 +59,8 @@ def _summarize(run: Path, window: int) -> None:
         medians = {metric: statistics.median(item[metric] for item in last) if len(last) == window else None
                    for metric in CANDIDATES}
         other = record["subsets"]["dev-other"]
-        print(f"  {record['epoch']:5d}  {record['t'] / 60:7.2f}  {record['paper_cer']:6.2f} ({_shown(medians['paper_cer'])})"
+        print(f"  {record['epoch']:5d}  {record['t'] / 60:7.2f}"
+              f"  {record['paper_cer']:6.2f} ({_shown(medians['paper_cer'])})"
               f"  {record['wer']:6.2f} ({_shown(medians['wer'])})  {other['paper_cer']:6.2f}  {other['wer']:6.2f}"
               f"  {record['loss']:7.2f}")
         for metric, values in CANDIDATES.items():

@@ -103,7 +103,7 @@ def load_workload() -> tuple[ModelSpec, OptimizerSpec, int, int | None, str]:
         workload = builtin_workload(WORKLOAD)
         return (workload.model, workload.optimizer, workload.features.dimension,
                 getattr(workload.data, "pad_to_frames", None), "builtin_workload('ds2')")
-    except Exception as error:  # the workload spec is being edited elsewhere: read the fields we need
+    except Exception as error:  # noqa: BLE001 - the workload spec is being edited elsewhere: read the fields we need
         text = yaml.safe_load((REPO / "benchbase" / "workloads" / f"{WORKLOAD}.yaml").read_text())
         features = text.get("features", {})
         note = f"ds2.yaml's model/optimizer fields (builtin_workload failed: {type(error).__name__}: {error})"
@@ -238,7 +238,7 @@ def _safely(read):
     """A reading that must not cost the measurement around it: its error, recorded, instead of a raise."""
     try:
         return read()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - a failed reading is recorded, the measurement goes on
         return {"error": f"{type(error).__name__}: {error}"}
 
 
@@ -271,7 +271,7 @@ class Framework:
 
                 versions |= {d.metadata["Name"]: d.version for d in distributions()
                              if (d.metadata["Name"] or "").startswith(("jax-cuda", "jax_cuda", "optax"))}
-            except Exception:
+            except Exception:  # noqa: BLE001 - versions are a courtesy; a broken metadata entry costs nothing
                 pass
             return versions
         if self.name == "tf":
@@ -393,7 +393,7 @@ def run_worker(args: argparse.Namespace) -> None:
 
     try:
         backend_class = BackendReference(args.worker, BACKENDS[args.worker]).load()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - any import failure is the report's finding
         report["error"] = f"import failed: {type(error).__name__}: {error}"
         report["traceback"] = traceback.format_exc()[-3000:]
         save()
@@ -450,7 +450,7 @@ def run_worker(args: argparse.Namespace) -> None:
                   f"MFU matching peak {_fmt(entry.get('mfu_matching_padded'), '.3f')}, "
                   f"NVML util {_fmt(entry['nvml'].get('utilization_mean_pct'), '.0f')}%, "
                   f"loss {entry['losses'][0]:.1f} -> {entry['losses'][-1]:.1f}", flush=True)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - one failing configuration is recorded, the sweep goes on
             message = f"{type(error).__name__}: {str(error)[:1500]}"
             report["results"].append({"batch": rows, "precision_mode": precision, "error": message,
                                       "traceback": traceback.format_exc()[-4000:]})
@@ -500,7 +500,7 @@ def measure(backend_class: type[Backend], framework: Framework, sampler: NvmlSam
             nvml = sampler.stop() if sampler is not None else {}
         inputs = batches[0].inputs()
         clock = time.perf_counter()
-        log_probs, _ = backend.predict(inputs)  # JAX compiles its predict program here
+        log_probs = backend.predict(inputs)  # JAX compiles its predict program here
         first_predict_s = time.perf_counter() - clock
         predict_times = []
         for _ in range(args.predict_repeats):

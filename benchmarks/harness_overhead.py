@@ -102,7 +102,8 @@ def harness_epoch(manager, registry, workload, profile, store_path, seed):
     with tempfile.TemporaryDirectory() as folder:
         config = _config(workload, profile, Path(folder) / "run", store_path, seed)
         result = run_benchmark(config, manager, registry.backend("torch"))
-        events = [json.loads(line.split(" ", 1)[1]) for line in RunFolder(config.out).compliance_log.read_text().splitlines()]
+        events = [json.loads(line.split(" ", 1)[1])
+                  for line in RunFolder(config.out).compliance_log.read_text().splitlines()]
     times = {event["key"]: event["time_ms"] for event in events
              if event["key"] in ("epoch_start", "epoch_stop") and event["metadata"]["epoch_num"] == MEASURED_EPOCH}
     return (times["epoch_stop"] - times["epoch_start"]) / 1000, result

@@ -42,7 +42,7 @@ weights = kit.parity_weights()
 inputs = data.impossible_batch.inputs()
 with kit.backend() as backend:
     backend.import_weights(weights)
-    found, _ = backend.predict(inputs)
+    found = backend.predict(inputs)
 reference = bounded_reference(weights, kit.model, inputs.features, inputs.feature_lengths, training=False)
 mask = np.broadcast_to(valid_frames(inputs, reference.log_probs.shape[1]), reference.log_probs.shape)
 difference = np.abs(found[:, :reference.log_probs.shape[1]] - reference.log_probs)[mask]
@@ -56,7 +56,8 @@ for prefix in batchnorm_names(kit.model):
     for stat in ("mean", "variance"):
         key = f"{prefix}.{stat}"
         running.append(np.abs(step.weights_after[key] - step.reference_running[key]))
-        update = 4 * FLOAT32_UNIT_ROUNDOFF * np.maximum(np.abs(step.weights_after[key]), np.abs(step.weights_before[key]))
+        update = 4 * FLOAT32_UNIT_ROUNDOFF * np.maximum(np.abs(step.weights_after[key]),
+                                                        np.abs(step.weights_before[key]))
         bounds.append(step.reference_running_bound[key] + update)  # as the rule allows it
 out["running_margin"] = margin(np.concatenate(running), np.concatenate(bounds))
 result = quantized_forward(backend_class, data)

@@ -91,7 +91,8 @@ def _table(backend: str, rows: dict[str, list[Row]], at_epochs: list[int]) -> st
     targets = list(dict.fromkeys(target for runs in rows.values() for run in runs for target in run.result.tta))
     fp32_step = statistics.median(run.median_step_s for run in rows["fp32"]) if "fp32" in rows else None
     header = (["precision", "seeds", "median step ms", "/ fp32"] + [f"{target} (min)" for target in targets]
-              + [f"CER at epoch {epoch}" for epoch in at_epochs] + [f"final {SUBSET} WER", "same weights in fp32", "status"])
+              + [f"CER at epoch {epoch}" for epoch in at_epochs]
+              + [f"final {SUBSET} WER", "same weights in fp32", "status"])
     lines = [f"**{backend}**", "", "| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
     for precision, runs in rows.items():
         step = statistics.median(run.median_step_s for run in runs)

@@ -33,7 +33,8 @@ def torch_sees_a_gpu() -> bool:
     ("args", "message"),
     [
         (["--backend", "mxnet", "--workload", "ds2-mini", "--hw", "cpu"], "unknown backend 'mxnet'; available: "),
-        (["--backend", "torch", "--workload", "ds3", "--hw", "cpu"], "unknown workload 'ds3'; available: ds2, ds2-mini"),
+        (["--backend", "torch", "--workload", "ds3", "--hw", "cpu"],
+         "unknown workload 'ds3'; available: ds2, ds2-mini"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "sys9"], "unknown hardware profile 'sys9'"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "cer"], "expected METRIC=VALUE"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "per=3"],
@@ -256,7 +257,8 @@ def test_the_organization_goes_into_the_run_config_and_to_every_worker(tmp_path)
 
 def test_a_tf_run_refused_for_its_precision_never_imports_tensorflow():
     probe = ("import sys\nfrom benchbase.cli import main\n"
-             "try:\n    main(['run', '--workload', 'ds2-mini', '--backend', 'tf', '--hw', 'cpu', '--precision', 'fp16'])\n"
+             "try:\n"
+             "    main(['run', '--workload', 'ds2-mini', '--backend', 'tf', '--hw', 'cpu', '--precision', 'fp16'])\n"
              "except SystemExit as exit_:\n    print(exit_.code, 'tensorflow' in sys.modules)\n")
     finished = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert finished.stdout.split() == ["2", "False"], finished.stderr

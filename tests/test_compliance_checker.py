@@ -256,7 +256,8 @@ FAULTS = {
     "tampered result.json": (_edit_json("result.json", _tamper_tta), "result_tta", f"claims {REACHED} at"),
     "unreached target claimed": (_edit_json("result.json", _claim_unreached), "result_tta", "never reach"),
     "wrong optimizer": (_edit_events(_set_value("opt_name", "sgd")), "fixed_hyperparameters",
-                        "opt_name is 'sgd' in the log, but the run's own config.json (open division) pins optimizer.name = "
+                        "opt_name is 'sgd' in the log, but the run's own config.json (open division) pins "
+                        "optimizer.name = "
                         "'adadelta'"),
     "wrong learning rate": (_edit_events(_set_value("opt_base_learning_rate", 0.001)), "fixed_hyperparameters",
                             "opt_base_learning_rate is 0.001"),

@@ -102,7 +102,8 @@ def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, m
 def test_manifest_lists_every_kept_utterance_with_its_place(small_store):
     store = FeatureStore(small_store)
     rows = [json.loads(line) for line in (small_store / "manifest.jsonl").read_text().splitlines()]
-    assert len(rows) == sum(store.utterance_count([name]) for name in ("train", "dev-clean", "dev-other", "test-clean", "test-other"))
+    subsets = ("train", "dev-clean", "dev-other", "test-clean", "test-other")
+    assert len(rows) == sum(store.utterance_count([name]) for name in subsets)
     row = rows[5]
     (utterance,) = store.read_utterances([(small_store / row["shard"], row["offset"])])
     assert utterance.utterance_id == row["id"] and utterance.transcript == row["transcript"]
@@ -162,7 +163,8 @@ def test_bucketed_plan_keeps_every_index_once():
 
 def test_fixed_padding_pads_every_batch_to_the_same_frames(small_store):
     store = FeatureStore(small_store)
-    batches = list(BatchPipeline(store, ("dev-clean",), 8, model=MINI_MODEL, shuffle=False, drop_last=False, pad_to_frames=1670).epoch(0))
+    batches = list(BatchPipeline(store, ("dev-clean",), 8, model=MINI_MODEL, shuffle=False, drop_last=False,
+                                 pad_to_frames=1670).epoch(0))
     assert {b.features.shape[1] for b in batches} == {1670}
 
 

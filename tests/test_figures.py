@@ -123,7 +123,8 @@ def test_figure_7_smooths_the_training_loss_and_marks_the_validation_loss(tmp_pa
 
 
 def test_figure_8_shows_cpu_and_each_gpu_over_25_seconds_after_warm_up(tmp_path):
-    groups = load_groups([write_run(tmp_path / "gpu", new=True, gpus=3), write_run(tmp_path / "cpu", new=False, gpus=0)])
+    groups = load_groups([write_run(tmp_path / "gpu", new=True, gpus=3),
+                          write_run(tmp_path / "cpu", new=False, gpus=0)])
     assert UTILIZATION_WINDOW_SECONDS == 25
     assert utilization_window(groups[0].runs[0]) == (5.0, 30.0)  # batch 5 ends the warm-up at 5 s
     with_gpus, cpu_only = draw_utilization(groups).axes

@@ -47,7 +47,8 @@ def _imports(name: str, path: Path) -> set[str]:
             elif isinstance(statement, ast.ImportFrom):
                 base = statement.module or ""
                 if statement.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - statement.level + 1] + [base]).strip(".")
+                    parent = package.split(".")[: len(package.split(".")) - statement.level + 1]
+                    base = ".".join([*parent, base]).strip(".")
                 imported.add(base)
                 imported |= {f"{base}.{alias.name}" for alias in statement.names}
     return {module for module in imported if module in MODULES and module != name}
@@ -100,7 +101,8 @@ def test_there_is_no_import_circle():
 def test_a_package_imports_only_what_the_architecture_allows(importer, forbidden):
     offending = {(module, imported) for module, imports in GRAPH.items() if _owner(module) == importer
                  for imported in imports
-                 if any(imported == f"benchbase.{name}" or imported.startswith(f"benchbase.{name}.") for name in forbidden)}
+                 if any(imported == f"benchbase.{name}" or imported.startswith(f"benchbase.{name}.")
+                        for name in forbidden)}
     assert not offending
 
 

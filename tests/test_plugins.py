@@ -54,7 +54,7 @@ class LinearCTCBackend(Backend):
 
     def predict(self, inputs):
         with torch.no_grad():
-            return self._forward(inputs).numpy(), inputs.feature_lengths.copy()
+            return self._forward(inputs).numpy()
 
     def save_checkpoint(self, path: Path):
         torch.save(self.layer.state_dict(), path)
@@ -196,7 +196,8 @@ def fake_entry_points(monkeypatch):
     module.register_backends = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
     monkeypatch.setitem(sys.modules, "fake_benchbase_plugin", module)
     distribution = _FakeDistribution("fake-plugin", "fake_benchbase_plugin")
-    monkeypatch.setattr(plugin_host.metadata, "entry_points", lambda group: distribution.entry_points.select(group=group))
+    monkeypatch.setattr(plugin_host.metadata, "entry_points",
+                        lambda group: distribution.entry_points.select(group=group))
 
 
 def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
@@ -218,7 +219,8 @@ def test_a_misspelt_hook_fails_benchbase_plugins_with_a_line_naming_it(monkeypat
     module.register_backend = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
     monkeypatch.setitem(sys.modules, "misspelt_benchbase_plugin", module)
     distribution = _FakeDistribution("misspelt-plugin", "misspelt_benchbase_plugin")
-    monkeypatch.setattr(plugin_host.metadata, "entry_points", lambda group: distribution.entry_points.select(group=group))
+    monkeypatch.setattr(plugin_host.metadata, "entry_points",
+                        lambda group: distribution.entry_points.select(group=group))
     monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
     with pytest.raises(SystemExit) as exit_:
         main(["plugins"])
@@ -255,7 +257,8 @@ def test_a_run_evaluates_with_the_decoder_its_workload_names(pm, tmp_path, small
                        hardware=registry.profile("cpu"), seed=2, out=tmp_path / "run", data=small_store)
     run_benchmark(config, pm, registry.backend("linear-ctc"))
     assert (small_store / "lm.npz").is_file()
-    decoded = [json.loads(line) for line in (tmp_path / "run" / "decoded" / "dev-clean-epoch-001.jsonl").read_text().splitlines()]
+    decoded_file = tmp_path / "run" / "decoded" / "dev-clean-epoch-001.jsonl"
+    decoded = [json.loads(line) for line in decoded_file.read_text().splitlines()]
     vocabulary = {word for shard in FeatureStore(small_store).shards(["train"])
                   for utterance in FeatureStore(small_store).read(shard) for word in utterance.transcript.split()}
     assert all(set(line["hypothesis"].split()) <= vocabulary for line in decoded)

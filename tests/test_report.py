@@ -15,8 +15,7 @@ from benchbase.metrics import TargetTracker
 from benchbase.report import CostModel, energy_kwh, load_groups, olympic_score
 from benchbase.report.comparison import environment_table, pick_baseline, report_tables, scored_groups
 from benchbase.report.paper import TTA_OWN_BATCH, paper_tables
-from benchbase.specs import TTARule
-from benchbase.specs.result import RunResult
+from benchbase.specs import RunResult, TTARule
 
 CER, WER = "CER/ref 40", "WER 80"  # a "cer" target: jiwer's CER over reference characters
 RULE = {"targets": [{"metric": "cer", "value": 40}, {"metric": "wer", "value": 80}], "window": 3,
@@ -129,7 +128,8 @@ def test_the_tta_tables_are_exact(groups_root):
 def test_percentages_follow_the_named_baseline(groups_root):
     scored = scored_groups(load_groups(_paths(groups_root)))
     percent = _table(report_tables(scored, pick_baseline(scored, "fast"), CostModel()), "tta-percent-of-baseline")
-    assert percent.rows == [["base", 200.0, 200.0], ["fast", 100.0, 100.0], ["bad", None, pytest.approx(330 / 105 * 100)]]
+    assert percent.rows == [["base", 200.0, 200.0], ["fast", 100.0, 100.0],
+                            ["bad", None, pytest.approx(330 / 105 * 100)]]
     with pytest.raises(InputError, match="--baseline 'sys9' names no run group; groups: base, fast, bad"):
         pick_baseline(scored, "sys9")
 
@@ -220,7 +220,8 @@ def test_score_reports_the_runs_it_left_out(groups_root):
     killed = groups_root / "base" / "run-9"
     killed.mkdir()
     (killed / "mllog.log").write_text("")  # a run killed before it wrote result.json
-    scored = run_benchbase("score", str(groups_root / "base"))
+    # Wide enough for the temporary folder's path on one line (rich wraps at 80 columns otherwise).
+    scored = run_benchbase("score", str(groups_root / "base"), env={"COLUMNS": "250"})
     assert scored.returncode == 0, scored.stderr
     assert "left out of base:" in scored.stdout and "run-9 has no result.json" in " ".join(scored.stdout.split())
     document = json.loads(run_benchbase("score", "--json", str(groups_root / "base")).stdout)

@@ -6,7 +6,7 @@ from benchbase.cli import (  # noqa: F401  (they register commands)
     backend_test_command,
     check_commands,
     data_commands,
-    decode_commands,  # noqa: F401  (registers decode-sweep)
+    decode_commands,
     info_commands,
     report_commands,
     run_command,

@@ -121,7 +121,7 @@ def _apply(rule: Rule, evidence: Evidence) -> Finding:
         messages = CHECKS[rule.check](rule, evidence)
     except Skip as reason:
         return Finding(rule.check, SKIP, [str(reason)], what_it_checks(rule))
-    except Exception as error:  # a checker bug must still be a finding, not a traceback on a user's log
+    except Exception as error:  # noqa: BLE001 - a checker bug must still be a finding, not a traceback on a user's log
         messages = [f"checker error in {rule.check}: {type(error).__name__}: {error}"]
     return Finding(rule.check, FAIL if messages else PASS, capped(messages), what_it_checks(rule))
 

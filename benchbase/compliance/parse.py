@@ -281,7 +281,7 @@ def _decode(text: str) -> Any:
     if _fast_json is not None:
         try:
             record = _fast_json(text)
-        except Exception:  # whatever it rejects, the json module judges, with its own messages
+        except Exception:  # noqa: BLE001 - whatever it rejects, the json module judges, with its own messages
             record = None
         if record.__class__ is dict:
             objects, fields = 1, len(record)

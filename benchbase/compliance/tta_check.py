@@ -6,8 +6,9 @@ metadata); a log written before subsets existed has none, and all its evaluation
 
 An evaluation's time is its eval_stop (the harness reads its clock right after logging
 eval_stop) minus run_start, from the log's time_ms, less the downtime of a resumed run
-(ParsedLog.run_clock); eval_accuracy's own time stands in when eval_stop is missing. The harness measures TTA with perf_counter while time_ms is wall-clock
-milliseconds, so the two agree only to within a tolerance the rule set states.
+(ParsedLog.run_clock); eval_accuracy's own time stands in when eval_stop is missing. The
+harness measures TTA with perf_counter while time_ms is wall-clock milliseconds, so the
+two agree only to within a tolerance the rule set states.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def _compare(label: str, claim: TargetReached | None, actual: tuple[float, int] 
     if actual is None:
         if claim is None:
             return None
-        return f"result.json claims {label} at {claim['seconds']} s, but the log's evaluations never reach it (tampered)"
+        return (f"result.json claims {label} at {claim['seconds']} s, but the log's evaluations never reach it "
+                "(tampered)")
     seconds, epoch = actual
     if claim is None:
         return f"result.json says {label} was never reached, but the log reaches it at {seconds:.3f} s (epoch {epoch})"

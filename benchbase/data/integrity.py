@@ -67,7 +67,8 @@ def verify_store(root: Path) -> list[str]:
     for subset, split in description.get("splits", {}).items():
         checksums = split.get("checksums")
         if not isinstance(checksums, dict):
-            problems.append(f"{root}: subset {subset} has no checksums (prepared by an older benchbase; prepare it again)")
+            problems.append(f"{root}: subset {subset} has no checksums "
+                            "(prepared by an older benchbase; prepare it again)")
             continue
         for shard, expected in checksums.items():
             problems += _shard_problems(root, shard, expected)
@@ -85,7 +86,8 @@ def verified_store(root: Path) -> None:
         pass
     problems = verify_store(root)
     if problems:
-        more = f" (and {len(problems) - 1} more; `benchbase data verify {root}` lists them)" if len(problems) > 1 else ""
+        more = (f" (and {len(problems) - 1} more; `benchbase data verify {root}` lists them)"
+                if len(problems) > 1 else "")
         raise InputError(problems[0] + more)
     text = json.dumps(stamp, sort_keys=True).encode()
     try:

@@ -89,7 +89,7 @@ class BatchPipeline:
                     continue
                 _put(batches, pad_batch(group, self.model, self.pad_to_frames), stop)
             _put(batches, _END, stop)
-        except BaseException as error:  # handed to the consumer, which re-raises it
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which re-raises it
             _put(batches, error, stop)
 
     def _streamed_batches(self, rng: np.random.Generator, stop: threading.Event) -> Iterator[list[Utterance]]:

@@ -274,7 +274,8 @@ def _identity(root: Path, subsets, jobs_by_subset, features: FeatureSpec, model:
     and the settings that shape the features."""
     listing = [(name, str(source.audio.relative_to(root)), source.transcript)
                for name, jobs in sorted(jobs_by_subset.items()) for job in jobs for source in job.sources]
-    return {"source": str(Path(root).resolve()), "files_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
+    return {"source": str(Path(root).resolve()),
+            "files_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
             "features": features.model_dump(), "max_duration": max_duration,
             "conv": [model.conv_width, model.conv_stride], "format": FORMAT_VERSION,
             "roles": {role: list(names) for role, names in sorted(subsets.items())}}

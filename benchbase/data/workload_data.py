@@ -40,7 +40,8 @@ def ensure_workload_data(workload: WorkloadSpec, data: Path | None, cache: Path,
         return data
     if workload.data.dataset != "synthetic":
         raise InputError(
-            f"workload {workload.name!r} trains on LibriSpeech: pass --data DIR, a store made by `benchbase data prepare`"
+            f"workload {workload.name!r} trains on LibriSpeech: pass --data DIR, "
+            "a store made by `benchbase data prepare`"
         )
     return _ensure_synthetic(workload, cache, progress)
 

@@ -15,6 +15,8 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from benchbase.harness.world import torch_distributed
+
 __all__ = ["LAUNCHED_WORKER", "WorkerFailure", "launch_workers"]
 
 LAUNCHED_WORKER = "BENCHBASE_LAUNCHED_WORKER"
@@ -47,6 +49,7 @@ class WorkerFailure:
 
 def launch_workers(processes: int, arguments: list[str], threads_per_process: int | None) -> list[WorkerFailure]:
     """Run ``python -m benchbase ARGUMENTS`` in ``processes`` workers until all end; their failures."""
+    torch_distributed()  # torch installed, or the one-line error that says how
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 

@@ -85,6 +85,6 @@ def _attempt_each(*steps) -> list[BaseException]:
     for step in steps:
         try:
             step()
-        except BaseException as failure:  # one failing step must not skip the others
+        except BaseException as failure:  # noqa: BLE001 - one failing step must not skip the others
             failures.append(failure)
     return failures

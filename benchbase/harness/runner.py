@@ -194,5 +194,5 @@ def _close_quietly(backend: Backend) -> None:
     """Close the backend while another error is on its way out: that error is the one to report."""
     try:
         backend.close()
-    except Exception:  # noqa: S110 - the error already propagating says what went wrong
+    except Exception:  # noqa: BLE001 - the error already propagating says what went wrong
         pass

@@ -30,7 +30,8 @@ import psutil
 
 from benchbase.errors import BenchbaseError, InputError
 
-__all__ = ["Coordinator", "PeerLost", "ProcessGroup", "Solo", "Verdict", "World", "coordinator_for"]
+__all__ = ["Coordinator", "PeerLost", "ProcessGroup", "Solo", "Verdict", "World", "coordinator_for",
+           "torch_distributed"]
 
 FAILURE_KEY = "benchbase/failure/{rank}"
 # How long rank 0 waits for a failing peer's own account before it names the failure itself.
@@ -154,9 +155,7 @@ class ProcessGroup:
     """
 
     def __init__(self, world: World, device_kind: str, timeout_seconds: float) -> None:
-        import torch
-        import torch.distributed as distributed
-
+        torch, distributed = torch_distributed()
         self.world = world
         self._torch, self._distributed = torch, distributed
         backend = "cpu:gloo,cuda:nccl" if device_kind == "cuda" else "gloo"
@@ -201,7 +200,7 @@ class ProcessGroup:
         """Leave this rank's error where rank 0 finds it; never raises (the error itself is on its way out)."""
         try:
             self._store.set(FAILURE_KEY.format(rank=self.world.rank), message[:2000])
-        except Exception:  # noqa: BLE001, S110  (the store may be gone with rank 0)
+        except Exception:  # noqa: BLE001  (the store may be gone with rank 0)
             pass
 
     def peer_failure(self) -> str | None:
@@ -239,7 +238,7 @@ class ProcessGroup:
     def close(self) -> None:
         try:
             self._distributed.destroy_process_group()
-        except Exception:  # noqa: BLE001, S110  (a group broken by a failed peer cannot be torn down cleanly)
+        except Exception:  # noqa: BLE001  (a group broken by a failed peer cannot be torn down cleanly)
             pass
 
 
@@ -255,6 +254,17 @@ def _reachable_free_address() -> str:
     with socket.socket() as listener:
         listener.bind((host, 0))
         return f"{host}:{listener.getsockname()[1]}"
+
+
+def torch_distributed() -> tuple[Any, Any]:
+    """torch and torch.distributed, or an InputError saying how to install them (benchbase's extra)."""
+    try:
+        import torch
+        import torch.distributed as distributed
+    except ModuleNotFoundError:
+        raise InputError("a run of several processes is coordinated through torch.distributed, and torch is "
+                         "not installed: pip install 'benchbase[distributed]'") from None
+    return torch, distributed
 
 
 def coordinator_for(world: World, device_kind: str, timeout_seconds: float) -> Coordinator:

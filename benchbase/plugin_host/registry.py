@@ -69,7 +69,7 @@ def collect_registry(manager: pluggy.PluginManager) -> Registry:
     for plugin_name, plugin in _plugins_builtin_first(manager):
         try:
             contributed = {hook: _contributions(manager, plugin, hook, *tables[hook]) for hook in tables}
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - third-party code: any failure skips that plugin
             _record_failure(manager, plugin_name, error)
             continue
         for hook, items in contributed.items():

@@ -94,7 +94,8 @@ def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
     notes = [("The TTA table above is the paper's Table 4 (each group at its own batch size); here, the groups that "
               "share a global batch size (the paper's Table 6).") if rows else
              "No two groups trained at the same global batch size."]
-    return ReportTable("TTA at the same global batch (minutes; the paper's Table 6)", ["group", "global batch", *labels],
+    return ReportTable("TTA at the same global batch (minutes; the paper's Table 6)",
+                       ["group", "global batch", *labels],
                        rows, name="tta-same-batch", notes=notes)
 
 

@@ -2,9 +2,10 @@
 
 Cost-to-accuracy = an hourly price x TTA. The hourly price is stated on the command line, or
 the hardware profile's rental price per hour (a cloud machine, as DAWNBench reports cost), or
-its purchase price amortized over a stated lifetime of round-the-clock use. Energy-to-accuracy integrates the GPUs' power draw that NVML reported
-(telemetry.jsonl) from the start of the run clock to TTA; it covers the GPUs only, and is
-absent where NVML gave no power (no GPU, or a board that does not report it).
+its purchase price amortized over a stated lifetime of round-the-clock use. Energy-to-accuracy
+integrates the GPUs' power draw that NVML reported (telemetry.jsonl) from the start of the run
+clock to TTA; it covers the GPUs only, and is absent where NVML gave no power (no GPU, or a
+board that does not report it).
 """
 
 from __future__ import annotations

@@ -9,13 +9,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: a report must work on a headless machine
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from benchbase.atomic import atomic_write_bytes  # noqa: E402
+from benchbase.atomic import atomic_write_bytes
 
-__all__ = ["WARMUP_BATCHES", "colored", "label_log_axis", "log_limits", "log_ticks", "minutes", "note_if_empty", "outside_legend",
-           "positive", "save"]
+__all__ = ["WARMUP_BATCHES", "colored", "label_log_axis", "log_limits", "log_ticks", "minutes", "note_if_empty",
+           "outside_legend", "positive", "save"]
 
 DPI = 120
 WARMUP_BATCHES = 5  # the first batches carry compilation and cache warm-up, not steady-state speed

@@ -24,10 +24,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: a report must work on a headless machine
 
-import matplotlib.pyplot as plt  # noqa: E402
-from scipy.ndimage import gaussian_filter1d  # noqa: E402
+import matplotlib.pyplot as plt
+from scipy.ndimage import gaussian_filter1d
 
-from benchbase.report.accuracy_marks import (  # noqa: E402
+from benchbase.report.accuracy_marks import (
     CER_METRICS,
     TargetMarks,
     eval_value,
@@ -35,7 +35,7 @@ from benchbase.report.accuracy_marks import (  # noqa: E402
     subset_series,
     targets,
 )
-from benchbase.report.figure_parts import (  # noqa: E402
+from benchbase.report.figure_parts import (
     WARMUP_BATCHES,
     colored,
     label_log_axis,
@@ -45,8 +45,8 @@ from benchbase.report.figure_parts import (  # noqa: E402
     positive,
     save,
 )
-from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch  # noqa: E402
-from benchbase.report.utilization_figure import (  # noqa: E402
+from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch
+from benchbase.report.utilization_figure import (
     SMOOTHING_SECONDS,
     UTILIZATION_WINDOW_SECONDS,
     draw_utilization,

@@ -20,11 +20,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: a report must work on a headless machine
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from benchbase.report.figure_parts import WARMUP_BATCHES  # noqa: E402
-from benchbase.report.runs import Run, RunGroup  # noqa: E402
+from benchbase.report.figure_parts import WARMUP_BATCHES
+from benchbase.report.runs import Run, RunGroup
 
 __all__ = ["SMOOTHING_SECONDS", "UTILIZATION_WINDOW_SECONDS", "draw_utilization", "logical_cpus", "rolling_band",
            "thread_budget", "utilization_window"]

@@ -31,13 +31,13 @@ class Target(Spec):
         return f"{METRIC_LABELS[self.metric]} {self.value:g}"
 
 
-def parse_target(text: str, option: str = "target") -> dict:
+def parse_target(text: str, option: str = "target") -> dict[str, str | float]:
     """``paper_cer=40`` (a --target option, a sweep file's target) as a Target's fields; InputError names ``option``."""
     metric, separator, value = text.partition("=")
     try:
         if not separator:
             raise ValueError
-        target = {"metric": metric.strip().lower(), "value": float(value)}
+        target: dict[str, str | float] = {"metric": metric.strip().lower(), "value": float(value)}
     except ValueError:
         raise InputError(f"{option} {text!r}: expected METRIC=VALUE, e.g. paper_cer=40") from None
     if target["metric"] not in METRICS:

@@ -226,7 +226,9 @@ class ModelSpec(Spec):
 
 class OptimizerSpec(Spec):
     name: Literal["adadelta"] = Field("adadelta", description="Optimizer (the paper uses AdaDelta).")
-    learning_rate: float = Field(1.0, gt=0.0, le=100.0, description="AdaDelta learning rate (PyTorch 1.0, Keras 0.001).")
+    learning_rate: float = Field(
+        1.0, gt=0.0, le=100.0, description="AdaDelta learning rate (PyTorch 1.0, Keras 0.001)."
+    )
     rho: float = Field(0.95, gt=0.0, lt=1.0, description="AdaDelta decay rate (PyTorch 0.9, Keras 0.95).")
     epsilon: float = Field(1e-8, gt=0.0, le=1e-2, description="AdaDelta epsilon (PyTorch 1e-6, Keras 1e-7).")
     gradient_clip_norm: float | None = Field(
@@ -241,7 +243,9 @@ class DataSpec(Spec):
                                  "(never pooled); the TTA rule names the one it is scored on.")
     test: tuple[str, ...] = Field((), description="Subsets evaluated only once, after run_stop (untimed), "
                                   "beside every dev subset.")
-    max_duration: float = Field(16.7, gt=0.0, le=120.0, description="Utterances longer than this (seconds) are dropped.")
+    max_duration: float = Field(
+        16.7, gt=0.0, le=120.0, description="Utterances longer than this (seconds) are dropped."
+    )
     synthetic_utterances: int = Field(
         3000, ge=10, le=1_000_000, description="Corpus size when the dataset is synthesized."
     )
@@ -277,7 +281,9 @@ class EvalSpec(Spec):
     final_beam_width: int | None = Field(
         None, ge=1, le=8192, description="Beam width of the final evaluation (the paper's Table 5: 512); none: "
         "the evaluation beam width.")
-    log_sentences_every: int = Field(50, ge=1, le=100_000, description="Greedy-decode training sentences every N batches.")
+    log_sentences_every: int = Field(
+        50, ge=1, le=100_000, description="Greedy-decode training sentences every N batches."
+    )
     checkpoint_every: int = Field(250, ge=1, le=1_000_000, description="Write a checkpoint every N batches.")
 
 
@@ -300,7 +306,9 @@ class WorkloadSpec(Spec):
     evaluation: EvalSpec = Field(default_factory=EvalSpec, description="Evaluation cadence and decoder.")
     tta: TTARule = Field(description="Time-to-accuracy targets and window.")
     max_epochs: int = Field(ge=1, le=10_000, description="Stop (status aborted) after this many epochs.")
-    max_minutes: float = Field(ge=0.01, le=100_000.0, description="Stop (status aborted) after this many minutes on the run clock.")
+    max_minutes: float = Field(
+        ge=0.01, le=100_000.0, description="Stop (status aborted) after this many minutes on the run clock."
+    )
     reference: str = Field("", max_length=300, description="What the workload reproduces (a paper, a benchmark).")
     deviations: tuple[Deviation, ...] = Field(
         (), max_length=64, description="Every way the workload departs from its reference, declared.")
@@ -324,7 +332,8 @@ class WorkloadSpec(Spec):
     @model_validator(mode="after")
     def _padding_holds_the_longest_utterance(self) -> WorkloadSpec:
         pad_to = self.data.pad_to_frames
-        longest = int(self.data.max_duration * self.features.sample_rate - self.features.window) // self.features.hop + 1
+        longest = (int(self.data.max_duration * self.features.sample_rate - self.features.window)
+                   // self.features.hop + 1)
         if pad_to is not None and pad_to < longest:
             raise ValueError(f"data.pad_to_frames {pad_to} is shorter than a {self.data.max_duration} s utterance "
                              f"({longest} frames)")

@@ -74,7 +74,8 @@ def detect_profile(name: str = AUTO_PROFILE) -> HardwareProfile:
                    f"{derived}. {gpu_note}")
     return HardwareProfile.model_validate({
         "name": name, "description": description[:500], "devices": devices,
-        "cpu": {key: cpu[key] for key in ("model", "sockets", "cores", "threads", "ghz", "ram_gb", "vector_extensions")},
+        "cpu": {key: cpu[key] for key in ("model", "sockets", "cores", "threads", "ghz", "ram_gb",
+                                          "vector_extensions")},
         "pipeline": pipeline,
     })
 

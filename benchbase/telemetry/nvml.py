@@ -37,7 +37,7 @@ def open_nvml(visible: str | None = None, device_order: str | None = None) -> tu
     try:
         pynvml.nvmlInit()
         present = [_describe(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
-    except Exception as error:  # NVMLError_LibraryNotFound and friends: no driver, no GPU
+    except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound and friends: no driver, no GPU
         return None, [], f"NVML unavailable: {error}"
     if not present:
         return None, [], "NVML found no GPU"

@@ -215,7 +215,8 @@ def random_weights(model: ModelSpec, feature_dimension: int, seed: int) -> dict[
     A few convolution channels are shifted to about 20, around the clipped ReLU's ceiling.
     """
     rng = np.random.default_rng(seed)
-    weights = {name: _random_weight(rng, name, shape) for name, shape in weight_layout(model, feature_dimension).items()}
+    weights = {name: _random_weight(rng, name, shape)
+               for name, shape in weight_layout(model, feature_dimension).items()}
     # A few channels sit around the clipped ReLU's ceiling of 20, so that a plain ReLU (or
     # another ceiling) shows; only a few, since inputs that large saturate the LSTM's gates.
     channels = rng.choice(model.conv_channels, size=max(1, model.conv_channels // 24), replace=False)

@@ -89,7 +89,7 @@ Measured as the smallest growth under which every step's loss difference and the
 distance (as a share of how far training moved them) stay within the first loss's bound
 compounded: 0.94 to 1.14 for PyTorch on 1 vs 2 ranks over 20 ds2-mini steps under AVX-512,
 AVX2 and SSE4.1 kernels (benchmarks/step_growth.py), 1.15 for TensorFlow on 1 vs 2 replicas
-over 10 steps (tests/test_tf_distributed.py); docs/BENCHMARKS.md, "Numerics across instruction
+over 10 steps (plugins/tf_ds2/tests/test_tf_distributed.py); docs/BENCHMARKS.md, "Numerics across instruction
 sets". Taken as 1.5, which over 10 steps allows 5.6 times what 1.15 would."""
 DETERMINISTIC_ULPS = 16
 """Roundings allowed between two runs of the same kernels (``same_kernels``)."""

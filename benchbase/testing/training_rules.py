@@ -173,7 +173,8 @@ def _expect_unfitting_file_refused(kit: Kit, folder: Path) -> str | None:
     except BenchbaseError as error:
         return None if garbage.name in str(error) else f"the BenchbaseError for a bad file does not name it: {error}"
     except Exception as error:  # noqa: BLE001  (refused, though not as the contract asks)
-        return f"a bad checkpoint file raised {describe_error(error, method=False)}, not a BenchbaseError naming the path"
+        return (f"a bad checkpoint file raised {describe_error(error, method=False)}, "
+                "not a BenchbaseError naming the path")
     raise ConformanceFailure("checkpoint_round_trip", "load_checkpoint() accepted a file that is no checkpoint; "
                              "expected a BenchbaseError naming the path")
 

@@ -52,8 +52,9 @@ SPLITS = ("train", "dev-clean", "dev-other", "test-clean", "test-other")
 # "other" gets the two accents that differ most audibly from the rest while staying
 # intelligible (both are "status mature"): Scottish English has its own phoneme set
 # (en-sc, e.g. one vowel for "foot" and "goose") and rhythm, Caribbean English (en-wi)
-# stops its th-sounds ("the" -> "de", "think" -> "tink") and has its own stress timing.  The other five are kept for train and clean so that the
-# model still hears American, standard and RP British and two regional English accents.
+# stops its th-sounds ("the" -> "de", "think" -> "tink") and has its own stress timing.  The
+# other five are kept for train and clean so that the model still hears American, standard
+# and RP British and two regional English accents.
 # West Midlands (en-gb-x-gbcwmd, h-dropping) would also be distinctive, but it is the only
 # one without a "mature" status, so it stays where a model can learn it.
 CLEAN_ACCENTS = ("en-us", "en", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd")

@@ -3,7 +3,7 @@
 optax's CTC returns a large finite loss (not infinity) for an utterance whose labels cannot
 be aligned within its frames, with gradients that are meaningless; the spec pins zero loss
 and zero gradient for those (PyTorch's zero_infinity), so they are found and masked here.
-optax's AdaDelta is PyTorch's (sq, delta, acc in that order); tests/test_jax_backend.py
+optax's AdaDelta is PyTorch's (sq, delta, acc in that order); plugins/jax_ds2/tests/test_jax_backend.py
 checks it against the formula.
 """
 

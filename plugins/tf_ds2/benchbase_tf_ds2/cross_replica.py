@@ -58,7 +58,7 @@ class CrossReplicaBatchNormalization(keras.layers.BatchNormalization):
     other replicas' losses through the shared statistics.
 
     ``_moments`` is Keras's own hook for the training statistics (a private one: the
-    one-versus-two-replica tests in tests/test_tf_distributed.py fail if Keras stops calling it).
+    one-versus-two-replica tests in plugins/tf_ds2/tests/test_tf_distributed.py fail if Keras stops calling it).
     """
 
     def _moments(self, inputs, mask):

@@ -56,14 +56,13 @@ def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry
     backend = build(workload)
     losses = [backend.train_step(batch) for _ in range(12)]
     assert losses[-1] < 0.8 * losses[0]
-    log_probs, lengths = backend.predict(batch.inputs())
+    log_probs = backend.predict(batch.inputs())
     assert log_probs.shape == (8, workload.model.output_frames(batch.features.shape[1]), 30)
     assert_normalized(log_probs)
-    assert (lengths == [workload.model.output_frames(int(n)) for n in batch.feature_lengths]).all()
     backend.save_checkpoint(tmp_path / "ckpt")
     restored = build(workload, seed=99)
     restored.load_checkpoint(tmp_path / "ckpt")
-    assert np.abs(restored.predict(batch.inputs())[0] - log_probs).max() <= same_kernels(log_probs)
+    assert np.abs(restored.predict(batch.inputs()) - log_probs).max() <= same_kernels(log_probs)
 
 
 def test_batchnorm_folds_the_biased_variance_into_its_running_estimate(registry):

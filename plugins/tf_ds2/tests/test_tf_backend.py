@@ -97,9 +97,8 @@ def test_with_the_same_weights_both_backends_compute_the_same_log_probs(registry
     torch_side.train_step(batch)  # moves the BatchNorm statistics off their initial values
     weights = torch_side.export_weights()
     tf_side.import_weights(weights)
-    torch_log_probs, torch_lengths = torch_side.predict(batch.inputs())
-    tf_log_probs, tf_lengths = tf_side.predict(batch.inputs())
-    assert (torch_lengths == tf_lengths).all()
+    torch_log_probs = torch_side.predict(batch.inputs())
+    tf_log_probs = tf_side.predict(batch.inputs())
     assert_log_probs_agree(tf_log_probs, torch_log_probs, weights, workload.model, batch.inputs())
 
 
@@ -128,13 +127,14 @@ def test_the_fused_cpu_lstm_matches_keras_lstm_with_its_gradients(registry, smal
     weights = fused.export_weights()
     losses = [(fused.train_step(batch), plain.train_step(batch)) for _ in range(3)]
     assert_losses_agree(*zip(*losses), relative_loss_bound(weights, workload.model, batch))
-    assert_log_probs_agree(fused.predict(batch.inputs())[0], plain.predict(batch.inputs())[0], fused.export_weights(),
+    assert_log_probs_agree(fused.predict(batch.inputs()), plain.predict(batch.inputs()), fused.export_weights(),
                            workload.model, batch.inputs(), steps=3)
 
 
 # --- the same data ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two runs of two epochs through the harness
 def test_for_the_same_seed_the_harness_feeds_both_backends_the_same_batches(registry, pm, small_store, tmp_path):
     workload = registry.workload("ds2-mini").model_copy(update={"max_epochs": 2})
     seen = {}
@@ -168,15 +168,14 @@ def test_training_lowers_the_loss_and_a_checkpoint_restores_predictions(registry
     backend = build(tf_backend.TensorFlowBackend, workload)
     losses = [backend.train_step(batch) for _ in range(12)]
     assert losses[-1] < 0.8 * losses[0]
-    log_probs, lengths = backend.predict(batch.inputs())
+    log_probs = backend.predict(batch.inputs())
     assert log_probs.shape == (8, workload.model.output_frames(batch.features.shape[1]), 30)
     assert_normalized(log_probs)
-    assert (lengths == [workload.model.output_frames(n) for n in batch.feature_lengths]).all()
     backend.save_checkpoint(tmp_path / "ckpt")
     assert [path.name for path in tmp_path.iterdir()] == ["ckpt"]
     restored = build(tf_backend.TensorFlowBackend, workload, seed=99)
     restored.load_checkpoint(tmp_path / "ckpt")
-    assert np.abs(restored.predict(batch.inputs())[0] - log_probs).max() <= same_kernels(log_probs)
+    assert np.abs(restored.predict(batch.inputs()) - log_probs).max() <= same_kernels(log_probs)
     # The optimizer's state came back too: the next step is the one the original would take.
     expected = backend.train_step(batch)
     assert abs(restored.train_step(batch) - expected) <= same_kernels(expected)
@@ -200,7 +199,7 @@ def test_training_runs_through_a_mirrored_strategy_with_one_cpu_replica(registry
     assert backend.strategy.num_replicas_in_sync == 1
     assert np.isfinite(backend.train_step(first_batch(small_store)))
     assert "MirroredStrategy" in backend.device_description()
-    # Several replicas (two logical CPUs, in a fresh interpreter): tests/test_tf_distributed.py.
+    # Several replicas (two logical CPUs, in a fresh interpreter): test_tf_distributed.py beside this file.
 
 
 def test_gradient_clipping_takes_the_specs_norm(registry, small_store):
@@ -210,11 +209,11 @@ def test_gradient_clipping_takes_the_specs_norm(registry, small_store):
     )
     batch = first_batch(small_store)
     free, tight = build(tf_backend.TensorFlowBackend, workload), build(tf_backend.TensorFlowBackend, clipped)
-    before = free.predict(batch.inputs())[0]
+    before = free.predict(batch.inputs())
     free.train_step(batch)
     tight.train_step(batch)
     # AdaDelta's first step scales with the gradient, so a tight clip barely moves the model.
-    assert np.abs(tight.predict(batch.inputs())[0] - before).max() < np.abs(free.predict(batch.inputs())[0] - before).max()
+    assert np.abs(tight.predict(batch.inputs()) - before).max() < np.abs(free.predict(batch.inputs()) - before).max()
 
 
 def test_a_gpu_profile_without_a_gpu_says_so(registry):

@@ -43,7 +43,8 @@ if importlib.util.find_spec("benchbase_tf_ds2") is None:  # the test runs Tensor
 FIRST_LOSS_BOUND = r"""
 import sys
 from benchbase.data.store import FeatureStore
-from benchbase.harness.plan import build_context, device_plan, run_pipeline
+from benchbase.harness.assembly import build_context, run_pipeline
+from benchbase.harness.devices import device_plan
 from benchbase.specs import RunConfig
 from benchbase.testing.reference_model import bounded_step
 from benchbase_tf_ds2.backend import TensorFlowBackend

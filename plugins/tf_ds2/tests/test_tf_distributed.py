@@ -102,7 +102,7 @@ def main(store: Path, out: Path) -> None:
     results["tracing_count"] = np.array(two._train_function.experimental_get_tracing_count())
     results["slices_seen"] = np.array(SliceRecordingBackend.slices_seen)
     results["diverged_copies"] = np.array(_diverged_copies(two), dtype=str)
-    results["two_log_probs"] = two.predict(batches[0].inputs())[0]
+    results["two_log_probs"] = two.predict(batches[0].inputs())
     trained = two.export_weights()
     inputs = batches[0].inputs()
     reference = bounded_reference(trained, model, inputs.features, inputs.feature_lengths, training=False)
@@ -122,7 +122,7 @@ def main(store: Path, out: Path) -> None:
     results["one_losses"] = np.array([one.train_step(batch) for batch in batches])
     results["one_weights"] = _stacked(one.export_weights())
     one.import_weights(trained)  # the two-replica run's weights: the same function, one device
-    results["one_log_probs"] = one.predict(batches[0].inputs())[0]
+    results["one_log_probs"] = one.predict(batches[0].inputs())
     one.close()
 
     # One LSTM layer: the quantized LSTM is a tf.scan whose trace takes seconds per layer, and one
@@ -203,6 +203,7 @@ def _three_devices_error(workload, model) -> str:
 
 @pytest.fixture(scope="module")
 def two_cpus(small_store, tmp_path_factory) -> dict[str, np.ndarray]:
+    """What ``main`` saw; it trains for about 30 s on two cores, so the tests that read it are marked slow."""
     out = tmp_path_factory.mktemp("two-cpus") / "results.npz"
     finished = subprocess.run([sys.executable, __file__, str(small_store), str(out)], capture_output=True,
                               text=True, timeout=600)
@@ -211,11 +212,13 @@ def two_cpus(small_store, tmp_path_factory) -> dict[str, np.ndarray]:
         return dict(results)
 
 
+@pytest.mark.slow
 def test_a_two_device_cpu_plan_trains_on_two_logical_cpus(two_cpus):
     assert [device.rsplit("/", 1)[-1] for device in two_cpus["devices"]] == ["device:CPU:0", "device:CPU:1"]
     assert [device.rsplit("/", 1)[-1] for device in two_cpus["one_devices"]] == ["device:CPU:0"]
 
 
+@pytest.mark.slow
 def test_each_replica_receives_only_its_slice_of_the_global_batch(two_cpus):
     rows = GLOBAL_BATCH // REPLICAS
     # train_step returns after its step is complete, so the records come step by step.
@@ -228,11 +231,13 @@ def test_each_replica_receives_only_its_slice_of_the_global_batch(two_cpus):
             assert received == mine + [-1] * (GLOBAL_BATCH - rows)
 
 
+@pytest.mark.slow
 def test_the_two_replica_step_is_traced_once_for_batches_of_every_shape(two_cpus):
     assert len(set(two_cpus["frames"])) > 1
     assert two_cpus["tracing_count"] == 1
 
 
+@pytest.mark.slow
 def test_two_replicas_follow_one_replicas_loss_curve(two_cpus):
     # The same seed, weights and batches, and no dropout: BatchNorm's statistics, the loss and
     # the gradient are the global batch's on both sides, so only the summation order differs.
@@ -245,6 +250,7 @@ def test_two_replicas_follow_one_replicas_loss_curve(two_cpus):
     assert one[-1] < 0.8 * one[0]  # it trained, so the comparison covers real updates
 
 
+@pytest.mark.slow
 def test_two_replicas_fold_the_global_batchs_statistics_into_batchnorm(two_cpus):
     # After the first step, as the conformance kit's batchnorm_statistics rule: every running
     # mean and variance within its rounding bound of the reference's for the global batch, and
@@ -253,18 +259,21 @@ def test_two_replicas_fold_the_global_batchs_statistics_into_batchnorm(two_cpus)
     assert float(two_cpus["statistics_excess"]) <= 0, float(two_cpus["statistics_excess"])
 
 
+@pytest.mark.slow
 def test_two_replicas_end_with_one_replicas_weights(two_cpus):
     initial, one, two = two_cpus["initial_weights"], two_cpus["one_weights"], two_cpus["two_weights"]
     drift = after_steps(float(two_cpus["first_loss_bound"]), STEPS - 1)
     assert np.linalg.norm(two - one) <= drift * np.linalg.norm(one - initial)
 
 
+@pytest.mark.slow
 def test_the_replicas_copies_of_every_variable_stay_identical(two_cpus):
     # BatchNorm's running statistics and dropout's seed state included: each replica updates
     # its own copy of them, so they stay equal only if every replica computes the same update.
     assert list(two_cpus["diverged_copies"]) == []
 
 
+@pytest.mark.slow
 def test_a_two_replica_model_predicts_and_restores_from_its_checkpoint(two_cpus):
     mask = two_cpus["valid_frames"]
     frames = mask.shape[1]
@@ -274,6 +283,7 @@ def test_a_two_replica_model_predicts_and_restores_from_its_checkpoint(two_cpus)
     assert list(two_cpus["restored_diverged_copies"]) == []
 
 
+@pytest.mark.slow
 def test_int8_emulated_ranges_are_the_global_batchs_on_every_replica(two_cpus):
     layers = sorted(key.rsplit("/", 1)[-1] for key in two_cpus if key.startswith("ranges/1/"))
     assert layers == ["conv", "lstm.0", "output"]
@@ -286,12 +296,14 @@ def test_int8_emulated_ranges_are_the_global_batchs_on_every_replica(two_cpus):
     assert two_cpus[f"ranges/{REPLICAS}/conv"][0] == two_cpus["ranges/1/conv"][0]
 
 
+@pytest.mark.slow
 def test_each_replica_draws_its_own_dropout_mask(two_cpus):
     first, second = two_cpus["dropout_masks"]
     assert 0.3 < first.mean() < 0.7 and 0.3 < second.mean() < 0.7
     assert (first != second).mean() > 0.3  # independent masks disagree on about half the units
 
 
+@pytest.mark.slow
 def test_more_cpu_devices_than_the_process_already_fixed_are_refused(two_cpus):
     message = str(two_cpus["three_devices_error"])
     assert "already fixed this process's CPU devices at 2" in message and "\n" not in message

@@ -1,0 +1,115 @@
+"""Shared fixtures of benchbase's tests (tests/) and of its backends' tests (plugins/*/tests/):
+a plugin manager without entry points, and a small real corpus.
+
+The corpus is real eSpeak NG speech, synthesized once per test session and prepared into a
+feature store with the same code a run uses. Under pytest-xdist (`make test` runs two workers)
+the workers share one copy: the first to ask makes it, under a lock, and the others wait for it.
+
+The session's processes (workers and the runs they start) also share one JAX compilation cache:
+the JAX backend compiles the same programs for every backend it builds, and XLA's compilation
+is most of what its tests cost. The cache lives as long as the session, and its key holds
+XLA_FLAGS, so `make test-isa`'s capped programs are compiled anew.
+
+Helpers that tests import (cli_helpers, numerics, official_checker) live in tests/, which
+pyproject.toml's pytest ``pythonpath`` puts on the import path.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from benchbase.data.prepare import prepare_store
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
+
+SMALL_CORPUS_UTTERANCES = 240
+_OWN_JAX_CACHE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before any test module imports JAX, which reads its settings from the environment; xdist's
+    # workers and every subprocess inherit them. A cache set by the caller is left alone.
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="benchbase-test-jax-cache-"))
+    config.stash[_OWN_JAX_CACHE] = folder
+    os.environ.update(_jax_cache_settings(folder))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_OWN_JAX_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        for name in _jax_cache_settings(folder):
+            os.environ.pop(name, None)
+
+
+def _jax_cache_settings(folder: Path) -> dict[str, str]:
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(folder),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # every program, not only those over 1 s
+        "JAX_COMPILATION_CACHE_MAX_SIZE": str(2**31),  # a bound turns on JAX's file lock between processes
+    }
+
+
+@pytest.fixture
+def pm():
+    """A plugin manager with benchbase's built-in plugins and no entry points."""
+    return get_plugin_manager(load_entrypoints=False)
+
+
+@pytest.fixture
+def registry(pm):
+    return collect_registry(pm)
+
+
+@pytest.fixture(scope="session")
+def mini_workload():
+    return collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2-mini")
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    from benchbase.data.synth import synthesize_corpus
+
+    return _made_once(_session_folder(tmp_path_factory) / "corpus" / "synthetic",
+                      lambda root: synthesize_corpus(root, utterances=SMALL_CORPUS_UTTERANCES, seed=7))
+
+
+@pytest.fixture(scope="session")
+def small_store(tmp_path_factory, small_corpus, mini_workload) -> Path:
+    data = mini_workload.data
+    return _made_once(_session_folder(tmp_path_factory) / "store" / "features", lambda out: prepare_store(
+        small_corpus, {"train": data.train, "dev": data.dev, "test": data.test}, mini_workload.features,
+        mini_workload.model, data.max_duration, out))
+
+
+def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this session that all of its xdist workers share (each worker's own temporary
+    folder is a subfolder of it: popen-gw0, popen-gw1, ...)."""
+    own = tmp_path_factory.getbasetemp()
+    return own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own
+
+
+def _made_once(folder: Path, make: Callable[[Path], object]) -> Path:
+    """``folder``, made by ``make`` for the first worker that asks; a worker asking meanwhile waits.
+
+    The marker beside it is written after ``make`` returns, so no worker reads half a folder, and
+    a worker that finds no marker starts over from nothing.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    made = folder.with_name(folder.name + ".made")
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            make(folder)
+            made.touch()
+    return folder

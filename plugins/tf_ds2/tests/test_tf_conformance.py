@@ -1,0 +1,17 @@
+"""The TensorFlow backend passes benchbase's conformance kit: one test per rule, as any backend's
+own suite runs it (benchbase.testing.BackendConformance)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchbase.testing import BackendConformance
+
+pytest.importorskip("tensorflow")  # from the plugin's cpu or gpu extra
+pytest.importorskip("benchbase_tf_ds2")
+
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
+
+class TestTensorFlowConformance(BackendConformance):
+    backend = "tf"

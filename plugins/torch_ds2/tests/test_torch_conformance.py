@@ -1,0 +1,16 @@
+"""The PyTorch backend passes benchbase's conformance kit: one test per rule, as any backend's own
+suite runs it (benchbase.testing.BackendConformance)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchbase.testing import BackendConformance
+
+pytest.importorskip("benchbase_torch_ds2")
+
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
+
+class TestTorchConformance(BackendConformance):
+    backend = "torch"
