@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from benchbase.data.prepare import prepare_store
+from benchbase.data.prepare import prepare_workload_store
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 
@@ -85,10 +85,8 @@ def small_corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_store(tmp_path_factory, small_corpus, mini_workload) -> Path:
-    data = mini_workload.data
-    return _made_once(_session_folder(tmp_path_factory) / "store" / "features", lambda out: prepare_store(
-        small_corpus, {"train": data.train, "dev": data.dev, "test": data.test}, mini_workload.features,
-        mini_workload.model, data.max_duration, out))
+    return _made_once(_session_folder(tmp_path_factory) / "store" / "features",
+                      lambda out: prepare_workload_store(small_corpus, mini_workload, out))
 
 
 def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -190,14 +190,19 @@ class _FakeDistribution(metadata.Distribution):
         return Path(path)
 
 
-@pytest.fixture
-def fake_entry_points(monkeypatch):
-    module = types.ModuleType("fake_benchbase_plugin")
-    module.register_backends = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
-    monkeypatch.setitem(sys.modules, "fake_benchbase_plugin", module)
-    distribution = _FakeDistribution("fake-plugin", "fake_benchbase_plugin")
+def _install_fake_plugin(monkeypatch, distribution_name: str, module_name: str, hook: str) -> None:
+    """A distribution whose one entry point is a module implementing ``hook`` (registering linear-ctc)."""
+    module = types.ModuleType(module_name)
+    setattr(module, hook, benchbase.hookimpl(lambda register: register(LinearCTCBackend)))
+    monkeypatch.setitem(sys.modules, module_name, module)
+    distribution = _FakeDistribution(distribution_name, module_name)
     monkeypatch.setattr(plugin_host.metadata, "entry_points",
                         lambda group: distribution.entry_points.select(group=group))
+
+
+@pytest.fixture
+def fake_entry_points(monkeypatch):
+    _install_fake_plugin(monkeypatch, "fake-plugin", "fake_benchbase_plugin", "register_backends")
 
 
 def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
@@ -215,12 +220,7 @@ def test_benchbase_load_plugins_restricts_entry_points(fake_entry_points, monkey
 
 
 def test_a_misspelt_hook_fails_benchbase_plugins_with_a_line_naming_it(monkeypatch, capsys):
-    module = types.ModuleType("misspelt_benchbase_plugin")
-    module.register_backend = benchbase.hookimpl(lambda register: register(LinearCTCBackend))
-    monkeypatch.setitem(sys.modules, "misspelt_benchbase_plugin", module)
-    distribution = _FakeDistribution("misspelt-plugin", "misspelt_benchbase_plugin")
-    monkeypatch.setattr(plugin_host.metadata, "entry_points",
-                        lambda group: distribution.entry_points.select(group=group))
+    _install_fake_plugin(monkeypatch, "misspelt-plugin", "misspelt_benchbase_plugin", "register_backend")
     monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
     with pytest.raises(SystemExit) as exit_:
         main(["plugins"])

@@ -22,6 +22,7 @@ current directory.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,19 +55,11 @@ def _check_unique(items: list, what: str) -> list:
     return items
 
 
-def _check_settings(settings: tuple[str, ...]) -> tuple[str, ...]:
-    for text in settings:
-        try:
-            parse_override(text)
-        except InputError as error:  # pydantic wants a ValueError to place it under its field
-            raise ValueError(str(error)) from None
-    return settings
-
-
-def _check_target(text: str) -> str:
+def _parsed_as_a_field(parse: Callable[[str], object], text: str) -> str:
+    """``text`` if ``parse`` takes it; its InputError as the ValueError pydantic places under the field."""
     try:
-        parse_target(text)
-    except InputError as error:  # pydantic wants a ValueError to place it under its field
+        parse(text)
+    except InputError as error:
         raise ValueError(str(error)) from None
     return text
 
@@ -92,7 +85,7 @@ class Variant(Spec):
     @field_validator("settings")
     @classmethod
     def _overrides_parse(cls, settings: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_settings(settings)
+        return tuple(_parsed_as_a_field(parse_override, text) for text in settings)
 
 
 class SweepSpec(Spec):
@@ -127,12 +120,12 @@ class SweepSpec(Spec):
     @field_validator("settings")
     @classmethod
     def _overrides_parse(cls, settings: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_settings(settings)
+        return tuple(_parsed_as_a_field(parse_override, text) for text in settings)
 
     @field_validator("targets")
     @classmethod
     def _targets_parse(cls, targets: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_check_target(text) for text in targets)
+        return tuple(_parsed_as_a_field(parse_target, text) for text in targets)
 
     @field_validator("profiles")
     @classmethod
