@@ -6,6 +6,8 @@ Every key the harness writes and the checker reads comes from here or from ``con
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from mlperf_logging.mllog import constants
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "OPT_ADADELTA_RHO",
     "PRECISION",
     "STOP_REASON",
+    "StopReason",
     "SUBSET",
     "THREAD_BUDGET",
     "TTA_SUBSET",
@@ -109,4 +112,24 @@ THREAD_BUDGET = "thread_budget"
 
 # run_stop metadata beside mllog's status.
 STOP_REASON = "stop_reason"
+"""Value: a StopReason."""
 ERROR = "error"
+
+
+class StopReason(StrEnum):
+    """Why a run stopped (run_stop's stop_reason, result.json's): a closed set."""
+
+    TARGETS_REACHED = "targets_reached"
+    """Every target reached: status success."""
+    MAX_EPOCHS = "max_epochs"
+    MAX_MINUTES = "max_minutes"
+    ERROR = "error"
+    """The backend, a plugin or the harness raised; the error is in run_stop's metadata."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C, SIGTERM (or another KeyboardInterrupt / SystemExit) stopped the run."""
+    NON_FINITE = "non_finite"
+    """A loss or log-probability was NaN or infinite; the batch is named in run_stop's error."""
+
+    @property
+    def succeeded(self) -> bool:
+        return self is StopReason.TARGETS_REACHED

@@ -117,7 +117,7 @@ def accuracy_value(rule: r.AccuracyValueRule, evidence: Evidence) -> list[str]:
 @check(r.NumericHealthRule)
 def numeric_health(rule: r.NumericHealthRule, evidence: Evidence) -> list[str]:
     stops = evidence.log.keyed(constants.RUN_STOP)
-    if stops and stops[-1].metadata.get(keys.STOP_REASON) == "non_finite":
+    if stops and stops[-1].metadata.get(keys.STOP_REASON) == keys.StopReason.NON_FINITE:
         return [f"line {stops[-1].line}: the run ended on a non-finite number: "
                 f"{short(stops[-1].metadata.get(keys.ERROR, 'no error recorded'))}"]
     return []
@@ -175,7 +175,8 @@ def _profile_devices(evidence: Evidence, plan: dict) -> tuple[Any, Any]:
 
 def _ended_by_error(evidence: Evidence) -> bool:
     stops = evidence.log.keyed(constants.RUN_STOP)
-    return bool(stops) and stops[-1].metadata.get(keys.STOP_REASON) in ("error", "interrupted", "non_finite")
+    return bool(stops) and stops[-1].metadata.get(keys.STOP_REASON) in (
+        keys.StopReason.ERROR, keys.StopReason.INTERRUPTED, keys.StopReason.NON_FINITE)
 
 
 def _lines(events: list[LogEvent]) -> str:
