@@ -220,6 +220,10 @@ def _run_here(world: World, manager, resolved: ResolvedRun, folders: list[Path],
             if result is not None:
                 statuses.append(result.status)
                 console.print(f"run folder: {folder}")
+        # Every rank leaves the process group together, once rank 0 has written everything: a rank
+        # that tore its connections down while rank 0 was still writing could abort at exit
+        # (std::terminate in gloo's threads, seen under load), and the launcher would then stop rank 0.
+        coordinator.barrier()
         # The other ranks leave with 0: rank 0 alone reports the run's status.
         return statuses if world.leader else ["success"] * len(folders)
     finally:
