@@ -31,6 +31,7 @@ MOVED_MODULES = {
     "benchbase.sweep_runner": "benchbase.sweeps.runner",
     "benchbase.termination": "benchbase.harness.termination",
     "benchbase.replay": "benchbase.harness.replay",
+    "benchbase.harness.stop": "benchbase.compliance.keys",
     "benchbase.harness.events": "benchbase.harness.hook_payloads",
     "benchbase.hardware_detect": "benchbase.telemetry.hardware_detect",
     "benchbase.cpu_features": "benchbase.telemetry.cpu_features",
@@ -51,11 +52,11 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         warnings.warn(f"{spec.name} moved to {new_name}; the old path goes in benchbase 0.3",
                       DeprecationWarning, stacklevel=2)
         module = importlib.import_module(new_name)
-        self._own_spec = module.__spec__  # importlib stamps the alias's spec on the module: put back its own
+        spec.loader_state = module.__spec__  # importlib stamps the alias's spec on the module: keep its own
         return module
 
     def exec_module(self, module):
-        module.__spec__ = self._own_spec  # the module ran once already, under its new name
+        module.__spec__ = module.__spec__.loader_state  # the module ran once already, under its new name
 
 
 if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):

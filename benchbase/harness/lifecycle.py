@@ -13,9 +13,8 @@ from collections.abc import Callable
 from types import TracebackType
 
 from benchbase.compliance import ComplianceLog
-from benchbase.compliance.keys import ERROR, STOP_REASON, constants
+from benchbase.compliance.keys import ERROR, STOP_REASON, StopReason, constants
 from benchbase.errors import NonFiniteError, Terminated
-from benchbase.harness.stop import StopReason
 from benchbase.harness.termination import deferred_termination
 from benchbase.telemetry import TelemetrySampler
 

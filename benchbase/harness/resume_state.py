@@ -36,12 +36,7 @@ class TrackerState:
 
     def tracker(self, rule: TTARule) -> TargetTracker:
         """A tracker of ``rule`` that goes on from this state."""
-        tracker = TargetTracker(rule)
-        # TargetTracker has no constructor from a state: its three records are restored here, in one place.
-        tracker.history = {metric: list(values) for metric, values in self.history.items()}
-        tracker.reached = dict(self.reached)
-        tracker.reached_epoch = dict(self.reached_epoch)
-        return tracker
+        return TargetTracker(rule, self.history, self.reached, self.reached_epoch)
 
 
 @dataclass(frozen=True)

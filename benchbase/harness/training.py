@@ -12,7 +12,7 @@ import pluggy
 from benchbase.backend import Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
-from benchbase.compliance.keys import constants
+from benchbase.compliance.keys import StopReason, constants
 from benchbase.data.pipeline import EpochBatches
 from benchbase.decode import greedy_decode
 from benchbase.errors import BenchbaseError, NonFiniteError, Terminated
@@ -24,7 +24,6 @@ from benchbase.harness.initialization import RunInputs
 from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.progress import TrainingProgress
 from benchbase.harness.recorder import RunRecorder
-from benchbase.harness.stop import StopReason
 from benchbase.harness.termination import deferred_termination, termination_requested
 from benchbase.harness.world import Coordinator, Verdict
 from benchbase.specs import RunConfig

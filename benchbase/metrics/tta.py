@@ -15,12 +15,14 @@ __all__ = ["TargetTracker"]
 class TargetTracker:
     """Feeds evaluations of the scored subset in order and remembers when each target was first reached."""
 
-    def __init__(self, rule: TTARule) -> None:
+    def __init__(self, rule: TTARule, history: Mapping[str, list[float]] | None = None,
+                 reached: Mapping[str, float] | None = None, reached_epoch: Mapping[str, int] | None = None) -> None:
+        """A fresh tracker, or (``history``, ``reached``, ``reached_epoch``) one going on from a resumed run's state."""
         self.rule = rule
-        self.history: dict[str, list[float]] = {metric: [] for metric in METRICS}
-        self.reached: dict[str, float] = {}
+        self.history: dict[str, list[float]] = {metric: list((history or {}).get(metric, [])) for metric in METRICS}
+        self.reached: dict[str, float] = dict(reached or {})
         """Target label -> run-clock seconds at which it was reached."""
-        self.reached_epoch: dict[str, int] = {}
+        self.reached_epoch: dict[str, int] = dict(reached_epoch or {})
 
     def update(self, epoch: int, seconds: float, rates: Mapping[str, float]) -> list[Target]:
         """Record one evaluation's rates (wer, cer, paper_cer); returns the targets it newly reached.
