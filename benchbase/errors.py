@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "Terminated", "describe_validation_error"]
+__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "PredictionMismatch", "Terminated",
+           "describe_validation_error"]
 
 
 class BenchbaseError(Exception):
@@ -21,6 +22,11 @@ class InputError(BenchbaseError):
 
 class NonFiniteError(BenchbaseError):
     """A loss or log-probability that is NaN or infinite: the run stops at once, status aborted."""
+
+
+class PredictionMismatch(BenchbaseError):
+    """predict() gave what the backend's exported weights do not predict (independent scoring):
+    the run stops at once, status aborted, and no target counts from that evaluation."""
 
 
 class Terminated(BaseException):

@@ -129,6 +129,12 @@ class RunFolder:
         """The weights at run_stop, never pruned."""
         return self.checkpoints / FINAL_CHECKPOINT_NAME
 
+    @property
+    def final_weights(self) -> Path:
+        """The final weights as the backend exported them (framework-neutral .npz): what
+        `benchbase verify` re-scores with the reference model, without the backend."""
+        return self.checkpoints / "final.weights.npz"
+
     def periodic_checkpoint(self, batch_index: int) -> Path:
         # Zero-padded, so that sorting the names sorts the batches.
         return self.checkpoints / f"batch-{batch_index:07d}.ckpt"

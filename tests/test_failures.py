@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from test_plugins import ThirdPartyPlugin
+from test_plugins import ThirdPartyPlugin, stand_in_workload
 
 from benchbase.compliance.checker import check_log
 from benchbase.data.integrity import shard_checksums
@@ -34,7 +34,7 @@ def _linear_run(store: Path, out: Path, **hardware_pipeline):
     profile = registry.profile("cpu")
     if hardware_pipeline:
         profile = profile.model_copy(update={"pipeline": profile.pipeline.model_copy(update=hardware_pipeline)})
-    workload = registry.workload("ds2-mini").model_copy(update={"max_epochs": 2})
+    workload = stand_in_workload(registry.workload("ds2-mini"), max_epochs=2)
     config = RunConfig(workload=workload, backend="linear-ctc", hardware=profile, seed=1, out=out, data=store)
     return run_benchmark(config, manager, registry.backend("linear-ctc")), registry
 

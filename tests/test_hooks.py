@@ -76,7 +76,7 @@ def _config(registry, tmp_path, small_store, **evaluation):
     workload = registry.workload("ds2-mini")
     data = workload.model_dump()
     data["max_epochs"] = 1
-    data["evaluation"].update(evaluation)
+    data["evaluation"].update({"independent_utterances": 0, **evaluation})  # as stand_in_workload
     return RunConfig(workload=type(workload).model_validate(data), backend="linear-ctc",
                      hardware=registry.profile("cpu"), seed=0, out=tmp_path / "run", data=small_store)
 

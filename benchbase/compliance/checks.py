@@ -6,7 +6,8 @@ Each check registers itself with ``@check`` (check_registry.py) in the module of
 - workload_checks: the log against the workload it is held to (cadence, pinned
   hyperparameters, subsets, division);
 - result_checks: result.json and a resumed run's account against the log;
-- cross_examination: the log against the other evidence in its run folder.
+- cross_examination: the log against the other evidence in its run folder;
+- independence_checks: the score re-checked without trusting the backend.
 
 Importing this module imports them all, so CHECKS is whole; the checker reads it from here.
 """
@@ -14,7 +15,13 @@ Importing this module imports them all, so CHECKS is whole; the checker reads it
 from __future__ import annotations
 
 # Imported for their @check registrations.
-from benchbase.compliance import cross_examination, log_checks, result_checks, workload_checks  # noqa: F401
+from benchbase.compliance import (  # noqa: F401
+    cross_examination,
+    independence_checks,
+    log_checks,
+    result_checks,
+    workload_checks,
+)
 from benchbase.compliance.check_registry import CHECKS, MESSAGES_PER_RULE
 from benchbase.compliance.evidence import Evidence, Skip
 from benchbase.compliance.rules import RULE_KINDS

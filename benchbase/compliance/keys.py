@@ -29,9 +29,12 @@ __all__ = [
     "EVAL_LM_BETA",
     "EVAL_LM_MODE",
     "EVAL_SUBSETS",
+    "EXPORTED_WEIGHTS",
     "FINAL",
     "FINAL_ACCURACY",
     "FINAL_ACCURACY_FP32",
+    "INDEPENDENT_SCORE",
+    "OFF_CLOCK",
     "OPT_ADADELTA_EPSILON",
     "OPT_ADADELTA_RHO",
     "PRECISION",
@@ -79,6 +82,20 @@ EVAL_DECODER, EVAL_BEAM_WIDTH, utterances); not timed."""
 FINAL_ACCURACY_FP32 = "benchbase_final_accuracy_fp32"
 """After FINAL_ACCURACY, for a run whose precision is not fp32: the same weights evaluated in fp32
 (metadata as FINAL_ACCURACY's, PRECISION "fp32"), so the cost of the precision shows; not timed."""
+INDEPENDENT_SCORE = "benchbase_independent_score"
+"""After each evaluation (metadata epoch_num, SUBSET) and after the final one (metadata FINAL):
+benchbase's reference model re-scored a sample of the subset from the backend's exported weights
+and compared with predict(). Value: {utterances, seed (of the sample, drawn after the backend
+was built and kept from it), disagreeing (utterance ids), worst_ratio (largest difference over
+its tolerance), texts_differ, seconds, agree}."""
+OFF_CLOCK = "benchbase_off_clock"
+"""An interval (INTERVAL_START, INTERVAL_END) inside the timed run that the run clock leaves out,
+the independent scoring's (metadata epoch_num, why). The checker subtracts each one from the
+wall time of the events after it (ParsedLog.run_clock), from the log's own times."""
+EXPORTED_WEIGHTS = "benchbase_exported_weights"
+"""After run_stop: value {path (run-folder path of the final weights as export_weights() gave
+them, an .npz in the framework-neutral layout), sha256}; `benchbase verify` re-scores them
+with the reference model alone."""
 
 RESUME = "benchbase_resume"
 """A resumed run (benchbase run --resume): value {checkpoint, batch, epoch, segment,
@@ -129,6 +146,9 @@ class StopReason(StrEnum):
     """Ctrl-C, SIGTERM (or another KeyboardInterrupt / SystemExit) stopped the run."""
     NON_FINITE = "non_finite"
     """A loss or log-probability was NaN or infinite; the batch is named in run_stop's error."""
+    PREDICTION_MISMATCH = "prediction_mismatch"
+    """predict() disagreed with the backend's exported weights (independent scoring); the
+    utterances are named in run_stop's error."""
 
     @property
     def succeeded(self) -> bool:

@@ -25,7 +25,7 @@ from functools import partial
 from sys import intern
 from typing import IO, Any
 
-from benchbase.compliance.keys import RESUME, constants
+from benchbase.compliance.keys import OFF_CLOCK, RESUME, constants
 from benchbase.specs.numbers import is_number
 
 _fast_json: Callable[[str], Any] | None
@@ -90,11 +90,11 @@ class ParsedLog:
 
     def run_clock(self, time_ms: float) -> float | None:
         """The run clock (seconds) at wall time ``time_ms``: since run_start, less the downtime of
-        every resume at or before it (None without run_start)."""
+        every resume at or before it and the off-clock intervals before it (None without run_start)."""
         start = self.first(constants.RUN_START)
         if start is None:
             return None
-        seconds = (time_ms - start.time_ms) / 1000
+        seconds = (time_ms - start.time_ms) / 1000 - self.off_clock_seconds(time_ms)
         for resume, downtime in self.resumes():
             if resume.time_ms <= time_ms:
                 seconds -= max(0.0, downtime)
@@ -113,10 +113,25 @@ class ParsedLog:
             reached = event.value.get("interrupted_at_s") if isinstance(event.value, dict) else None
             if not is_number(reached):
                 continue
-            downtime = (event.time_ms - start.time_ms) / 1000 - before - reached
+            downtime = (event.time_ms - start.time_ms) / 1000 - self.off_clock_seconds(event.time_ms) - before - reached
             found.append((event, downtime))
             before += max(0.0, downtime)
         return found
+
+    def off_clock_seconds(self, time_ms: float) -> float:
+        """Seconds of the off-clock intervals (OFF_CLOCK: independent scoring) before wall time
+        ``time_ms``, from the log's own times; an interval still open at ``time_ms`` counts up to it."""
+        total = 0.0
+        started: float | None = None
+        for event in self.keyed(OFF_CLOCK):
+            if event.event_type == "INTERVAL_START":
+                started = event.time_ms
+            elif event.event_type == "INTERVAL_END" and started is not None:
+                total += max(0.0, min(event.time_ms, time_ms) - started) / 1000 if started < time_ms else 0.0
+                started = None
+        if started is not None and started < time_ms:
+            total += (time_ms - started) / 1000
+        return total
 
     def _index(self) -> dict[str, list[LogEvent]]:
         # Events by key, built on first use (the checks ask for a few keys many times); rebuilt if

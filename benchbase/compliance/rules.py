@@ -30,6 +30,7 @@ __all__ = [
     "EvalCadenceRule",
     "EventMetadataRule",
     "FixedHyperparametersRule",
+    "IndependentScoringRule",
     "InitDurationRule",
     "KeyCount",
     "KeyCountsRule",
@@ -49,7 +50,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.4"
+DEFAULT_RULESET = "1.5"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -246,6 +247,13 @@ class EnvironmentRule(_RuleBase):
         description="The log records the software environment the run measured, and result.json agrees.")
     required: tuple[str, ...] = Field(min_length=1, max_length=64, description="Dotted paths into the "
                                       "benchbase_environment value that must be present and not empty.")
+
+
+class IndependentScoringRule(_RuleBase):
+    check: Literal["independent_scoring"] = Field(
+        description="Every evaluation's predictions agreed with the backend's exported weights, re-scored by "
+        "benchbase's reference model on a sample of the workload's size; the exported weights are the file "
+        "the log names.")
 
 
 Rule = Annotated[Union[tuple(RULE_KINDS.values())], Field(discriminator="check")]  # noqa: UP007 (a computed union)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 __all__ = ["RunClock"]
 
@@ -21,6 +23,20 @@ class RunClock:
         if self._started is None:
             raise RuntimeError("the run clock has not started")
         return self._started
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Work the run clock leaves out (independent scoring): the clock stands still meanwhile.
+
+        Its origin moves on by the pause, so ``origin`` read before and after differ; the
+        telemetry sampler, which took the origin at start, keeps wall time since run_start."""
+        if self._started is None:
+            raise RuntimeError("the run clock has not started")
+        paused_at = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._started += time.perf_counter() - paused_at
 
     def seconds(self) -> float:
         """Seconds since start; 0 before the clock starts (init is not timed)."""

@@ -9,11 +9,13 @@ the backend returned (one NumPy CTC for every backend; a backend never reports a
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from benchbase.backend import Backend, Inputs
+from benchbase.backend import Batch, Inputs
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import BackgroundDecoding
 from benchbase.decode.factory import Decoder
@@ -23,7 +25,19 @@ from benchbase.metrics import error_rates
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
 
-__all__ = ["SubsetEvaluation", "evaluate_subsets", "predicted_log_probs", "subset_records"]
+__all__ = ["BatchObserver", "Predictor", "SubsetEvaluation", "evaluate_subsets", "predicted_log_probs",
+           "subset_records"]
+
+
+class Predictor(Protocol):
+    """What evaluation needs of a model: a backend, or benchbase's reference model on exported weights."""
+
+    def predict(self, inputs: Inputs) -> np.ndarray: ...
+
+
+BatchObserver = Callable[[str, Batch, np.ndarray], None]
+"""Called with (subset, batch, predicted log-probabilities) for every batch evaluated, in order:
+how independent scoring keeps its sample of what predict() returned."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +48,11 @@ class SubsetEvaluation(SubsetScore):
     hypotheses: list[str] = field(repr=False)
 
 
-def evaluate_subsets(backend: Backend, pipelines: dict[str, BatchPipeline], decoder: Decoder,
-                     model: ModelSpec) -> dict[str, SubsetEvaluation]:
+def evaluate_subsets(backend: Predictor, pipelines: dict[str, BatchPipeline], decoder: Decoder,
+                     model: ModelSpec, observe: BatchObserver | None = None) -> dict[str, SubsetEvaluation]:
     """Every subset in ``pipelines`` order, each predicted, decoded and scored on its own."""
-    return {subset: _evaluate(subset, backend, pipeline, decoder, model) for subset, pipeline in pipelines.items()}
+    return {subset: _evaluate(subset, backend, pipeline, decoder, model, observe)
+            for subset, pipeline in pipelines.items()}
 
 
 def subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
@@ -45,8 +60,8 @@ def subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
     return {subset: {**result.rates(), "utterances": result.utterances} for subset, result in results.items()}
 
 
-def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: Decoder,
-              model: ModelSpec) -> SubsetEvaluation:
+def _evaluate(subset: str, backend: Predictor, pipeline: BatchPipeline, decoder: Decoder,
+              model: ModelSpec, observe: BatchObserver | None) -> SubsetEvaluation:
     references: list[str] = []
     losses: list[np.ndarray] = []
     decoding = BackgroundDecoding(decoder)  # decodes batch n while the backend predicts n + 1
@@ -54,6 +69,8 @@ def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: D
         # The backend sees features and lengths only: the labels stay here.
         log_probs = predicted_log_probs(backend, batch.inputs())
         _check_finite(subset, log_probs, batch.output_lengths, batch.utterance_ids)
+        if observe is not None:
+            observe(subset, batch, log_probs)
         decoding.submit(log_probs, batch.output_lengths)
         losses.append(ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths,
                                model.ctc_blank_index))
@@ -64,7 +81,7 @@ def _evaluate(subset: str, backend: Backend, pipeline: BatchPipeline, decoder: D
                             rates.utterances, references, hypotheses)
 
 
-def predicted_log_probs(backend: Backend, inputs: Inputs) -> np.ndarray:
+def predicted_log_probs(backend: Predictor, inputs: Inputs) -> np.ndarray:
     """``backend.predict(inputs)``'s log-probabilities; the output lengths are the harness's own."""
     result = backend.predict(inputs)
     if isinstance(result, tuple):  # backend contract 2, taken until benchbase 0.3 (CHANGELOG.md)

@@ -1,6 +1,8 @@
 """The final evaluation: after run_stop, off the clock (as MLPerf and the paper do), the trained
 model on every dev and test subset at the final decoder's width, the paper's Table 5, in the
-run's precision; for a run not in fp32, the same weights once more by an FP32 twin.
+run's precision; for a run not in fp32, the same weights once more by an FP32 twin. The
+scored subset's predictions are checked against the exported weights by the reference model
+(independent scoring; ``benchbase.harness.independent_scoring``).
 
 It goes into the log as ``benchbase_final_accuracy`` events and into result.json as
 ``final_evaluation``.
@@ -16,9 +18,11 @@ from benchbase.compliance import keys as own_keys
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import evaluation_decoder
 from benchbase.decode.factory import Decoder
+from benchbase.errors import PredictionMismatch
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness.assembly import fp32_context, run_pipeline
 from benchbase.harness.evaluation import evaluate_subsets, subset_records
+from benchbase.harness.independent_scoring import UtteranceSample, score_sample
 from benchbase.harness.initialization import RunInputs
 from benchbase.harness.recorder import RunRecorder
 from benchbase.specs import RunConfig
@@ -52,17 +56,37 @@ class FinalEvaluation:
         pipelines = {subset: run_pipeline(self.config, self.inputs.store, (subset,), training=False)
                      for subset in subsets}
         started = time.perf_counter()
-        results = evaluate_subsets(self.backend, pipelines, decoder, workload.model)
+        scored_subset = workload.scored_subset
+        sample = None
+        if workload.evaluation.independent_utterances > 0:  # 0: off (open division)
+            sample = UtteranceSample(scored_subset, workload.evaluation.independent_final_utterances)
+        results = evaluate_subsets(self.backend, pipelines, decoder, workload.model, observe=sample)
+        seconds = time.perf_counter() - started
         for subset, result in results.items():
             self.log.event(own_keys.FINAL_ACCURACY, value=result.rates(),
                            metadata={own_keys.SUBSET: subset, own_keys.EVAL_DECODER: self.decoder_name,
                                      own_keys.EVAL_BEAM_WIDTH: self.beam_width, own_keys.UTTERANCES: result.utterances})
             self.recorder.decoded(self.recorder.folder.decoded_final(subset), result.references, result.hypotheses)
         record = {"decoder": self.decoder_name, "beam_width": self.beam_width, "epoch": epoch,
-                  "seconds": round(time.perf_counter() - started, 3), "precision": workload.model.precision,
+                  "seconds": round(seconds, 3), "precision": workload.model.precision,
                   "subsets": subset_records(results)}
+        if sample is not None and scored_subset in results:
+            record["independent"] = self._score_independently(sample, results[scored_subset].hypotheses, decoder)
         if workload.model.precision != "fp32":
             record["fp32"] = self._in_fp32(pipelines, decoder)
+        return record
+
+    def _score_independently(self, sample: UtteranceSample, hypotheses: list[str], decoder: Decoder) -> dict:
+        """The reference re-scores the scored subset (or the workload's sample of it) from the final
+        weights. The run has stopped, so a disagreement is recorded, not raised: `benchbase check`
+        fails the run (rule independent_scoring)."""
+        try:
+            record = score_sample(sample, self.backend.export_weights(), self.config.workload.model, decoder,
+                                  hypotheses).record()
+        except PredictionMismatch as error:
+            record = {"agree": False, "error": str(error)}
+        self.log.event(own_keys.INDEPENDENT_SCORE, value=record,
+                       metadata={own_keys.SUBSET: sample.subset, own_keys.FINAL: True})
         return record
 
     def _in_fp32(self, pipelines: dict[str, BatchPipeline], decoder: Decoder) -> dict:

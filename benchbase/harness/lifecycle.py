@@ -14,7 +14,7 @@ from types import TracebackType
 
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance.keys import ERROR, STOP_REASON, StopReason, constants
-from benchbase.errors import NonFiniteError, Terminated
+from benchbase.errors import NonFiniteError, PredictionMismatch, Terminated
 from benchbase.harness.termination import deferred_termination
 from benchbase.telemetry import TelemetrySampler
 
@@ -75,6 +75,8 @@ def _reason_for(error: BaseException) -> StopReason:
         return StopReason.INTERRUPTED
     if isinstance(error, NonFiniteError):
         return StopReason.NON_FINITE
+    if isinstance(error, PredictionMismatch):
+        return StopReason.PREDICTION_MISMATCH
     return StopReason.ERROR
 
 

@@ -7,11 +7,14 @@ atomically.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from benchbase.atomic import atomic_write_text
+import numpy as np
+
+from benchbase.atomic import atomic_write_bytes, atomic_write_text
 from benchbase.errors import BenchbaseError
 from benchbase.harness.hook_payloads import BatchProgress
 from benchbase.harness.resume import write_sidecar
@@ -77,6 +80,13 @@ class RunRecorder:
         final = self.folder.final_checkpoint
         _save_atomically(save, final)
         return final
+
+    def exported_weights(self, weights: Mapping[str, np.ndarray]) -> tuple[Path, str]:
+        """The final weights in the framework-neutral layout, written atomically; (path, sha256)."""
+        path = self.folder.final_weights
+        atomic_write_bytes(path, lambda handle: np.savez(handle, **{name: np.asarray(value)
+                                                                   for name, value in weights.items()}))
+        return path, hashlib.sha256(path.read_bytes()).hexdigest()
 
     def result(self, result: RunResult) -> None:
         self.folder.write_json(self.folder.result, result.model_dump(mode="json"))

@@ -15,11 +15,12 @@ from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import StopReason, constants
 from benchbase.data.pipeline import EpochBatches
 from benchbase.decode import greedy_decode
-from benchbase.errors import BenchbaseError, NonFiniteError, Terminated
+from benchbase.errors import BenchbaseError, NonFiniteError, PredictionMismatch, Terminated
 from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import own_slice
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs, subset_records
 from benchbase.harness.hook_payloads import BatchProgress, Evaluation, SubsetScore
+from benchbase.harness.independent_scoring import UtteranceSample, score_sample
 from benchbase.harness.initialization import RunInputs
 from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.progress import TrainingProgress
@@ -164,9 +165,13 @@ class TrainingLoop:
 
     def save_final_checkpoint(self, epoch: int) -> None:
         """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase
-        verify` loads to re-evaluate them."""
+        verify` loads to re-evaluate them, and the same weights exported, which `benchbase verify`
+        re-scores with the reference model alone."""
         path = self.recorder.final_checkpoint(self.backend.save_checkpoint)
         self._log_checkpoint(path, {constants.EPOCH_NUM: epoch, own_keys.FINAL: True})
+        path, digest = self.recorder.exported_weights(self.backend.export_weights())
+        self.log.event(own_keys.EXPORTED_WEIGHTS, value={"path": self.folder.relative(path), "sha256": digest},
+                       metadata={constants.EPOCH_NUM: epoch})
 
     def _log_sentences(self, epoch: int, batch: Batch) -> None:
         log_probs = predicted_log_probs(self.backend, batch.inputs())
@@ -186,7 +191,10 @@ class TrainingLoop:
         dev_data = self.inputs.dev_data
         self.log.start(constants.EVAL_START, metadata={constants.EPOCH_NUM: epoch})
         self.hook.eval_started(epoch=epoch, batches=sum(len(data) for data in dev_data.values()))
-        results = evaluate_subsets(self.backend, dev_data, self.inputs.decoder, self.workload.model)
+        scored_subset = self.workload.scored_subset
+        sample_size = self.workload.evaluation.independent_utterances
+        sample = UtteranceSample(scored_subset, sample_size) if sample_size else None
+        results = evaluate_subsets(self.backend, dev_data, self.inputs.decoder, self.workload.model, observe=sample)
         for subset, result in results.items():
             # The decoded outputs are the evidence behind the rates: `benchbase check` recomputes them.
             decoded = self.recorder.decoded(self.folder.decoded_evaluation(subset, epoch), result.references,
@@ -197,7 +205,9 @@ class TrainingLoop:
                                      own_keys.UTTERANCES: result.utterances})
         self.log.end(constants.EVAL_STOP, metadata={constants.EPOCH_NUM: epoch})
         finished = self.clock.seconds()
-        scored = results[self.workload.scored_subset]
+        scored = results[scored_subset]
+        if sample is not None:
+            self._score_independently(epoch, sample, scored.hypotheses)
         tracker = self.progress.tracker
         tracker.update(epoch, finished, scored.rates())
         evaluation = Evaluation(**{field.name: getattr(scored, field.name) for field in fields(SubsetScore)},
@@ -209,6 +219,23 @@ class TrainingLoop:
         self.progress.last_evaluation = evaluation
         self.hook.eval_completed(evaluation=evaluation)
         return evaluation
+
+
+    def _score_independently(self, epoch: int, sample: UtteranceSample, hypotheses: list[str]) -> None:
+        """Off the clock: the reference re-scores the sample from the exported weights; a
+        disagreement stops the run before any target counts from this evaluation."""
+        metadata = {constants.EPOCH_NUM: epoch, "why": "independent_scoring"}
+        self.log.start(own_keys.OFF_CLOCK, metadata=metadata)
+        try:
+            with self.clock.paused():
+                score = score_sample(sample, self.backend.export_weights(), self.workload.model,
+                                     self.inputs.decoder, hypotheses)
+                self.log.event(own_keys.INDEPENDENT_SCORE, value=score.record(),
+                               metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: sample.subset})
+        finally:
+            self.log.end(own_keys.OFF_CLOCK, metadata=metadata)
+        if not score.agree:
+            raise PredictionMismatch(score.sentence())
 
 
 def _named(utterance_ids: list[str], shown: int = 8) -> str:

@@ -285,6 +285,14 @@ class EvalSpec(Spec):
         50, ge=1, le=100_000, description="Greedy-decode training sentences every N batches."
     )
     checkpoint_every: int = Field(250, ge=1, le=1_000_000, description="Write a checkpoint every N batches.")
+    independent_utterances: int = Field(
+        8, ge=0, le=100_000, description="Independent scoring: after each evaluation, off the clock, benchbase's "
+        "reference model re-scores this many utterances of the scored subset (a sample the backend cannot "
+        "know in advance) from the backend's exported weights, and predict() must agree with it. 0: off, "
+        "which puts a run in the open division (for a backend whose model is not the workload's).")
+    independent_final_utterances: int | None = Field(
+        None, ge=1, le=1_000_000, description="Independent scoring at the final evaluation: utterances of the "
+        "scored subset re-scored; none: all of them.")
 
 
 class Deviation(Spec):
