@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import threading
 import time
 import types
@@ -240,6 +241,25 @@ class RemembersLabels(TorchBackend):
         return (shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))).astype(np.float32)
 
 
+class BoostsASymbolOnceTrained(TorchBackend):
+    """Once it has trained, predict() adds 0.5 to one symbol's log-probability and renormalizes:
+    a made-up output that the rules on fresh or imported weights never see."""
+
+    BOOSTED_SYMBOL = 5
+
+    def train_step(self, batch):
+        self.trained = True
+        return super().train_step(batch)
+
+    def predict(self, inputs):
+        log_probs = super().predict(inputs)
+        if not self.__dict__.get("trained"):
+            return log_probs
+        log_probs[..., self.BOOSTED_SYMBOL] += 0.5
+        shifted = log_probs - log_probs.max(-1, keepdims=True)
+        return (shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))).astype(np.float32)
+
+
 def _fingerprint(features: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(features).tobytes()).hexdigest()
 
@@ -296,6 +316,7 @@ BROKEN = [
     ("batchnorm_statistics", UnbiasedRunningVariance),
     ("checkpoint_round_trip", CheckpointWithoutOptimizer),
     ("predict_sees_only_features", RemembersLabels),
+    ("prediction_matches_weights", BoostsASymbolOnceTrained),
     ("seed_determinism", IgnoresSeed),
     ("thread_budget", SpinsHelperThreads),
 ]
@@ -318,6 +339,20 @@ def test_a_backend_broken_for_one_rule_fails_that_rule_and_the_others_still_run(
     assert not results[rule].passed, f"{broken.__name__} passed {rule}"
     assert results[rule].message
     assert results[other].passed, results[other].message
+
+
+@needs_torch
+def test_a_predict_that_departs_from_its_trained_weights_fails_prediction_matches_weights(kit_data):
+    # On fresh or imported weights it predicts honestly, so the rules that predict without
+    # training pass; after training, the reference on its own exported weights shows the boost.
+    rules = ["predict_shapes", "forward_parity", "prediction_matches_weights"]
+    results = {r.name: r for r in run_conformance(BoostsASymbolOnceTrained, rules, data=kit_data)}
+    assert results["predict_shapes"].passed and results["forward_parity"].passed
+    failure = results["prediction_matches_weights"]
+    utterances = kit_data.impossible_batch.size + kit_data.small_inputs.size
+    assert not failure.passed
+    assert re.search(rf"after 3 training steps, .* \d+ of {utterances} utterances differ from the reference, "
+                     r"worst by 0\.\d+ \(.*; tolerance \d", failure.message), failure.message
 
 
 @needs_torch

@@ -140,13 +140,13 @@ def test_check_fails_a_resume_that_does_not_hold_together(resumed, tmp_path, edi
 
 def test_verify_fails_a_final_checkpoint_swapped_for_an_earlier_one(resumed, tmp_path):
     out, _ = resumed
-    verified = run_benchbase("verify", str(out))
+    verified = run_benchbase("verify", str(out))  # the exported weights, by the reference model
     assert verified.returncode == 0, verified.stdout + verified.stderr[-2000:]
     copy = tmp_path / "swapped"
     shutil.copytree(out, copy)
     earlier = sorted((copy / "checkpoints").glob("batch-*.ckpt"))[0]  # the oldest the run kept
     shutil.copy(earlier, copy / "checkpoints" / "final.ckpt")
-    refuted = run_benchbase("verify", str(copy))
+    refuted = run_benchbase("verify", str(copy), "--with-backend")
     assert refuted.returncode == 1, refuted.stdout + refuted.stderr[-2000:]
     assert "do not score what the final evaluation" in refuted.stdout
 

@@ -166,6 +166,24 @@ def test_the_run_passes_benchbase_check(finished_run):
     assert checked.returncode == 0, checked.stdout[-3000:]
 
 
+def test_every_evaluation_agrees_with_the_exported_weights(finished_run):
+    """Independent scoring: the reference model re-scored a sample of dev-clean after every
+    evaluation, off the clock, and the final evaluation's whole dev-clean, from export_weights()."""
+    events = finished_run.log_events()
+    epochs = [event["metadata"]["epoch_num"] for event in events
+              if event["key"] == "eval_accuracy" and event["metadata"]["subset"] == "dev-clean"]
+    scores = [event for event in events if event["key"] == "benchbase_independent_score"]
+    periodic = [event for event in scores if not event["metadata"].get("final")]
+    assert [event["metadata"]["epoch_num"] for event in periodic] == epochs
+    assert all(event["value"]["agree"] and event["value"]["utterances"] == 8 for event in periodic), periodic
+    [final] = [event for event in scores if event["metadata"].get("final")]
+    assert final["value"]["agree"] and final["value"]["utterances"] == 14  # all of the small store's dev-clean
+    assert finished_run.result()["final_evaluation"]["independent"] == final["value"]
+    off_clock = [event["event_type"] for event in events if event["key"] == "benchbase_off_clock"]
+    assert off_clock == ["INTERVAL_START", "INTERVAL_END"] * len(epochs)
+    assert (finished_run.out / "checkpoints" / "final.weights.npz").is_file()
+
+
 def test_the_compliance_log_passes_the_official_common_rules(finished_run, tmp_path):
     passed, messages = check_common_rules(finished_run.out / "mllog.log", tmp_path)
     assert passed, messages
@@ -207,7 +225,10 @@ def test_the_report_renders_table_5(torch_run, tmp_path):
 def test_verify_re_measures_the_final_weights(torch_run, tmp_path):
     verified = run_benchbase("verify", str(torch_run.out))
     assert verified.returncode == 0, verified.stdout + verified.stderr[-2000:]
+    assert "independent: re-scored by the reference model" in verified.stdout
     assert "verified against the final evaluation" in verified.stdout
+    with_backend = run_benchbase("verify", str(torch_run.out), "--with-backend")
+    assert with_backend.returncode == 0 and "torch's predict() on the final checkpoint" in with_backend.stdout
     # A log and result.json edited together: the checkpoint still scores what it scored.
     copy = tmp_path / "edited"
     shutil.copytree(torch_run.out, copy)

@@ -36,6 +36,7 @@ from benchbase.testing.training_rules import (
     THREAD_RATIO_BOUND,
     check_checkpoint_round_trip,
     check_predict_sees_only_features,
+    check_prediction_matches_weights,
     check_seed_determinism,
     check_thread_budget,
 )
@@ -89,6 +90,8 @@ RULES: tuple[Rule, ...] = (
          "identically (the same kernels)", check_checkpoint_round_trip),
     Rule("predict_sees_only_features", "predictions depend on features and weights only, never on labels seen",
          check_predict_sees_only_features),
+    Rule("prediction_matches_weights", "after training, predict agrees with the NumPy reference on the backend's "
+         "own export_weights() within the error model's bound", check_prediction_matches_weights),
     Rule("seed_determinism", "the same seed gives the same weights and first losses; another seed "
          "does not", check_seed_determinism),
     Rule("thread_budget", f"with threads=1, train_step uses at most {THREAD_RATIO_BOUND} CPU seconds per second",

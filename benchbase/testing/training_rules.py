@@ -10,6 +10,15 @@ Why each rule exists:
 - predict_sees_only_features: accuracy is measured on what predict() returns from features
   alone; a backend that remembered the labels of batches it trained on, or read labels when
   handed a whole Batch, could score what it has not learned.
+- prediction_matches_weights: a backend is arbitrary code in the process, and predict() could
+  return log-probabilities made up from anything it finds (transcripts read from the feature
+  store on disk, one symbol boosted), which no rule on fresh or imported weights would see.
+  Its exported weights are a claim the reference can check: after a few training steps (the
+  weights and BatchNorm's running statistics have moved), what predict() returns must be what
+  the reference computes from ``export_weights()``, utterance by utterance within the error
+  model's bound (``benchbase.testing.agreement``). A run's harness asks the same at every
+  evaluation (independent scoring); this rule shows a backend author the disagreement before
+  a run is aborted for it.
 - seed_determinism: seeded runs are the basis of the olympic score's spread; the same seed
   must give the same initial weights and the same losses, dropout included, and another
   seed another model.
@@ -27,16 +36,20 @@ from pathlib import Path
 
 import numpy as np
 
+from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.run_folder import RunFolder
+from benchbase.testing.agreement import Agreement, UtteranceOutputs, compare_with_reference
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
-from benchbase.testing.model_rules import check_prediction, valid_frames
+from benchbase.testing.model_rules import check_layout, check_prediction, valid_frames
 from benchbase.testing.tolerances import same_kernels
 
 __all__ = [
     "THREAD_RATIO_BOUND",
     "check_checkpoint_round_trip",
     "check_predict_sees_only_features",
+    "check_prediction_matches_weights",
     "check_seed_determinism",
     "check_thread_budget",
 ]
@@ -45,6 +58,10 @@ THREAD_RATIO_BOUND = 1.25
 """CPU seconds per wall second during train_step with a budget of one thread: one busy thread
 is 1.0; the margin covers the interpreter's and the framework's housekeeping threads."""
 TIMED_STEPS = 8
+TRAINED_STEPS = 3
+"""Steps prediction_matches_weights trains before it compares: every weight and running
+statistic has moved from its initial value, so a predict() that kept an old copy of the model,
+or one that never used the model, shows."""
 
 
 def check_checkpoint_round_trip(kit: Kit) -> str | None:
@@ -86,6 +103,23 @@ def check_predict_sees_only_features(kit: Kit) -> None:
                   "from a fresh backend holding the same exported weights")
     _expect_close(from_batch, from_inputs, mask, "predict() of the training Batch differs from predict() of its "
                   "Inputs (labels must not reach predict)")
+
+
+def check_prediction_matches_weights(kit: Kit) -> None:
+    """After TRAINED_STEPS steps, predict() agrees with the reference on the backend's own export_weights()."""
+    probes = {"the full batch": kit.data.impossible_batch.inputs(), "the small batch": kit.data.small_inputs}
+    with kit.backend(model=kit.data.spec_model) as backend:  # trained as a run trains, dropout included
+        for step in range(TRAINED_STEPS):
+            backend.train_step(kit.data.batches[step % len(kit.data.batches)])
+        predicted = {label: check_prediction("prediction_matches_weights", backend.predict(inputs), inputs,
+                                             kit.model.symbols) for label, inputs in probes.items()}
+        weights = backend.export_weights()  # after predicting: the weights those predictions claim to come from
+    check_layout("prediction_matches_weights", weights, weight_layout(kit.model, kit.data.feature_dimension))
+    utterances = [utterance for label, inputs in probes.items()
+                  for utterance in _utterance_outputs(label, inputs, predicted[label])]
+    agreement = compare_with_reference(weights, kit.model, utterances)  # inference has no dropout
+    if agreement.disagreeing:
+        raise ConformanceFailure("prediction_matches_weights", _describe_disagreement(agreement))
 
 
 def check_seed_determinism(kit: Kit) -> None:
@@ -185,6 +219,21 @@ def _expect_close(found: np.ndarray, expected: np.ndarray, mask: np.ndarray, wha
     worst, where = describe_difference(found, expected, mask)
     if not worst <= same_kernels(np.where(mask, expected, 0.0)):
         raise ConformanceFailure("predict_sees_only_features", f"{what}, by up to {worst:.3g} {where}")
+
+
+def _utterance_outputs(label: str, inputs: Inputs, log_probs: np.ndarray) -> list[UtteranceOutputs]:
+    """Each row of a prediction without its padding: its feature frames and its valid output frames."""
+    return [UtteranceOutputs(f"{label}, row {row}", inputs.features[row, : inputs.feature_lengths[row]],
+                             log_probs[row, : inputs.output_lengths[row]]) for row in range(inputs.size)]
+
+
+def _describe_disagreement(agreement: Agreement) -> str:
+    worst = int(np.argmax(agreement.differences / np.maximum(agreement.tolerances, np.finfo(np.float64).tiny)))
+    return (f"after {TRAINED_STEPS} training steps, predict() is not what the backend's own export_weights() "
+            f"predict: {len(agreement.disagreeing)} of {len(agreement.utterance_ids)} utterances differ from the "
+            f"reference, worst by {agreement.differences[worst]:.3g} ({agreement.utterance_ids[worst]}; tolerance "
+            f"{agreement.tolerances[worst]:.3g}, {agreement.worst_ratio:.3g} times over); predict() must compute "
+            "the log-probabilities from the weights it exports")
 
 
 def _weights_and_losses(kit: Kit, seed: int) -> tuple[dict[str, np.ndarray], list[float]]:
