@@ -30,18 +30,24 @@ RUN_DIRS = click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path, 
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
     """Olympic score per target: drop the fastest and slowest run, average the rest."""
+    # The RCP verdicts (reference convergence points) read every run's log: imported here, not for every command.
+    from benchbase.rcp.checking import rcp_of_groups
+    from benchbase.rcp.tables import with_rcp_column
+
     if not run_dirs:
         raise InputError("score: name at least one RUN_DIR")
-    scored = scored_groups(load_groups(list(run_dirs)))
+    groups = load_groups(list(run_dirs))
+    scored, rcps = scored_groups(groups), rcp_of_groups(groups)
     if as_json:
         click.echo(json.dumps({item.group.name: {**{label: _score_json(s) for label, s in item.scores.items()},
                                                  "left_out": [str(path) for path in item.group.left_out],
                                                  "duplicates": [{"run": str(copy), "repeats": str(original)}
-                                                                for copy, original in item.group.duplicates]}
+                                                                for copy, original in item.group.duplicates],
+                                                 "rcp": _rcp_json(rcps[item.group.name])}
                                for item in scored}, indent=2))
         return
     console = Console()
-    console.print(rich_table(score_table(scored)))
+    console.print(rich_table(with_rcp_column(score_table(scored), rcps)))
     _warn_left_out(console, scored)
 
 
@@ -109,6 +115,16 @@ def _figures(groups, out: Path, window: tuple[float, float] | None) -> list[Path
     from benchbase.report.figures import write_figures  # matplotlib loads only when figures are drawn
 
     return write_figures(groups, out, window)
+
+
+def _rcp_json(found) -> dict:
+    """A group's RCP verdicts (benchbase.rcp.checking.GroupRcp): the file, why there are none, or one per target."""
+    from benchbase.rcp.checking import verdict_json
+
+    judgement = found.judgement
+    return {"file": found.source, "note": found.note, "passed": None if judgement is None else judgement.passed,
+            "targets": {} if judgement is None else {label: verdict_json(verdict)
+                                                     for label, verdict in judgement.verdicts.items()}}
 
 
 def _score_json(score) -> dict:
