@@ -34,7 +34,7 @@ from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase.specs import ModelSpec
 from benchbase.testing.reference_model import bounded_reference, reference_forward
-from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES
+from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, INJECTION_DRAWS
 
 __all__ = ["OPERAND_ROUNDOFF", "Agreement", "ReferencePredictor", "UtteranceOutputs", "compare_with_reference",
            "reference_log_probs"]
@@ -90,9 +90,10 @@ class Agreement:
 
 
 def compare_with_reference(weights: Mapping[str, np.ndarray], model: ModelSpec,
-                           utterances: Sequence[UtteranceOutputs]) -> Agreement:
+                           utterances: Sequence[UtteranceOutputs], draws: int = INJECTION_DRAWS) -> Agreement:
     """The reference's outputs for ``utterances`` on ``weights`` (in ``model.precision``), with
-    each utterance's difference from what the backend predicted and its tolerance."""
+    each utterance's difference from what the backend predicted and its tolerance (from
+    ``draws`` rounding injections: fewer cost less and bound a little less generously)."""
     operand_roundoff = OPERAND_ROUNDOFF[model.precision]
     count = len(utterances)
     differences, tolerances = np.zeros(count), np.zeros(count)
@@ -100,7 +101,7 @@ def compare_with_reference(weights: Mapping[str, np.ndarray], model: ModelSpec,
     for rows in _batches(utterances):
         features, lengths = _padded([utterances[row].features for row in rows])
         bounded = bounded_reference(weights, model, features, lengths, training=False,
-                                    operand_roundoff=operand_roundoff)
+                                    operand_roundoff=operand_roundoff, draws=draws)
         for position, row in enumerate(rows):
             found = utterances[row].log_probs
             frames = found.shape[0]

@@ -32,7 +32,7 @@ from benchbase.families.ds2 import quantization
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.specs import ModelSpec
-from benchbase.testing.tolerances import RoundingModel, ctc_recursion_bound, rounding_bound
+from benchbase.testing.tolerances import INJECTION_DRAWS, RoundingModel, ctc_recursion_bound, rounding_bound
 
 __all__ = [
     "BoundedReference",
@@ -93,14 +93,16 @@ class BoundedReference:
 
 
 def bounded_reference(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
-                      feature_lengths: np.ndarray, training: bool, operand_roundoff: float = 0.0) -> BoundedReference:
+                      feature_lengths: np.ndarray, training: bool, operand_roundoff: float = 0.0,
+                      draws: int = INJECTION_DRAWS) -> BoundedReference:
     """``reference_forward`` with the rounding bound of each of its outputs: of float32
-    arithmetic, or with ``operand_roundoff`` of a mixed precision whose operands are narrower."""
+    arithmetic, or with ``operand_roundoff`` of a mixed precision whose operands are narrower;
+    ``draws``: random-sign injections whose largest movement is the bound."""
     def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
         log_probs, running = reference_forward(weights, model, features, feature_lengths, training, rounding)
         return {"log_probs": log_probs, **running}
 
-    exact, bound = rounding_bound(compute, operand_roundoff=operand_roundoff)
+    exact, bound = rounding_bound(compute, draws=draws, operand_roundoff=operand_roundoff)
     running = {name: value for name, value in exact.items() if name != "log_probs"}
     return BoundedReference(exact["log_probs"], running, bound.pop("log_probs"), bound)
 

@@ -62,6 +62,7 @@ __all__ = [
     "ELEMENTWISE_ULPS",
     "FLOAT32_UNIT_ROUNDOFF",
     "FLOAT64_UNIT_ROUNDOFF",
+    "INJECTION_DRAWS",
     "STEP_GROWTH",
     "RoundingModel",
     "accumulation_bound",
