@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -21,6 +22,9 @@ from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import WorkloadSpec
 
+if TYPE_CHECKING:
+    from benchbase.rcp.checking import GroupJudgement
+
 __all__ = ["check", "registered_workloads", "report_table"]
 
 STATUS_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
@@ -33,13 +37,18 @@ STATUS_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON instead of tables.")
 @click.option("--verbose", "-v", is_flag=True, help="Show passing and skipped rules too.")
 def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> None:
-    """Validate compliance logs (LOG_OR_RUN_DIR: a log, a run folder, or a folder of runs)."""
+    """Validate compliance logs (LOG_OR_RUN_DIR: a log, a run folder, or a folder of runs); a folder holding
+    a whole submission set is also held to its workload's reference convergence points."""
     ruleset = load_ruleset(rules)
     workloads = registered_workloads()
     reports = check_paths(list(paths), ruleset, workloads)
+    judged = _rcp_judgements(paths)
     if as_json:
-        click.echo(json.dumps({"passed": all(r.passed for r in reports), "logs": [r.to_dict() for r in reports]},
-                              indent=2))
+        click.echo(json.dumps({"passed": all(r.passed for r in reports) and all(j.passed for j in judged),
+                               "logs": [r.to_dict() for r in reports],
+                               "rcp": {judgement.group.name: {label: verdict.explanation for label, verdict
+                                                              in judgement.verdicts.items()} | {
+                                   "passed": judgement.passed} for judgement in judged}}, indent=2))
     else:
         console = Console()
         for report in reports:
@@ -48,11 +57,36 @@ def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> 
                 console.print(f"  {note}")
         passed = sum(report.passed for report in reports)
         console.print(f"{passed}/{len(reports)} log(s) pass rule set {ruleset.version}")
+        for judgement in judged:
+            verdict = "[green]PASS[/]" if judgement.passed else "[bold red]FAIL[/]"
+            console.print(f"{verdict} {escape(judgement.group.name)}: reference convergence points "
+                          f"({len(judgement.group.runs)} runs; `benchbase rcp check` for the numbers)")
+            for label, found in judgement.verdicts.items():
+                if not found.passed:
+                    console.print(f"  {escape(label)}: {escape(found.explanation)}")
     failed = sum(not report.passed for report in reports)
-    if failed:
+    unconverged = [judgement.group.name for judgement in judged if not judgement.passed]
+    if failed or unconverged:
         # A BenchbaseError (exit 1), not click's Exit: main() runs click with standalone_mode=False,
         # where an Exit's code is returned and then dropped.
-        raise BenchbaseError(f"{failed} of {len(reports)} log(s) fail rule set {ruleset.version}")
+        raise BenchbaseError(f"{failed} of {len(reports)} log(s) fail rule set {ruleset.version}" if failed else
+                             f"{len(unconverged)} set(s) of runs converge faster than the reference allows: "
+                             f"{', '.join(unconverged)}")
+
+
+def _rcp_judgements(paths: tuple[Path, ...]) -> list[GroupJudgement]:
+    """MLPerf's RCP rule on each group of runs among ``paths`` that is a whole submission set:
+    as many closed-division runs as the RCP of their workload judges at once (a single run, or a
+    group of another size, is no set, and its logs are all `check` judges)."""
+    from benchbase.rcp.checking import rcp_of_groups
+    from benchbase.report import load_groups
+
+    try:
+        groups = load_groups([path for path in paths if path.is_dir()])
+    except BenchbaseError:
+        return []  # the logs' own findings say what is wrong with these folders
+    judgements = [found.judgement for found in rcp_of_groups(groups).values() if found.judgement is not None]
+    return [judgement for judgement in judgements if len(judgement.group.runs) == judgement.rcp.submission_runs]
 
 
 def report_table(report: CheckReport, verbose: bool = False) -> Table:
