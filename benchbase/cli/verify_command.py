@@ -44,11 +44,13 @@ METRICS = ("wer", "paper_cer", "cer")
 @cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--data", type=click.Path(path_type=Path), help="Feature store (default: the one in config.json).")
-@click.option("--with-backend", is_flag=True, help="Load the final checkpoint into the run's backend and score its "
-              "predict() instead of re-scoring the exported weights with benchbase's reference model.")
-def verify(run_dir: Path, data: Path | None, with_backend: bool) -> None:
+@click.option("--independent/--with-backend", default=True, show_default=True,
+              help="Re-score the exported final weights with benchbase's reference model, no backend code (the "
+              "default), or load the final checkpoint into the run's backend and score its predict().")
+def verify(run_dir: Path, data: Path | None, independent: bool) -> None:
     """Re-score RUN_DIR's final weights on the scored dev subset; exit 0 when it matches the log, 1 if not."""
     config = load_run_config(run_dir)
+    with_backend = not independent
     folder = RunFolder(run_dir)
     source_of_weights = folder.final_checkpoint if with_backend else folder.final_weights
     if not source_of_weights.is_file():
