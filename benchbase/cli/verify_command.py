@@ -54,7 +54,7 @@ def verify(run_dir: Path, data: Path | None, independent: bool) -> None:
     folder = RunFolder(run_dir)
     source_of_weights = folder.final_checkpoint if with_backend else folder.final_weights
     if not source_of_weights.is_file():
-        hint = "" if with_backend else "; runs before benchbase 0.3 exported none: try --with-backend"
+        hint = "" if with_backend else "; runs made before independent scoring exported none: try --with-backend"
         raise InputError(f"{source_of_weights}: no final weights (the run ended with an error, or predates them"
                          f"{hint})")
     subset = config.workload.scored_subset
