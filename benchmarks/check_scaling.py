@@ -68,6 +68,19 @@ print(json.dumps({"seconds": seconds, "peak_kib": resource.getrusage(resource.RU
                   "benchbase": benchbase.__file__}))
 """
 CLI = "import sys; from benchbase.cli import main; sys.exit(main())"
+OFFICIAL = r"""
+import sys, tempfile
+from pathlib import Path
+
+sys.path.insert(0, sys.argv[2])  # tests/, where the helper that runs the official checker lives
+from official_checker import check_common_rules
+
+with tempfile.TemporaryDirectory() as work:
+    passed, _ = check_common_rules(Path(sys.argv[1]), Path(work))
+print(passed)
+"""
+OFFICIAL_NAME = "mlperf-logging"
+"""The row of the official checker (mode "official"), which no source tree changes."""
 
 
 # --- the log -----------------------------------------------------------------------------------
@@ -214,6 +227,18 @@ def measure_cli(tree: Path, log: Path) -> dict[str, Any]:
     return {"seconds": seconds, "peak_kib": peak, "passed": code == 0}
 
 
+def measure_official(log: Path) -> dict[str, Any]:
+    """mlperf-logging's compliance checker on the same log, end to end as `cli` is (interpreter,
+    imports, the check), with the training 3.1.0 common rules as tests/official_checker.py runs
+    them (only the list of MLPerf benchmark names set aside)."""
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    seconds, peak, code, output = _run([sys.executable, "-P", "-c", OFFICIAL, str(log), str(tests)],
+                                       Path(__file__).resolve().parents[1], 1800)
+    if code != 0:
+        raise SystemExit(f"the official checker's child failed ({code}):\n{output[-3000:]}")
+    return {"seconds": seconds, "peak_kib": peak, "passed": output.strip().splitlines()[-1] == "True"}
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -226,7 +251,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--workload", default="ds2")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--modes", default="api,cli", help="api, cli or both (comma-separated)")
+    parser.add_argument("--modes", default="api,cli", help="api, cli, official (mlperf-logging's own checker on the "
+                        "same log, once per repeat), comma-separated")
     parser.add_argument("--log", type=Path, help="write the log here and keep it (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
@@ -243,29 +269,37 @@ def main() -> None:
         shape = write_log(log, args.workload, args.size_mb, args.epochs)
         print(f"log: {log}, {shape['bytes'] / MB:.1f} MB, {shape['lines']} lines, {shape['epochs']} epochs of "
               f"{shape['batches_per_epoch']} batches (written in {time.perf_counter() - started:.1f} s)", flush=True)
-        results: dict[str, dict[str, list[dict[str, Any]]]] = {name: {mode: [] for mode in modes} for name, _ in trees}
+        tree_modes = [mode for mode in modes if mode != "official"]
+        results: dict[str, dict[str, list[dict[str, Any]]]] = {name: {mode: [] for mode in tree_modes}
+                                                                for name, _ in trees}
+        if "official" in modes:
+            results[OFFICIAL_NAME] = {"official": []}
         for repeat in range(args.repeats):
+            if "official" in modes:  # first in each repeat, then the trees: drift hits all alike
+                run = measure_official(log)
+                results[OFFICIAL_NAME]["official"].append(run)
+                print(f"repeat {repeat + 1} {OFFICIAL_NAME}: {run['seconds']:.2f} s, peak RSS "
+                      f"{run['peak_kib'] / 1024:.0f} MiB, passed {run['passed']}", flush=True)
             for name, tree in trees:  # trees alternate, so drift on a shared machine hits each alike
-                for mode in modes:
+                for mode in tree_modes:
                     run = (measure_api if mode == "api" else measure_cli)(Path(tree), log)
                     results[name][mode].append(run)
                     extra = (f", RSS before {run['before_kib'] / 1024:.0f} MiB, from {Path(run['benchbase']).parent}"
                              if mode == "api" else "")
                     print(f"repeat {repeat + 1} {name} {mode}: {run['seconds']:.2f} s, peak RSS "
                           f"{run['peak_kib'] / 1024:.0f} MiB{extra}, passed {run['passed']}", flush=True)
-    summary = _summary(results, shape, modes)
-    print(_table(summary, trees, modes))
+    summary = _summary(results, shape)
+    print(_table(summary, trees, tree_modes))
     if args.json:
         args.json.write_text(json.dumps({"shape": shape, "python": platform.python_version(), "runs": results,
                                          "summary": summary}, indent=2))
 
 
-def _summary(results: dict[str, Any], shape: dict[str, Any], modes: list[str]) -> dict[str, Any]:
+def _summary(results: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, dict[str, dict[str, float]]] = {}
     for name, by_mode in results.items():
         summary[name] = {}
-        for mode in modes:
-            runs = by_mode[mode]
+        for mode, runs in by_mode.items():
             row = {"seconds": _median([run["seconds"] for run in runs]),
                    "peak_mib": _median([run["peak_kib"] / 1024 for run in runs])}
             if mode == "api":
@@ -285,6 +319,15 @@ def _table(summary: dict[str, Any], trees: list[tuple[str, ...]], modes: list[st
             own = f"{row['own_peak_mib']:.0f}" if "own_peak_mib" in row else "-"
             ratio = f"{row['own_peak_per_log_byte']:.1f}x" if "own_peak_per_log_byte" in row else "-"
             rows.append(f"| {name} | {mode} | {row['seconds']:.2f} | {row['peak_mib']:.0f} | {own} | {ratio} |")
+    official = summary.get(OFFICIAL_NAME, {}).get("official")
+    if official is not None:
+        rows.append(f"| {OFFICIAL_NAME} | official | {official['seconds']:.2f} | {official['peak_mib']:.0f} | - | - |")
+        for name, _ in trees:
+            if "cli" in summary[name]:
+                cli = summary[name]["cli"]
+                time_ratio, memory_ratio = official["seconds"] / cli["seconds"], official["peak_mib"] / cli["peak_mib"]
+                rows.append(f"| {OFFICIAL_NAME} / {name} | official / cli | {time_ratio:.2f}x | {memory_ratio:.2f}x "
+                            "| | |")
     if len(trees) == 2:
         (first, _), (second, _) = trees
         for mode in modes:
