@@ -38,6 +38,7 @@ __all__ = [
     "OPT_ADADELTA_EPSILON",
     "OPT_ADADELTA_RHO",
     "PRECISION",
+    "STARTUP",
     "STOP_REASON",
     "StopReason",
     "SUBSET",
@@ -123,6 +124,12 @@ DEVICE_PLAN = "benchbase_device_plan"
 own device kind and count; ``overridden`` when --device or --devices departed from the profile."""
 WORLD_SIZE = "benchbase_world_size"
 """Value: the processes that trained (1, or one per device under torch.distributed)."""
+STARTUP = "benchbase_startup"
+"""After the first training step of a process's segment (a fresh run's, or a resumed one's): where
+the run clock went before training began. Value {build_s (backend.build(), compilation included
+for a framework that compiles there), first_batch_wait_s (the pipeline's first batch),
+first_step_s (the first train_step, where XLA and tf.function compile), first_step_end_s (the
+run clock when that step ended)}."""
 CPU_CORES_IN_STEPS = "benchbase_cpu_cores_in_steps"
 """Value: process CPU seconds / wall seconds over every train_step; metadata THREAD_BUDGET."""
 THREAD_BUDGET = "thread_budget"

@@ -118,11 +118,13 @@ class Harness:
                                                         self.coordinator.world))
             with TimedRun(log, sampler, explain_failure=self.coordinator.peer_failure) as timed:
                 self.hook.run_started(config=self.config, run_dir=self.folder.root)
+                build_started = self.clock.seconds()
                 backend.build(inputs.context)
+                build_seconds = self.clock.seconds() - build_started
                 devices = self._check_devices(log, backend, inputs)
                 progress = self._progress(backend, resumption)
                 loop = TrainingLoop(self.config, self.hook, self.clock, log, recorder, self.coordinator, inputs,
-                                    backend, progress, resumed=resumption is not None)
+                                    backend, progress, resumed=resumption is not None, build_seconds=build_seconds)
                 reason, epochs = loop.train()
                 footprint = Footprint(devices, backend.device_description(), backend.parameter_count())
                 log.event(own_keys.CPU_CORES_IN_STEPS, value=progress.statistics.cpu_cores_in_steps(),

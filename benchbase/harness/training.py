@@ -40,8 +40,9 @@ class TrainingLoop:
 
     def __init__(self, config: RunConfig, hook: pluggy.HookRelay, clock: RunClock, log: ComplianceLog,
                  recorder: RunRecorder, coordinator: Coordinator, inputs: RunInputs, backend: Backend,
-                 progress: TrainingProgress, *, resumed: bool) -> None:
-        """``resumed``: training goes on from ``progress.position``, whose epoch the log has started."""
+                 progress: TrainingProgress, *, resumed: bool, build_seconds: float = 0.0) -> None:
+        """``resumed``: training goes on from ``progress.position``, whose epoch the log has started;
+        ``build_seconds``: what backend.build() took on the clock, for the start-up record."""
         self.config = config
         self.workload = config.workload
         self.hook = hook
@@ -55,6 +56,9 @@ class TrainingLoop:
         self.progress = progress
         self.resumed = resumed
         self.profiler = StepProfiler(backend, config.profile_steps, self.folder.profile)
+        self.build_seconds = build_seconds
+        self.started_up = False
+        """Whether this process's first training step is on the record (benchbase_startup)."""
 
     def train(self) -> tuple[StopReason, int]:
         """Train until a stop; returns why and the last epoch. On SIGTERM, checkpoints before raising Terminated."""
@@ -129,6 +133,8 @@ class TrainingLoop:
 
     def _after_batch(self, epoch: int, batch_in_epoch: int, batch: Batch, loss: float, wait: float, step: float,
                      cpu: float) -> None:
+        if not self.started_up:
+            self._log_startup(wait, step)
         progress = self.progress
         progress.batch_trained(epoch, batch_in_epoch, batch.size)
         throughput = progress.statistics.record(batch.size, wait, step, cpu)
@@ -145,6 +151,13 @@ class TrainingLoop:
                                             progress.resume_state(self.clock.seconds()))
             self._log_checkpoint(path, {constants.EPOCH_NUM: epoch})
         self.hook.batch_completed(progress=report)
+
+    def _log_startup(self, wait: float, step: float) -> None:
+        """Where the clock went between run_start (or a resume) and the end of the first step."""
+        self.started_up = True
+        self.log.event(own_keys.STARTUP, value={"build_s": round(self.build_seconds, 4),
+                                                "first_batch_wait_s": round(wait, 4), "first_step_s": round(step, 4),
+                                                "first_step_end_s": round(self.clock.seconds(), 4)})
 
     def _log_checkpoint(self, path: Path, metadata: dict) -> None:
         """Name the checkpoint in the log (`benchbase check` looks for it) and tell the plugins."""

