@@ -184,6 +184,14 @@ def test_every_evaluation_agrees_with_the_exported_weights(finished_run):
     assert (finished_run.out / "checkpoints" / "final.weights.npz").is_file()
 
 
+def test_the_start_up_is_on_the_record(finished_run):
+    """benchbase_startup: where the run clock went before training began, once per run."""
+    [startup] = [event["value"] for event in finished_run.log_events() if event["key"] == "benchbase_startup"]
+    parts = [startup[name] for name in ("build_s", "first_batch_wait_s", "first_step_s")]
+    assert all(part >= 0 for part in parts)
+    assert sum(parts) <= startup["first_step_end_s"] + 0.001  # the parts happen in turn on the clock
+
+
 def test_the_compliance_log_passes_the_official_common_rules(finished_run, tmp_path):
     passed, messages = check_common_rules(finished_run.out / "mllog.log", tmp_path)
     assert passed, messages
