@@ -126,7 +126,9 @@ def _forged(out: Path, tmp_path: Path, edit) -> Path:
 @pytest.mark.parametrize(("edit", "expected"), [
     (lambda event: event["value"].update(checkpoint="checkpoints/batch-0000099.ckpt"),
      "which the log never wrote before it"),
-    (lambda event: event["value"].update(interrupted_at_s=0.5), "before its own checkpoint was written"),
+    # Before the clock started, so before any checkpoint, however quickly the run reached its own
+    # (a fixed 0.5 s passed once start-up took over a second).
+    (lambda event: event["value"].update(interrupted_at_s=-5.0), "before its own checkpoint was written"),
     (lambda event: event["value"].update(segment=7), "segments/7/ is not in the folder"),
 ])
 def test_check_fails_a_resume_that_does_not_hold_together(resumed, tmp_path, edit, expected):
