@@ -445,3 +445,21 @@ def test_garbage_in_the_run_folder_never_makes_the_checker_raise(decoded, metric
     (run / "mllog.log").write_text("\n".join(lines) + "\n")
     report = check_log(run / "mllog.log", workloads=workloads)
     assert not any("checker error" in line for line in report.failures), report.failures
+
+
+def _division(run: Path, workloads) -> dict:
+    report = check_log(run / "mllog.log", load_ruleset("1.4"), workloads=workloads)
+    [finding] = [finding for finding in report.findings if finding.rule == "division"]
+    return {"status": finding.status, "messages": finding.messages}
+
+
+def test_a_config_written_before_a_field_existed_keeps_the_closed_division(tmp_path, workloads):
+    """A real closed ds2-mini run whose config.json predates evaluation.independent_utterances: the
+    absent field is its default, as it was for the run. A required field deleted is still a change."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "rcp" / "torch-cpu" / "seed-0", run)
+    assert "independent_utterances" not in (run / "config.json").read_text()
+    assert _division(run, workloads) == {"status": "pass", "messages": []}
+    _edit_json("config.json", lambda config: config["workload"]["model"].pop("lstm_units"))(run)
+    found = _division(run, workloads)
+    assert found["status"] == "fail" and "model.lstm_units: 96 -> None" in found["messages"][0]

@@ -9,11 +9,14 @@ import copy
 from collections import Counter
 from typing import Any
 
+from pydantic import ValidationError
+
 from benchbase.compliance import keys
 from benchbase.compliance import rules as r
 from benchbase.compliance.check_registry import check
 from benchbase.compliance.evidence import Evidence, Skip, same_value, short
 from benchbase.compliance.keys import constants
+from benchbase.specs import WorkloadSpec
 from benchbase.specs.overrides import MISSING, field_at, open_changes, set_field_at
 
 __all__ = ["division", "eval_cadence", "eval_subsets", "fixed_hyperparameters"]
@@ -129,7 +132,7 @@ def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
                 f"{constants.CLOSED} nor {constants.OPEN}"]
     changes = evidence.log.first(keys.OPEN_CHANGES)
     logged = changes.value if changes is not None and isinstance(changes.value, list) else []
-    configured = (evidence.config or {}).get("workload")
+    configured = _with_defaults((evidence.config or {}).get("workload"))
     if stated.value == constants.OPEN:
         # Held to its own config.json by the rules above. Where the log lists what was changed (benchbase
         # run does; a run configured in code may not), the list must be config.json's changes.
@@ -152,6 +155,18 @@ def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
             messages.append(f"line {stated.line}: claims the closed division, but config.json departs from the "
                             f"registered workload: {'; '.join(found[:5])}")
     return messages
+
+
+def _with_defaults(configured: Any) -> Any:
+    """config.json's workload as the spec reads it: a field it lacks takes its default, as it did
+    when the run was made (a config.json written before the field existed). A workload the spec
+    refuses (a required field deleted, a wrong value) stays as written, absent fields and all."""
+    if not isinstance(configured, dict):
+        return configured
+    try:
+        return WorkloadSpec.model_validate(configured).model_dump(mode="json")
+    except ValidationError:
+        return configured
 
 
 def _aborted(evidence: Evidence) -> bool:

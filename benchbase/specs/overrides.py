@@ -109,9 +109,7 @@ def division_of(changes: list[str]) -> str:
 
 def _differences(registered: Any, used: Any, path: str, found: list[str]) -> None:
     if isinstance(registered, Mapping) and isinstance(used, Mapping):
-        # A field the used spec lacks altogether came after the run (a config.json written by an
-        # older benchbase): the run could not depart from it.
-        for key in sorted(used):
+        for key in sorted(set(registered) | set(used)):
             _differences(registered.get(key), used.get(key), f"{path}.{key}" if path else str(key), found)
         return
     if _normalized(registered) != _normalized(used):
