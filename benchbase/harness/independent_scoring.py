@@ -70,8 +70,7 @@ class UtteranceSample:
             self._seen += 1
             if slot is None:
                 continue
-            kept = _Kept(UtteranceOutputs(utterance_id, batch.features[row, : batch.feature_lengths[row]].copy(),
-                                          log_probs[row, : batch.output_lengths[row]].copy()), self._seen - 1)
+            kept = _Kept(UtteranceOutputs.of_row(utterance_id, batch, log_probs, row), self._seen - 1)
             if slot == len(self._kept):
                 self._kept.append(kept)
             else:

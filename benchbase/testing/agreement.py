@@ -63,6 +63,12 @@ class UtteranceOutputs:
     log_probs: np.ndarray
     """(output frames, symbols): predict()'s rows for the utterance's valid output frames."""
 
+    @classmethod
+    def of_row(cls, utterance_id: str, inputs: Inputs, log_probs: np.ndarray, row: int) -> UtteranceOutputs:
+        """Row ``row`` of a predicted batch without its padding (copies: the batch may be reused)."""
+        return cls(utterance_id, inputs.features[row, : inputs.feature_lengths[row]].copy(),
+                   log_probs[row, : inputs.output_lengths[row]].copy())
+
 
 @dataclass(frozen=True)
 class Agreement:

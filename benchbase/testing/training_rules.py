@@ -223,8 +223,7 @@ def _expect_close(found: np.ndarray, expected: np.ndarray, mask: np.ndarray, wha
 
 def _utterance_outputs(label: str, inputs: Inputs, log_probs: np.ndarray) -> list[UtteranceOutputs]:
     """Each row of a prediction without its padding: its feature frames and its valid output frames."""
-    return [UtteranceOutputs(f"{label}, row {row}", inputs.features[row, : inputs.feature_lengths[row]],
-                             log_probs[row, : inputs.output_lengths[row]]) for row in range(inputs.size)]
+    return [UtteranceOutputs.of_row(f"{label}, row {row}", inputs, log_probs, row) for row in range(inputs.size)]
 
 
 def _describe_disagreement(agreement: Agreement) -> str:
