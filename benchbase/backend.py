@@ -197,6 +197,12 @@ class BuildContext:
 class Capabilities:
     """What a backend can do; the harness checks the run against it before the clock starts."""
 
+    families: frozenset[str] = frozenset({"ds2"})
+    """Model families it implements (``ModelSpec.family``; ``benchbase.specs.model.model_families()``).
+    A run of a workload of another family is refused before the clock starts."""
+    optimizers: frozenset[str] = frozenset({"adadelta"})
+    """Optimizers it implements (``OptimizerSpec.name``), each with every field of its spec and
+    its ``learning_rate_at`` schedule."""
     devices: frozenset[DeviceKind] = frozenset({"cpu"})
     max_devices: int = 1
     """Most devices of one kind the backend spans in one run."""

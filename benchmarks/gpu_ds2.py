@@ -60,6 +60,8 @@ if str(REPO) not in sys.path:
 
 from benchbase.backend import Backend, BackendReference, Batch, BuildContext, DevicePlan  # noqa: E402
 from benchbase.specs import ModelSpec, OptimizerSpec  # noqa: E402
+from benchbase.specs.model import validate_model  # noqa: E402
+from benchbase.specs.optimizer import validate_optimizer  # noqa: E402
 
 WORKLOAD = "ds2"
 PROFILES = ("sys1", "sys2", "sys10")
@@ -107,7 +109,7 @@ def load_workload() -> tuple[ModelSpec, OptimizerSpec, int, int | None, str]:
         text = yaml.safe_load((REPO / "benchbase" / "workloads" / f"{WORKLOAD}.yaml").read_text())
         features = text.get("features", {})
         note = f"ds2.yaml's model/optimizer fields (builtin_workload failed: {type(error).__name__}: {error})"
-        return (ModelSpec(**text["model"]), OptimizerSpec(**text.get("optimizer", {})),
+        return (validate_model(text["model"]), validate_optimizer(text.get("optimizer", {})),
                 int(features.get("mel_bands", 80)) + int(features.get("mfcc", 13)),
                 text.get("data", {}).get("pad_to_frames"), note)
 

@@ -14,6 +14,7 @@ from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.decode import GreedyDecoder
+from benchbase.families.ds2.parts import CTCHead
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs
 from benchbase.testing.tolerances import BOTH_SIDES, FLOAT64_UNIT_ROUNDOFF, accumulation_bound, ctc_recursion_bound
 
@@ -38,7 +39,7 @@ def _pipelines(store: FeatureStore, model, subsets) -> dict[str, BatchPipeline]:
 def test_each_subset_is_scored_on_its_own(small_store, mini_workload):
     store, model = FeatureStore(small_store), mini_workload.model
     subsets = mini_workload.data.dev
-    results = evaluate_subsets(SeededLogProbs(0), _pipelines(store, model, subsets), GreedyDecoder(), model)
+    results = evaluate_subsets(SeededLogProbs(0), _pipelines(store, model, subsets), CTCHead(GreedyDecoder(), model))
     assert list(results) == list(subsets)
     for subset, result in results.items():
         assert result.utterances == len(result.references) == store.utterance_count([subset])
@@ -48,8 +49,8 @@ def test_each_subset_is_scored_on_its_own(small_store, mini_workload):
 
 def test_validation_loss_is_torchs_ctc_loss_on_the_same_log_probs(small_store, mini_workload):
     store, model = FeatureStore(small_store), mini_workload.model
-    result = evaluate_subsets(SeededLogProbs(1), _pipelines(store, model, ["dev-clean"]), GreedyDecoder(),
-                              model)["dev-clean"]
+    result = evaluate_subsets(SeededLogProbs(1), _pipelines(store, model, ["dev-clean"]),
+                              CTCHead(GreedyDecoder(), model))["dev-clean"]
     # The same predictions again, scored by torch: the per-utterance NLL, impossible alignments as zero
     # (zero_infinity), averaged over utterances (the spec's mean_over_batch).
     backend, losses, frames = SeededLogProbs(1), [], []

@@ -25,13 +25,14 @@ from benchbase.compliance.checker import check_log
 from benchbase.compliance.rules import load_ruleset
 from benchbase.errors import InputError
 from benchbase.families.ds2 import quantization
+from benchbase.families.ds2.spec import QUANTIZABLE_TENSORS, DS2ModelSpec
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness import run_benchmark
 from benchbase.harness.devices import check_capabilities, device_plan
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
-from benchbase.specs import ModelSpec, RunConfig
-from benchbase.specs.workload import PRECISIONS, QUANTIZABLE_TENSORS, QuantizationSpec
+from benchbase.specs import RunConfig
+from benchbase.specs.workload import PRECISIONS, QuantizationSpec
 from benchbase.testing.conformance import Kit, resolve_backend
 from benchbase.testing.isa import capped
 from benchbase.testing.kit_data import load_kit_data
@@ -72,9 +73,10 @@ def registry_():
 def test_precision_is_one_of_the_listed_ones_and_quantization_is_data():
     assert PRECISIONS == ("fp32", "tf32", "bf16", "fp16", "int8-emulated")
     with pytest.raises(ValueError):
-        ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8, precision="int4")
+        DS2ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8, precision="int4")
     assert (SPEC.bits, SPEC.qmax, SPEC.range_momentum, SPEC.recurrent_state_range) == (8, 127, 0.99, 1.0)
-    assert SPEC.tensors == QUANTIZABLE_TENSORS and len(QUANTIZABLE_TENSORS) == 8
+    model = DS2ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8)
+    assert model.quantization.tensors == QUANTIZABLE_TENSORS and len(QUANTIZABLE_TENSORS) == 8
 
 
 def test_only_an_int8_emulated_model_has_activation_ranges_in_its_layout(kit_data):

@@ -4,7 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from benchbase.errors import InputError
-from benchbase.specs import HardwareProfile, ModelSpec, TTARule, WorkloadSpec
+from benchbase.families.ds2.spec import DS2ModelSpec
+from benchbase.specs import HardwareProfile, TTARule, WorkloadSpec
 from benchbase.specs.yaml_files import load_spec_text
 
 
@@ -81,15 +82,15 @@ def test_profile_batch_must_split_over_its_devices(registry):
 
 def test_out_of_bounds_values_are_refused():
     with pytest.raises(ValidationError):
-        ModelSpec(conv_channels=0, lstm_layers=1, lstm_units=8)
+        DS2ModelSpec(conv_channels=0, lstm_layers=1, lstm_units=8)
     with pytest.raises(ValidationError, match="outside the 30 symbols"):
-        ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8, ctc_blank_index=30)
+        DS2ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8, ctc_blank_index=30)
     with pytest.raises(ValidationError, match="repeat"):
         TTARule(targets=[{"metric": "cer", "value": 10}, {"metric": "cer", "value": 10}])
 
 
 def test_output_frames_follow_the_valid_strided_convolution():
-    model = ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8)
+    model = DS2ModelSpec(conv_channels=8, lstm_layers=1, lstm_units=8)
     assert [model.output_frames(n) for n in (10, 11, 12, 13, 100)] == [0, 1, 1, 2, 45]
 
 

@@ -25,6 +25,7 @@ from benchbase.compliance.parse import parse_log, read_log
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
+from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline, restored_backend
 from benchbase.plugin_host import get_plugin_manager
@@ -57,24 +58,26 @@ def verify(run_dir: Path, data: Path | None, independent: bool) -> None:
         hint = "" if with_backend else "; runs made before independent scoring exported none: try --with-backend"
         raise InputError(f"{source_of_weights}: no final weights (the run ended with an error, or predates them"
                          f"{hint})")
-    subset = config.workload.scored_subset
+    subset, model = config.workload.scored_subset, config.workload.model
     claimed, decoder_name, beam_width, source = _claim(run_dir, subset, config.workload.evaluation)
     store_root = data or config.data
     store = FeatureStore(store_root)
     evaluation = config.workload.evaluation.model_copy(update={"decoder": decoder_name})
     decoder = evaluation_decoder(evaluation, store_root, config.workload.data.train,
-                                 blank=config.workload.model.ctc_blank_index, beam_width=beam_width)
+                                 blank=config.workload.model.blank_index, beam_width=beam_width)
     pipeline = replay_pipeline(config, store, subset)
     if with_backend:
         load_backend(collect_registry(get_plugin_manager()), config.backend)  # its framework, imported quietly now
         with restored_backend(config, store, source_of_weights) as backend:
-            evaluated = evaluate_subsets(backend, {subset: pipeline}, decoder, config.workload.model)[subset]
+            head = family_parts(model).evaluation_head(model, decoder, backend.export_weights)
+            evaluated = evaluate_subsets(backend, {subset: pipeline}, head)[subset]
         tolerances = dict.fromkeys(METRICS, TOLERANCE)
         how = f"{config.backend}'s predict() on the final checkpoint"
     else:
         weights = _exported_weights(run_dir, config.workload.model, store.feature_dimension)
-        predictor = ReferencePredictor(weights, config.workload.model)
-        evaluated = evaluate_subsets(predictor, {subset: pipeline}, decoder, config.workload.model)[subset]
+        predictor = ReferencePredictor(weights, model)
+        head = family_parts(model).evaluation_head(model, decoder, lambda: weights)
+        evaluated = evaluate_subsets(predictor, {subset: pipeline}, head)[subset]
         tolerances = _independent_tolerances(evaluated)
         how = "independent: re-scored by the reference model from the exported weights, no backend code"
     measured = evaluated.rates()

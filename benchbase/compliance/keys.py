@@ -37,6 +37,10 @@ __all__ = [
     "OFF_CLOCK",
     "OPT_ADADELTA_EPSILON",
     "OPT_ADADELTA_RHO",
+    "OPTIMIZER_KEYS",
+    "OPT_LR_DECAY_EVERY_STEPS",
+    "OPT_LR_HOLD_STEPS",
+    "OPT_LR_MIN",
     "PRECISION",
     "STARTUP",
     "STOP_REASON",
@@ -52,6 +56,20 @@ __all__ = [
 # Hyperparameters the workload pins and mllog has no name for.
 OPT_ADADELTA_RHO = "opt_adadelta_rho"
 OPT_ADADELTA_EPSILON = "opt_adadelta_epsilon"
+OPT_LR_HOLD_STEPS = "opt_learning_rate_hold_steps"
+OPT_LR_DECAY_EVERY_STEPS = "opt_learning_rate_decay_every_steps"
+OPT_LR_MIN = "opt_learning_rate_min"
+
+OPTIMIZER_KEYS: dict[str, dict[str, str]] = {
+    "adadelta": {OPT_ADADELTA_RHO: "rho", OPT_ADADELTA_EPSILON: "epsilon"},
+    "adamw": {constants.OPT_ADAMW_BETA_1: "beta1", constants.OPT_ADAMW_BETA_2: "beta2",
+              constants.OPT_ADAMW_EPSILON: "epsilon", constants.OPT_ADAMW_WEIGHT_DECAY: "weight_decay",
+              constants.OPT_LR_WARMUP_STEPS: "warmup_steps", OPT_LR_HOLD_STEPS: "hold_steps",
+              OPT_LR_DECAY_EVERY_STEPS: "decay_every_steps", constants.OPT_LR_DECAY_FACTOR: "decay_factor",
+              OPT_LR_MIN: "min_learning_rate"},
+}
+"""Per optimizer (``OptimizerSpec.name``), its own log keys beside opt_name, opt_base_learning_rate and
+opt_gradient_clip_norm, and the spec field each states."""
 EVAL_DECODER = "eval_decoder"
 EVAL_BEAM_WIDTH = "eval_beam_width"
 EVAL_LM_MODE = "eval_lm_mode"

@@ -53,6 +53,8 @@ def fixed_hyperparameters(rule: r.FixedHyperparametersRule, evidence: Evidence) 
         pinned, logged = field_at(workload, path), evidence.value_of(key)
         if path in chosen:
             continue  # the run chose it, and its log and config.json say the same
+        if logged is MISSING and pinned is MISSING:
+            continue  # a key of another optimizer than the workload's (opt_adadelta_rho of an adamw run)
         if logged is MISSING:
             messages.append(f"{key} is not in the log ({source} pins {path} = {pinned!r})")
         elif pinned is not MISSING and not same_value(logged, pinned):

@@ -190,7 +190,7 @@ def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int 
     if frames.max() > width:
         raise ValueError(f"an utterance has {frames.max()} frames, more than pad_to_frames {width}")
     features = np.zeros((len(utterances), width, utterances[0].features.shape[1]), dtype=np.float32)
-    labels = np.full((len(utterances), label_lengths.max()), model.ctc_blank_index, dtype=np.int32)
+    labels = np.full((len(utterances), label_lengths.max()), model.blank_index, dtype=np.int32)
     for row, utterance in enumerate(utterances):
         features[row, : frames[row]] = utterance.features
         labels[row, : label_lengths[row]] = utterance.labels

@@ -221,7 +221,7 @@ def _prepare_utterance(source: UtteranceSource, job: ShardJob, summary: ShardSum
     if seconds > job.max_duration:
         return drop("too_long")
     features = extract_features(audio, job.features)
-    if job.model.output_frames(features.shape[0]) < len(labels):
+    if not job.model.keeps_utterance(features.shape[0], len(labels)):
         return drop("too_short")
     summary.seconds += seconds
     summary.rows.append({"id": source.utterance_id, "speaker": source.speaker, "seconds": round(seconds, 3),
@@ -277,7 +277,7 @@ def _identity(root: Path, subsets, jobs_by_subset, features: FeatureSpec, model:
     return {"source": str(Path(root).resolve()),
             "files_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
             "features": features.model_dump(), "max_duration": max_duration,
-            "conv": [model.conv_width, model.conv_stride], "format": FORMAT_VERSION,
+            **model.store_shaping(), "format": FORMAT_VERSION,
             "roles": {role: list(names) for role, names in sorted(subsets.items())}}
 
 

@@ -70,7 +70,7 @@ def store_key(workload: WorkloadSpec) -> str:
         "format": FORMAT_VERSION,
         "features": workload.features.model_dump(),
         "max_duration": workload.data.max_duration,
-        "conv": [model.conv_width, model.conv_stride],
+        **model.store_shaping(),
         "subsets": [workload.data.train, workload.data.dev, workload.data.test],
     }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]

@@ -51,6 +51,13 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
                        plan: DevicePlan) -> None:
     """A one-line error, before the clock starts, for a run the backend says it cannot do."""
     capabilities = backend.capabilities
+    family, optimizer = workload.model.family, workload.optimizer.name
+    if family not in capabilities.families:
+        raise InputError(f"backend {name!r} does not implement the {family} model family of workload "
+                         f"{workload.name!r} (it declares {', '.join(sorted(capabilities.families))})")
+    if optimizer not in capabilities.optimizers:
+        raise InputError(f"backend {name!r} does not implement optimizer {optimizer!r} of workload "
+                         f"{workload.name!r} (it declares {', '.join(sorted(capabilities.optimizers))})")
     if plan.kind not in capabilities.devices:
         raise InputError(f"backend {name!r} does not train on {plan.kind} devices "
                          f"(it declares {', '.join(sorted(capabilities.devices))})")

@@ -2,8 +2,9 @@
 
 Each subset is decoded and scored on its own, never pooled: the paper's dev-clean and
 dev-other differ by a factor of two in WER, so a pooled rate would describe neither. Beside
-the error rates, the harness computes the validation loss itself from the log-probabilities
-the backend returned (one NumPy CTC for every backend; a backend never reports a metric).
+the error rates, the harness computes the validation loss itself from what the backend returned, with the
+model family's evaluation head (``benchbase.families.parts``: for ds2, one NumPy CTC for
+every backend and the workload's decoder); a backend never reports a metric.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ import numpy as np
 from benchbase.backend import Batch, Inputs
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import BackgroundDecoding
-from benchbase.decode.factory import Decoder
 from benchbase.errors import NonFiniteError
+from benchbase.families.parts import EvaluationHead
 from benchbase.harness.hook_payloads import SubsetScore
 from benchbase.metrics import error_rates
-from benchbase.metrics.ctc import ctc_loss
-from benchbase.specs import ModelSpec
 
 __all__ = ["BatchObserver", "Predictor", "SubsetEvaluation", "evaluate_subsets", "predicted_log_probs",
            "subset_records"]
@@ -48,11 +47,10 @@ class SubsetEvaluation(SubsetScore):
     hypotheses: list[str] = field(repr=False)
 
 
-def evaluate_subsets(backend: Predictor, pipelines: dict[str, BatchPipeline], decoder: Decoder,
-                     model: ModelSpec, observe: BatchObserver | None = None) -> dict[str, SubsetEvaluation]:
+def evaluate_subsets(backend: Predictor, pipelines: dict[str, BatchPipeline], head: EvaluationHead,
+                     observe: BatchObserver | None = None) -> dict[str, SubsetEvaluation]:
     """Every subset in ``pipelines`` order, each predicted, decoded and scored on its own."""
-    return {subset: _evaluate(subset, backend, pipeline, decoder, model, observe)
-            for subset, pipeline in pipelines.items()}
+    return {subset: _evaluate(subset, backend, pipeline, head, observe) for subset, pipeline in pipelines.items()}
 
 
 def subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
@@ -60,11 +58,11 @@ def subset_records(results: dict[str, SubsetEvaluation]) -> dict[str, dict]:
     return {subset: {**result.rates(), "utterances": result.utterances} for subset, result in results.items()}
 
 
-def _evaluate(subset: str, backend: Predictor, pipeline: BatchPipeline, decoder: Decoder,
-              model: ModelSpec, observe: BatchObserver | None) -> SubsetEvaluation:
+def _evaluate(subset: str, backend: Predictor, pipeline: BatchPipeline, head: EvaluationHead,
+              observe: BatchObserver | None) -> SubsetEvaluation:
     references: list[str] = []
     losses: list[np.ndarray] = []
-    decoding = BackgroundDecoding(decoder)  # decodes batch n while the backend predicts n + 1
+    decoding = BackgroundDecoding(head)  # decodes batch n while the backend predicts n + 1
     for batch in pipeline.epoch(0):
         # The backend sees features and lengths only: the labels stay here.
         log_probs = predicted_log_probs(backend, batch.inputs())
@@ -72,12 +70,11 @@ def _evaluate(subset: str, backend: Predictor, pipeline: BatchPipeline, decoder:
         if observe is not None:
             observe(subset, batch, log_probs)
         decoding.submit(log_probs, batch.output_lengths)
-        losses.append(ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths,
-                               model.ctc_blank_index))
+        losses.append(head.losses(log_probs, batch))
         references += batch.transcripts
     hypotheses = decoding.results()
     rates = error_rates(references, hypotheses)
-    return SubsetEvaluation(subset, rates.wer, rates.cer, rates.paper_cer, _mean_loss(np.concatenate(losses), model),
+    return SubsetEvaluation(subset, rates.wer, rates.cer, rates.paper_cer, _mean_loss(np.concatenate(losses)),
                             rates.utterances, references, hypotheses)
 
 
@@ -101,7 +98,5 @@ def _check_finite(subset: str, log_probs: np.ndarray, lengths: np.ndarray, utter
                              f"{len(rows)} utterance(s): {', '.join(utterance_ids[row] for row in rows[:8])}")
 
 
-def _mean_loss(losses: np.ndarray, model: ModelSpec) -> float:
-    if model.ctc_impossible_alignments == "zero":
-        losses = np.where(np.isinf(losses), 0.0, losses)
+def _mean_loss(losses: np.ndarray) -> float:
     return float(losses.mean()) if losses.size else 0.0

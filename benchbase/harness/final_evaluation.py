@@ -19,7 +19,7 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import evaluation_decoder
 from benchbase.decode.factory import Decoder
 from benchbase.errors import PredictionMismatch
-from benchbase.families.ds2.weight_layout import weight_layout
+from benchbase.families.parts import EvaluationHead, family_parts
 from benchbase.harness.assembly import fp32_context, run_pipeline
 from benchbase.harness.evaluation import evaluate_subsets, subset_records
 from benchbase.harness.independent_scoring import UtteranceSample, score_sample
@@ -48,7 +48,7 @@ class FinalEvaluation:
         """Evaluate the model trained for ``epoch`` epochs; returns result.json's ``final_evaluation``."""
         workload = self.config.workload
         decoder = evaluation_decoder(workload.evaluation.model_copy(update={"decoder": self.decoder_name}),
-                                     self.config.data, workload.data.train, blank=workload.model.ctc_blank_index,
+                                     self.config.data, workload.data.train, blank=workload.model.blank_index,
                                      beam_width=self.beam_width)
         # A store prepared without some test subset still gets the others; `benchbase check`
         # reports the missing ones (rule final_evaluation).
@@ -60,7 +60,8 @@ class FinalEvaluation:
         sample = None
         if workload.evaluation.independent_utterances > 0:  # 0: off (open division)
             sample = UtteranceSample(scored_subset, workload.evaluation.independent_final_utterances)
-        results = evaluate_subsets(self.backend, pipelines, decoder, workload.model, observe=sample)
+        head = family_parts(workload.model).evaluation_head(workload.model, decoder, self.backend.export_weights)
+        results = evaluate_subsets(self.backend, pipelines, head, observe=sample)
         seconds = time.perf_counter() - started
         for subset, result in results.items():
             self.log.event(own_keys.FINAL_ACCURACY, value=result.rates(),
@@ -71,17 +72,17 @@ class FinalEvaluation:
                   "seconds": round(seconds, 3), "precision": workload.model.precision,
                   "subsets": subset_records(results)}
         if sample is not None and scored_subset in results:
-            record["independent"] = self._score_independently(sample, results[scored_subset].hypotheses, decoder)
+            record["independent"] = self._score_independently(sample, results[scored_subset].hypotheses, head)
         if workload.model.precision != "fp32":
             record["fp32"] = self._in_fp32(pipelines, decoder)
         return record
 
-    def _score_independently(self, sample: UtteranceSample, hypotheses: list[str], decoder: Decoder) -> dict:
+    def _score_independently(self, sample: UtteranceSample, hypotheses: list[str], head: EvaluationHead) -> dict:
         """The reference re-scores the scored subset (or the workload's sample of it) from the final
         weights. The run has stopped, so a disagreement is recorded, not raised: `benchbase check`
         fails the run (rule independent_scoring)."""
         try:
-            record = score_sample(sample, self.backend.export_weights(), self.config.workload.model, decoder,
+            record = score_sample(sample, self.backend.export_weights(), self.config.workload.model, head,
                                   hypotheses).record()
         except PredictionMismatch as error:
             record = {"agree": False, "error": str(error)}
@@ -99,9 +100,11 @@ class FinalEvaluation:
         try:
             weights = self.backend.export_weights()
             twin.build(context)
-            twin.import_weights({name: weights[name] for name in weight_layout(context.model,
-                                                                               context.feature_dimension)})
-            results = evaluate_subsets(twin, pipelines, decoder, context.model)
+            parts = family_parts(context.model)
+            twin.import_weights({name: weights[name] for name in parts.weight_layout(context.model,
+                                                                                     context.feature_dimension)})
+            head = parts.evaluation_head(context.model, decoder, twin.export_weights)
+            results = evaluate_subsets(twin, pipelines, head)
         except Exception as error:  # noqa: BLE001  (the timed run stands; result.json says why this is missing)
             return {"error": f"{type(error).__name__}: {str(error)[:500]}"}
         finally:

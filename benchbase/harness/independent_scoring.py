@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Batch
-from benchbase.decode.factory import Decoder
 from benchbase.errors import PredictionMismatch
+from benchbase.families.parts import EvaluationHead
 from benchbase.specs import ModelSpec
 from benchbase.testing.agreement import UtteranceOutputs, compare_with_reference
 
@@ -118,7 +118,7 @@ class IndependentScore:
                 f"{shown})")
 
 
-def score_sample(sample: UtteranceSample, weights: Mapping[str, np.ndarray], model: ModelSpec, decoder: Decoder,
+def score_sample(sample: UtteranceSample, weights: Mapping[str, np.ndarray], model: ModelSpec, head: EvaluationHead,
                  hypotheses: list[str]) -> IndependentScore:
     """Compare the sample's predict() outputs with the reference on ``weights``; ``hypotheses``:
     the subset's decoded outputs in evaluation order, as the evaluation scored them."""
@@ -130,7 +130,7 @@ def score_sample(sample: UtteranceSample, weights: Mapping[str, np.ndarray], mod
         raise PredictionMismatch(f"the exported weights cannot be re-scored: {error}") from None
     texts_differ = 0
     for item, reference in zip(kept, agreement.reference):
-        decoded = decoder.decode(reference[None].astype(np.float32), np.array([reference.shape[0]], np.int32))[0]
+        decoded = head.decode(reference[None].astype(np.float32), np.array([reference.shape[0]], np.int32))[0]
         texts_differ += decoded != hypotheses[item.position]
     return IndependentScore(sample.subset, len(kept), sample.seed, tuple(agreement.disagreeing),
                             agreement.worst_ratio, texts_differ, time.perf_counter() - started)

@@ -60,5 +60,5 @@ class RunInputs:
                 raise InputError(f"{config.data}: dev subset {subset} holds no utterances; nothing to evaluate")
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         decoder = evaluation_decoder(workload.evaluation, config.data, workload.data.train,
-                                     blank=workload.model.ctc_blank_index)
+                                     blank=workload.model.blank_index)
         return cls(store, plan, context, train_data, dev_data, decoder)

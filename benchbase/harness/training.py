@@ -14,8 +14,8 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import StopReason, constants
 from benchbase.data.pipeline import EpochBatches
-from benchbase.decode import greedy_decode
 from benchbase.errors import BenchbaseError, NonFiniteError, PredictionMismatch, Terminated
+from benchbase.families.parts import EvaluationHead, family_parts
 from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import own_slice
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs, subset_records
@@ -187,8 +187,8 @@ class TrainingLoop:
                        metadata={constants.EPOCH_NUM: epoch})
 
     def _log_sentences(self, epoch: int, batch: Batch) -> None:
-        log_probs = predicted_log_probs(self.backend, batch.inputs())
-        hypotheses = greedy_decode(log_probs, batch.output_lengths, self.workload.model.ctc_blank_index)
+        outputs = predicted_log_probs(self.backend, batch.inputs())
+        hypotheses = self._evaluation_head().greedy(outputs, batch.output_lengths)
         for index in range(min(SENTENCES_PER_LOG, batch.size)):
             self.recorder.training_sentence({
                 "epoch": epoch, "batch": self.progress.batch_index, "t": round(self.clock.seconds(), 3),
@@ -207,7 +207,8 @@ class TrainingLoop:
         scored_subset = self.workload.scored_subset
         sample_size = self.workload.evaluation.independent_utterances
         sample = UtteranceSample(scored_subset, sample_size) if sample_size else None
-        results = evaluate_subsets(self.backend, dev_data, self.inputs.decoder, self.workload.model, observe=sample)
+        head = self._evaluation_head()
+        results = evaluate_subsets(self.backend, dev_data, head, observe=sample)
         for subset, result in results.items():
             # The decoded outputs are the evidence behind the rates: `benchbase check` recomputes them.
             decoded = self.recorder.decoded(self.folder.decoded_evaluation(subset, epoch), result.references,
@@ -220,7 +221,7 @@ class TrainingLoop:
         finished = self.clock.seconds()
         scored = results[scored_subset]
         if sample is not None:
-            self._score_independently(epoch, sample, scored.hypotheses)
+            self._score_independently(epoch, sample, scored.hypotheses, head)
         tracker = self.progress.tracker
         tracker.update(epoch, finished, scored.rates())
         evaluation = Evaluation(**{field.name: getattr(scored, field.name) for field in fields(SubsetScore)},
@@ -234,15 +235,21 @@ class TrainingLoop:
         return evaluation
 
 
-    def _score_independently(self, epoch: int, sample: UtteranceSample, hypotheses: list[str]) -> None:
+    def _evaluation_head(self) -> EvaluationHead:
+        """How the model family turns predict()'s outputs into texts and losses now (a transducer's
+        decoding reads the backend's exported weights, so it is made anew for each use)."""
+        model = self.workload.model
+        return family_parts(model).evaluation_head(model, self.inputs.decoder, self.backend.export_weights)
+
+    def _score_independently(self, epoch: int, sample: UtteranceSample, hypotheses: list[str],
+                             head: EvaluationHead) -> None:
         """Off the clock: the reference re-scores the sample from the exported weights; a
         disagreement stops the run before any target counts from this evaluation."""
         metadata = {constants.EPOCH_NUM: epoch, "why": "independent_scoring"}
         self.log.start(own_keys.OFF_CLOCK, metadata=metadata)
         try:
             with self.clock.paused():
-                score = score_sample(sample, self.backend.export_weights(), self.workload.model,
-                                     self.inputs.decoder, hypotheses)
+                score = score_sample(sample, self.backend.export_weights(), self.workload.model, head, hypotheses)
                 self.log.event(own_keys.INDEPENDENT_SCORE, value=score.record(),
                                metadata={constants.EPOCH_NUM: epoch, own_keys.SUBSET: sample.subset})
         finally:

@@ -5,6 +5,7 @@ All are frozen; the specs a person writes reject unknown fields, a result read b
 from __future__ import annotations
 
 from benchbase.specs.hardware import CPUSpec, DeviceSpec, HardwareProfile, PipelineDefaults, PriceSpec
+from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec
 from benchbase.specs.result import ResultProblem, RunResult, TargetReached, read_run_result
 from benchbase.specs.run import RunConfig
 from benchbase.specs.tta import Target, TTARule
@@ -21,6 +22,8 @@ from benchbase.specs.workload import (
 )
 
 __all__ = [
+    "AdaDeltaSpec",
+    "AdamWSpec",
     "BEAM_DECODERS",
     "DECODER_NAMES",
     "CPUSpec",

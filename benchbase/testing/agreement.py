@@ -31,9 +31,8 @@ import numpy as np
 
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.weight_layout import validate_weights
+from benchbase.families.parts import family_parts
 from benchbase.specs import ModelSpec
-from benchbase.testing.reference_model import bounded_reference, reference_forward
 from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, INJECTION_DRAWS
 
 __all__ = ["OPERAND_ROUNDOFF", "Agreement", "ReferencePredictor", "UtteranceOutputs", "compare_with_reference",
@@ -106,17 +105,17 @@ def compare_with_reference(weights: Mapping[str, np.ndarray], model: ModelSpec,
     reference: list[np.ndarray] = [np.empty(0)] * count
     for rows in _batches(utterances):
         features, lengths = _padded([utterances[row].features for row in rows])
-        bounded = bounded_reference(weights, model, features, lengths, training=False,
-                                    operand_roundoff=operand_roundoff, draws=draws)
+        outputs, bound = family_parts(model).bounded_outputs(weights, model, features, lengths,
+                                                             operand_roundoff=operand_roundoff, draws=draws)
         for position, row in enumerate(rows):
             found = utterances[row].log_probs
             frames = found.shape[0]
-            expected = bounded.log_probs[position, :frames]
+            expected = outputs[position, :frames]
             if expected.shape != found.shape:
                 raise ValueError(f"{utterances[row].utterance_id}: predict gave {found.shape} log-probabilities for "
                                  f"{int(lengths[position])} feature frames; the reference gives {expected.shape}")
             differences[row] = float(np.max(np.abs(found.astype(np.float64) - expected), initial=0.0))
-            tolerances[row] = BOTH_SIDES * float(np.max(bounded.log_probs_bound[position, :frames], initial=0.0))
+            tolerances[row] = BOTH_SIDES * float(np.max(bound[position, :frames], initial=0.0))
             reference[row] = expected
     return Agreement(tuple(utterance.utterance_id for utterance in utterances), differences, tolerances,
                      tuple(reference))
@@ -125,8 +124,7 @@ def compare_with_reference(weights: Mapping[str, np.ndarray], model: ModelSpec,
 def reference_log_probs(weights: Mapping[str, np.ndarray], model: ModelSpec, features: np.ndarray,
                         feature_lengths: np.ndarray) -> np.ndarray:
     """What ``weights`` predict for a padded batch, by the reference alone (float32, as predict() returns)."""
-    log_probs, _ = reference_forward(weights, model, features, feature_lengths, training=False)
-    return log_probs.astype(np.float32)
+    return family_parts(model).reference_outputs(weights, model, features, feature_lengths).astype(np.float32)
 
 
 class ReferencePredictor:
@@ -144,7 +142,7 @@ class ReferencePredictor:
     def layout_problem(weights: Mapping[str, np.ndarray], model: ModelSpec, feature_dimension: int) -> str | None:
         """Why ``weights`` cannot be the model's (a name missing or unknown, a wrong shape), or None."""
         try:
-            validate_weights(weights, model, feature_dimension)
+            family_parts(model).validate_weights(weights, model, feature_dimension)
         except BenchbaseError as error:
             return str(error)
         return None

@@ -119,7 +119,7 @@ def _kit_data(store_root: Path) -> KitData:
 def _impossible(utterance: Utterance, model: ModelSpec) -> Utterance:
     """The utterance cut to half as many output frames as it has labels (at least one frame)."""
     output_frames = max(len(utterance.labels) // 2, 1)
-    frames = model.conv_width + (output_frames - 1) * model.conv_stride
+    frames = model.input_frames_for(output_frames)
     assert model.output_frames(frames) < len(utterance.labels)
     return replace(utterance, features=utterance.features[:frames])
 

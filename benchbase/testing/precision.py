@@ -77,7 +77,7 @@ def range_update_rounding(value: float) -> float:
 
 def in_precision(model: ModelSpec, precision: str) -> ModelSpec:
     """``model`` in another precision, validated."""
-    return ModelSpec.model_validate(model.model_dump() | {"precision": precision})
+    return type(model).model_validate(model.model_dump() | {"precision": precision})
 
 
 def quantized_forward(backend_class: type[Backend], data: KitData, seed: int = 0,

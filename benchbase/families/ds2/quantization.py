@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchbase.specs.workload import ModelSpec, QuantizationSpec
+from benchbase.families.ds2.spec import DS2ModelSpec as ModelSpec
+from benchbase.specs.model import QuantizationSpec
 
 __all__ = [
     "INT8_EMULATED",

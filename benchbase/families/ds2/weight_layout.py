@@ -34,7 +34,7 @@ import numpy as np
 
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.quantization import quantizer_state_layout
-from benchbase.specs import ModelSpec
+from benchbase.families.ds2.spec import DS2ModelSpec as ModelSpec
 
 __all__ = ["BATCHNORM_PARTS", "validate_weights", "weight_layout"]
 

@@ -26,7 +26,7 @@ from benchbase.families.ds2.weight_layout import weight_layout  # noqa: E402
 from benchbase.plugin_host import get_plugin_manager  # noqa: E402
 from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
 from benchbase.plugin_host.registry import collect_registry  # noqa: E402
-from benchbase.specs import OptimizerSpec  # noqa: E402
+from benchbase.specs import AdaDeltaSpec  # noqa: E402
 from benchbase.testing.reference_model import bounded_step  # noqa: E402
 from benchbase.testing.tolerances import (  # noqa: E402
     BOTH_SIDES,
@@ -196,7 +196,7 @@ def test_a_checkpoint_that_does_not_fit_is_refused_with_its_path(backend, tmp_pa
 
 @pytest.mark.parametrize("clip", [None, 0.5])
 def test_adadelta_is_pytorchs(clip):
-    spec = OptimizerSpec(learning_rate=0.7, rho=0.9, epsilon=1e-6, gradient_clip_norm=clip)
+    spec = AdaDeltaSpec(learning_rate=0.7, rho=0.9, epsilon=1e-6, gradient_clip_norm=clip)
     optimizer = jax_training.make_optimizer(spec)
     rng = np.random.default_rng(0)
     parameters = {"w": rng.normal(size=5).astype(np.float32)}
