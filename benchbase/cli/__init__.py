@@ -8,6 +8,7 @@ from benchbase.cli import (  # noqa: F401  (they register commands)
     data_commands,
     decode_commands,
     info_commands,
+    package_commands,
     rcp_commands,
     report_commands,
     run_command,

@@ -28,7 +28,8 @@ from benchbase.run_folder import RunFolder
 from benchbase.specs import TTARule
 from benchbase.specs.overrides import MISSING, field_at
 
-__all__ = ["EVALUATION_KEYS", "RunConvergence", "differing_hyperparameters", "read_convergence", "run_tta_rule"]
+__all__ = ["EVALUATION_KEYS", "RunConvergence", "differing_hyperparameters", "logged_hyperparameters",
+           "read_convergence", "run_tta_rule"]
 
 EVALUATION_KEYS = (keys.EVAL_DECODER, keys.EVAL_BEAM_WIDTH, keys.EVAL_LM_MODE, keys.EVAL_LM_ALPHA, keys.EVAL_LM_BETA,
                    keys.TTA_SUBSET, constants.GRADIENT_ACCUMULATION_STEPS)
@@ -113,7 +114,7 @@ def read_convergence(group: RunGroup, run: Run, rule: TTARule | None = None) -> 
         division=_text(_value(log, constants.SUBMISSION_DIVISION)), seed=_integer(_value(log, constants.SEED)),
         global_batch=_integer(_value(log, constants.GLOBAL_BATCH_SIZE)),
         status=None if stop is None else _text(stop.metadata.get(constants.STATUS)),
-        hyperparameters=_hyperparameters(log), rule=rule,
+        hyperparameters=logged_hyperparameters(log), rule=rule,
         epochs={label: None if found is None else found[1] for label, found in reached.items()})
 
 
@@ -133,7 +134,8 @@ def _run_name(group: RunGroup, run: Run) -> str:
     return run.path.name if folder == run.path.name else f"{folder}/{run.path.name}"
 
 
-def _hyperparameters(log: ParsedLog) -> dict[str, Any]:
+def logged_hyperparameters(log: ParsedLog) -> dict[str, Any]:
+    """Every opt_* key and the evaluation's keys, first value each: what an RCP compares."""
     found: dict[str, Any] = {}
     for event in log.events:
         if (event.key.startswith("opt_") or event.key in EVALUATION_KEYS) and event.key not in found:
