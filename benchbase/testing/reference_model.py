@@ -37,9 +37,11 @@ from benchbase.testing.tolerances import INJECTION_DRAWS, RoundingModel, ctc_rec
 __all__ = [
     "BoundedReference",
     "BoundedStep",
+    "RoundedArithmetic",
     "batchnorm_names",
     "bounded_reference",
     "bounded_step",
+    "lstm_layer",
     "random_weights",
     "reference_forward",
 ]
@@ -64,7 +66,7 @@ def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     running: dict[str, np.ndarray] = {}
     quantize = _Quantizer(weights, model, training, running)
-    rounded = _Rounding(rounding)
+    rounded = RoundedArithmetic(rounding)
     x = quantize.input("conv", np.asarray(features, dtype=np.float64))
     x = _convolve(x, quantize.kernel("conv.kernel", w), model.conv_stride, rounded)
     x = _batchnorm(x, w, "conv_norm", model, training, running, rounded)
@@ -72,8 +74,9 @@ def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     for layer in range(model.lstm_layers):
         prefix = f"lstm.{layer}"
         x = quantize.input(prefix, x)
-        x = _lstm(x, quantize.kernel(f"{prefix}.input_kernel", w), quantize.kernel(f"{prefix}.recurrent_kernel", w),
-                  w[f"{prefix}.bias"], quantize.recurrent_state, rounded)
+        x = lstm_layer(x, quantize.kernel(f"{prefix}.input_kernel", w),
+                       quantize.kernel(f"{prefix}.recurrent_kernel", w), w[f"{prefix}.bias"], quantize.recurrent_state,
+                       rounded)
         x = _batchnorm(x, w, f"lstm_norm.{layer}", model, training, running, rounded)
     x = quantize.input("output", x)
     kernel = quantize.kernel("output.kernel", w)
@@ -138,7 +141,7 @@ def bounded_step(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Bat
     return BoundedStep(reference, float(exact["loss"]), loss_bound, losses)
 
 
-class _Rounding:
+class RoundedArithmetic:
     """The reference's arithmetic with a rounding model's moves applied (none without one)."""
 
     def __init__(self, model: RoundingModel | None) -> None:
@@ -267,7 +270,7 @@ def _check_inputs(weights, model: ModelSpec, features: np.ndarray, feature_lengt
         raise ValueError(f"feature_lengths must be ({features.shape[0]},), got {np.shape(feature_lengths)}")
 
 
-def _convolve(x: np.ndarray, kernel: np.ndarray, stride: int, rounded: _Rounding) -> np.ndarray:
+def _convolve(x: np.ndarray, kernel: np.ndarray, stride: int, rounded: RoundedArithmetic) -> np.ndarray:
     """Valid, strided 1-D convolution: (batch, frames, features) -> (batch, frames', channels)."""
     width, dimension, channels = kernel.shape
     windows = np.lib.stride_tricks.sliding_window_view(x, width, axis=1)[:, ::stride]  # (b, t', f, width)
@@ -276,7 +279,7 @@ def _convolve(x: np.ndarray, kernel: np.ndarray, stride: int, rounded: _Rounding
 
 
 def _batchnorm(x: np.ndarray, w: dict[str, np.ndarray], prefix: str, model: ModelSpec, training: bool,
-               running: dict[str, np.ndarray], rounded: _Rounding) -> np.ndarray:
+               running: dict[str, np.ndarray], rounded: RoundedArithmetic) -> np.ndarray:
     """Normalize per channel (the last axis); in training, with every frame of the padded batch."""
     mean, variance = w[f"{prefix}.mean"], w[f"{prefix}.variance"]
     if training:
@@ -297,14 +300,14 @@ def _batchnorm(x: np.ndarray, w: dict[str, np.ndarray], prefix: str, model: Mode
     return rounded.function(normalized * w[f"{prefix}.scale"] + w[f"{prefix}.offset"], 2)
 
 
-def _lstm(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
-          quantize_state: Callable[[np.ndarray], np.ndarray] | None = None,
-          rounded: _Rounding | None = None) -> np.ndarray:
+def lstm_layer(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
+               quantize_state: Callable[[np.ndarray], np.ndarray] | None = None,
+               rounded: RoundedArithmetic | None = None) -> np.ndarray:
     """A unidirectional LSTM from a zero state: (batch, frames, inputs) -> (batch, frames, units).
 
     ``quantize_state``: int8-emulated's fake quantization of h(t-1) before the recurrent matmul.
     """
-    rounded = rounded or _Rounding(None)
+    rounded = rounded or RoundedArithmetic(None)
     batch, frames, _ = x.shape
     units = recurrent_kernel.shape[0]
     # Every frame's input part at once; only h @ recurrent is sequential. The rounding model
@@ -328,8 +331,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1.0)  # the tanh form never overflows
 
 
-def _log_softmax(logits: np.ndarray, rounded: _Rounding | None = None) -> np.ndarray:
-    rounded = rounded or _Rounding(None)
+def _log_softmax(logits: np.ndarray, rounded: RoundedArithmetic | None = None) -> np.ndarray:
+    rounded = rounded or RoundedArithmetic(None)
     shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
     total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
     return rounded.function(shifted - rounded.function(np.log(total))[..., None])

@@ -1,0 +1,103 @@
+"""The RNN-T family's parts: predict() returns the joint's encoder projection, the harness searches.
+
+A transducer's decoding needs the prediction network and the joint, so the harness runs them
+itself, on the weights the backend exports, with ``benchbase.families.rnnt.greedy``; the
+validation loss is the reference's transducer loss on the same weights. What the backend
+computes (the encoder) is checked against the reference's encoder by independent scoring, and
+what it does not compute (the search) is benchbase's: a backend decides no part of its score.
+
+The error model's bound of the encoder projection (``bounded_outputs``) is DS2's: the same
+LSTM with every accumulation and vector function moved by its float32 rounding bound
+(``benchbase.testing.reference_model.lstm_layer``, ``benchbase.testing.tolerances``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from benchbase.backend import Batch
+from benchbase.data.alphabet import decode_labels
+from benchbase.decode.factory import Decoder
+from benchbase.families.parts import Weights
+from benchbase.families.rnnt.greedy import greedy_decode
+from benchbase.families.rnnt.loss import transducer_loss
+from benchbase.families.rnnt.quantization import Quantizer
+from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, stack_frames
+from benchbase.families.rnnt.spec import RNNTModelSpec
+from benchbase.families.rnnt.weight_layout import encoder_layer_names, validate_weights, weight_layout
+from benchbase.testing.reference_model import RoundedArithmetic, lstm_layer
+from benchbase.testing.tolerances import RoundingModel, rounding_bound
+
+__all__ = ["PARTS", "RNNTParts", "TransducerHead", "rounded_encoder"]
+
+
+class TransducerHead:
+    """The greedy transducer search and the transducer loss on one set of exported weights."""
+
+    def __init__(self, model: RNNTModelSpec, weights: Weights) -> None:
+        self.model = model
+        self.weights = {name: np.asarray(value, dtype=np.float32) for name, value in weights.items()}
+
+    def decode(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
+        found = greedy_decode(self.weights, self.model, outputs, lengths, self.model.max_symbols_per_frame)
+        return [decode_labels(labels) for labels in found]
+
+    def greedy(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
+        return self.decode(outputs, lengths)
+
+    def losses(self, outputs: np.ndarray, batch: Batch) -> np.ndarray:
+        predicted = prediction_forward(self.weights, self.model, batch.labels, batch.label_lengths)
+        frames = int(batch.output_lengths.max(initial=0))
+        log_probs = joint(self.weights, self.model, outputs[:, :frames], predicted)
+        losses = transducer_loss(log_probs, batch.labels, batch.output_lengths, batch.label_lengths,
+                                 self.model.blank_index)
+        return np.where(np.isinf(losses), 0.0, losses)  # transducer_impossible_alignments: zero
+
+
+class RNNTParts:
+    def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> TransducerHead:
+        return TransducerHead(model, weights())  # the search needs the prediction network and joint
+
+    def output_width(self, model) -> int:
+        return int(model.joint_units)
+
+    def weight_layout(self, model, feature_dimension: int) -> dict[str, tuple[int, ...]]:
+        return weight_layout(model, feature_dimension)
+
+    def validate_weights(self, weights: Weights, model, feature_dimension: int) -> None:
+        validate_weights(weights, model, feature_dimension)
+
+    def reference_outputs(self, weights: Weights, model, features: np.ndarray,
+                          feature_lengths: np.ndarray) -> np.ndarray:
+        encoded, _ = encoder_forward(weights, model, features, feature_lengths)
+        return encoded
+
+    def bounded_outputs(self, weights: Weights, model, features: np.ndarray, feature_lengths: np.ndarray,
+                        operand_roundoff: float, draws: int) -> tuple[np.ndarray, np.ndarray]:
+        def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
+            return {"encoded": rounded_encoder(weights, model, features, RoundedArithmetic(rounding))}
+
+        exact, bound = rounding_bound(compute, draws=draws, operand_roundoff=operand_roundoff)
+        return exact["encoded"], bound["encoded"]
+
+
+def rounded_encoder(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, features: np.ndarray,
+                    rounded: RoundedArithmetic) -> np.ndarray:
+    """``reference.encoder_forward``'s projection with ``rounded``'s moves injected (none: the same numbers)."""
+    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
+    quantizer = Quantizer(weights, model, training=False)  # the identity unless int8-emulated
+    x = stack_frames(np.asarray(features, dtype=np.float64), model.input_stack, model.input_subsample)
+    for index, prefix in enumerate(encoder_layer_names(model)):
+        if index == model.encoder_pre_layers:
+            x = stack_frames(x, model.stack_time_factor, model.stack_time_factor)
+        input_kernel = quantizer.kernel(f"{prefix}.input_kernel", w[f"{prefix}.input_kernel"])
+        recurrent_kernel = quantizer.kernel(f"{prefix}.recurrent_kernel", w[f"{prefix}.recurrent_kernel"])
+        x = lstm_layer(quantizer.input(prefix, x), input_kernel, recurrent_kernel, w[f"{prefix}.bias"],
+                       quantizer.recurrent_state(prefix), rounded)
+    kernel = quantizer.kernel("joint.encoder.kernel", w["joint.encoder.kernel"])
+    return rounded.dot(quantizer.input("joint.encoder", x), kernel, w["joint.encoder.bias"])
+
+
+PARTS = RNNTParts()

@@ -1,0 +1,93 @@
+"""The RNN-T family's ``precision: int8-emulated``: which tensors it fake-quantizes, the ranges
+it keeps, and the quantizer the NumPy reference and the greedy search apply.
+
+The scheme is ``QuantizationSpec``'s, computed with the DS2 family's float32 primitives
+(``benchbase.families.ds2.quantization``): weight matrices per tensor by max|W|, each layer's
+input activation by a moving-average range, h(t-1) of every recurrent matmul by the fixed
+``recurrent_state_range``. The family's tensors (``RNNTModelSpec.quantizable_tensors``):
+
+    encoder.lstm.{input, input_kernel, recurrent_kernel, recurrent_state}       every encoder LSTM
+    prediction.lstm.{input, input_kernel, recurrent_kernel, recurrent_state}    every prediction LSTM
+    joint.encoder.{input, kernel}      the encoder's top-layer output and its projection's kernel
+    joint.prediction.{input, kernel}   g(u) and its projection's kernel
+    joint.output.{input, kernel}       the joint's activation and the output kernel
+
+An input's range is over every element of the tensor as its layer receives it: the whole
+padded sequence of an LSTM layer (after input or time stacking, for the encoder's), the
+(batch, T', U + 1, joint_units) activation for joint.output. The embedding is a lookup, not
+quantized; its rows enter prediction.lstm.0 as its input. Each range is model state in the
+weight layout, a float32 scalar:
+
+    encoder.lstm.{i}.input_range, prediction.lstm.{i}.input_range,
+    joint.encoder.input_range, joint.prediction.input_range, joint.output.input_range
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from benchbase.families.ds2 import quantization as primitives
+from benchbase.families.rnnt.spec import RNNTModelSpec
+
+__all__ = ["Quantizer", "input_range_names", "quantizer_state_layout", "tensor_name"]
+
+JOINT_LAYERS = ("joint.encoder", "joint.prediction", "joint.output")
+
+
+def input_range_names(model: RNNTModelSpec) -> list[str]:
+    """The moving-average activation ranges the model keeps, in layer order ([] unless int8-emulated)."""
+    if not primitives.is_quantized(model):
+        return []
+    layers = [f"encoder.lstm.{i}" for i in range(model.encoder_pre_layers + model.encoder_post_layers)]
+    layers += [f"prediction.lstm.{i}" for i in range(model.prediction_layers)]
+    layers += list(JOINT_LAYERS)
+    return [f"{layer}.input_range" for layer in layers if model.quantization.quantizes(tensor_name(f"{layer}.input"))]
+
+
+def quantizer_state_layout(model: RNNTModelSpec) -> dict[str, tuple[int, ...]]:
+    """The ranges' entries of the neutral weight layout: each a float32 scalar, 0 before training."""
+    return {name: () for name in input_range_names(model)}
+
+
+def tensor_name(name: str) -> str:
+    """The family's tensor of a layout name or layer input: "encoder.lstm.3.input_kernel" ->
+    "encoder.lstm.input_kernel" (every layer of a network shares its tensors' names)."""
+    return ".".join(part for part in name.split(".") if not part.isdigit())
+
+
+class Quantizer:
+    """Fake quantization at every point ``model.quantization`` names; the identity unless the
+    model is int8-emulated. ``ranges`` holds the activation ranges, read from the weights and,
+    in training, updated as each layer's input passes (the values a training step leaves)."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], model: RNNTModelSpec, training: bool) -> None:
+        self.spec = model.quantization
+        self.on = primitives.is_quantized(model)
+        self.training = training
+        self.ranges = {name: np.float32(weights[name]) for name in input_range_names(model)}
+
+    def quantizes(self, tensor: str) -> bool:
+        return self.on and self.spec.quantizes(tensor_name(tensor))
+
+    def input(self, layer: str, x: np.ndarray) -> np.ndarray:
+        """``layer``'s input as the layer computes with it (values on the float32 grid, in ``x``'s dtype)."""
+        if not self.quantizes(f"{layer}.input"):
+            return x
+        name = f"{layer}.input_range"
+        quantized, self.ranges[name] = primitives.fake_quantize_activation(x, self.ranges[name], self.spec,
+                                                                           self.training)
+        return quantized.astype(x.dtype)
+
+    def kernel(self, name: str, kernel: np.ndarray) -> np.ndarray:
+        if not self.quantizes(name):
+            return kernel
+        return primitives.fake_quantize_weight(kernel, self.spec).astype(kernel.dtype)
+
+    def recurrent_state(self, layer: str) -> Callable[[np.ndarray], np.ndarray]:
+        """h(t-1) as ``layer``'s recurrent matmul reads it."""
+        if not self.quantizes(f"{layer}.recurrent_state"):
+            return lambda h: h
+        scale, qmax = primitives.recurrent_state_scale(self.spec), self.spec.qmax
+        return lambda h: primitives.fake_quantize(h, scale, qmax).astype(h.dtype)
