@@ -45,7 +45,7 @@ $(BIN)/python:
 
 $(STAMP): $(SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu,distributed]" -e plugins/torch_ds2 \
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,gpu,distributed,postgres]" -e plugins/torch_ds2 \
 		-e "plugins/tf_ds2[cpu]" -e plugins/jax_ds2
 	touch $@
 

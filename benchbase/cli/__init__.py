@@ -11,6 +11,7 @@ from benchbase.cli import (  # noqa: F401  (they register commands)
     package_commands,
     rcp_commands,
     report_commands,
+    results_commands,
     run_command,
     sweep_command,
     verify_command,

@@ -63,12 +63,16 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
 @click.option("--window", nargs=2, type=float, metavar="START SECONDS",
               help="Utilization figure window on the run clock (default: 25 s after warm-up).")
 @click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
+@click.option("--from-db", metavar="URL", help="Also report every group of runs in this results database "
+              "(`benchbase results add`): a SQLite file or a SQLAlchemy URL.")
 def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: bool, lifetime_years: float,
-           price_per_hour: float | None, window: tuple[float, float] | None, no_figures: bool) -> None:
+           price_per_hour: float | None, window: tuple[float, float] | None, no_figures: bool,
+           from_db: str | None) -> None:
     """Tables (TTA, percent of baseline, accuracy, throughput, cost) and figures for RUN_DIRS."""
-    if not run_dirs and not paper:
-        raise InputError("report: name at least one RUN_DIR, or pass --paper")
+    if not run_dirs and not paper and not from_db:
+        raise InputError("report: name at least one RUN_DIR, --from-db URL, or pass --paper")
     groups = load_groups(list(run_dirs))
+    groups += [] if from_db is None else _stored_groups(from_db, {group.name for group in groups})
     tables: list[ReportTable] = []
     if groups:
         scored = scored_groups(groups)
@@ -85,6 +89,13 @@ def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: b
     if groups:
         _warn_left_out(console, scored_groups(groups))
     console.print(f"wrote {len(written)} table file(s) and {len(figures)} figure(s) to {out}")
+
+
+def _stored_groups(url: str, taken: set[str]) -> list:
+    from benchbase.results_db import database_url, open_for_reading, stored_groups  # SQLAlchemy only for --from-db
+
+    with open_for_reading(database_url(url)) as connection:
+        return stored_groups(connection, taken)
 
 
 def _warn_left_out(console: Console, scored) -> None:

@@ -1,0 +1,132 @@
+"""What the results database shows: its runs, and two systems or two backends side by side.
+
+A comparison holds everything else fixed that it can: ``--by system`` compares the two hardware
+profiles' runs of the same workload, backend and target, ``--by backend`` the two backends' on
+the same workload, system and target. Each side is its runs' TTA (median, and min-max: the
+spread a reader needs to judge a difference), the epochs to the target and the final WER.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from benchbase.errors import InputError
+from benchbase.report.report_table import ReportTable
+from benchbase.results_db.schema import RUNS, TTA
+
+__all__ = ["DIMENSIONS", "Dimension", "comparison_table", "runs_table"]
+
+Dimension = Literal["system", "backend"]
+DIMENSIONS: dict[str, str] = {"system": "backend", "backend": "system"}
+"""What is compared -> what is held fixed beside the workload."""
+
+
+@dataclass
+class _Side:
+    runs: set[str] = field(default_factory=set)
+    seconds: list[float] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    wers: dict[str, float] = field(default_factory=dict)
+    """Run id -> final WER, once per run whatever its number of targets."""
+
+    def cells(self) -> list[object]:
+        minutes = [value / 60 for value in self.seconds]
+        tta = f"{_median(minutes):.2f} ({min(minutes):.2f}-{max(minutes):.2f})" if minutes else None
+        epochs = _median(self.epochs)
+        return [f"{len(self.seconds)}/{len(self.runs)}", tta, None if epochs is None else f"{epochs:g}",
+                _median(list(self.wers.values()))]
+
+
+def runs_table(connection: sa.Connection) -> ReportTable:
+    """One row per stored run, the oldest first."""
+    columns = (RUNS.c.run_id, RUNS.c.workload, RUNS.c.backend, RUNS.c.system, RUNS.c.seed, RUNS.c.division,
+               RUNS.c.status, RUNS.c.precision, RUNS.c.started_at, RUNS.c.epochs, RUNS.c.final_wer,
+               RUNS.c.benchbase_version)
+    query = sa.select(*columns).order_by(RUNS.c.started_at, RUNS.c.run_id)
+    rows = [[row.run_id[:12], row.workload, row.backend, row.system, row.seed, row.division, row.status,
+             row.precision, None if row.started_at is None else row.started_at.strftime("%Y-%m-%d %H:%M"),
+             row.epochs, row.final_wer, row.benchbase_version] for row in connection.execute(query)]
+    return ReportTable(f"{len(rows)} run(s)", ["run", "workload", "backend", "system", "seed", "division", "status",
+                       "precision", "started (UTC)", "epochs", "final WER", "benchbase"], rows, name="runs",
+                       notes=[] if rows else ["The database holds no runs yet (`benchbase results add RUN_DIR`)."])
+
+
+def comparison_table(connection: sa.Connection, by: Dimension, first: str, second: str) -> ReportTable:
+    """``first`` and ``second`` (two systems or two backends) side by side, per workload, the dimension
+    held fixed, and target."""
+    compared, held = RUNS.c[by], RUNS.c[DIMENSIONS[by]]
+    _require_present(connection, by, [first, second])
+    query = (sa.select(RUNS.c.run_id, RUNS.c.workload, held.label("held"), compared.label("side"), RUNS.c.final_wer,
+                       TTA.c.target, TTA.c.seconds, TTA.c.epoch)
+             .join(TTA, TTA.c.run_id == RUNS.c.run_id).where(compared.in_([first, second])))
+    sides: dict[tuple[str, str, str], dict[str, _Side]] = {}
+    for row in connection.execute(query):
+        key = (row.workload or "?", row.held or "?", row.target)
+        side = sides.setdefault(key, {first: _Side(), second: _Side()})[row.side]
+        _count(side, row)
+    compared_pairs = {key: pair for key, pair in sides.items() if pair[first].runs and pair[second].runs}
+    rows = [[*key, *pair[first].cells(), *pair[second].cells(), _ratio(pair[first], pair[second])]
+            for key, pair in sorted(compared_pairs.items(), key=lambda item: _target_order(item[0]))]
+    per_side = ["runs", "TTA", "epochs", "WER"]
+    headers = ["workload", DIMENSIONS[by], "target", *(f"{name} {column}" for name in (first, second)
+                                                        for column in per_side), f"{second} / {first}"]
+    return ReportTable(f"{first} and {second} side by side, by {by}", headers,
+                       rows, name="comparison", notes=[*_notes(first, second), *_one_sided(sides, first, second)])
+
+
+def _one_sided(sides: dict[tuple[str, str, str], dict[str, _Side]], first: str, second: str) -> list[str]:
+    """A note for each configuration only one side ran: nothing to compare it with."""
+    alone = {(workload, held, name) for (workload, held, _), pair in sides.items() for name in (first, second)
+             if pair[name].runs and not pair[second if name == first else first].runs}
+    return [f"Not compared: {held} on {workload} has runs of {name} only." for workload, held, name in sorted(alone)]
+
+
+def _count(side: _Side, row: sa.Row[*tuple[Any, ...]]) -> None:
+    side.runs.add(row.run_id)
+    if row.seconds is not None:
+        side.seconds.append(row.seconds)
+    if row.epoch is not None:
+        side.epochs.append(row.epoch)
+    if row.final_wer is not None:
+        side.wers[row.run_id] = row.final_wer
+
+
+def _require_present(connection: sa.Connection, by: Dimension, names: list[str]) -> None:
+    stored = sorted(value for (value,) in connection.execute(sa.select(RUNS.c[by]).distinct()) if value)
+    for name in names:
+        if name not in stored:
+            raise InputError(f"no runs of {by} {name!r} in the results database; {by}s there: "
+                             f"{', '.join(stored) or 'none'}")
+
+
+def _notes(first: str, second: str) -> list[str]:
+    return ["runs: the runs that reached the target / the runs of that configuration.",
+            "TTA: minutes, the median (min-max) over the runs that reached the target; epochs: their median epochs "
+            "to it.",
+            "WER: the median final WER on the scored subset (the untimed final evaluation's where it ran, else the "
+            "last evaluation's).",
+            f"{second} / {first}: the ratio of the TTA medians (below 1: {second} is faster)."]
+
+
+def _ratio(first: _Side, second: _Side) -> float | None:
+    mine, theirs = _median(first.seconds), _median(second.seconds)
+    return None if mine is None or theirs is None or mine == 0 else theirs / mine
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def _target_order(key: tuple[str, str, str]) -> tuple[str, str, str, float]:
+    # "CER 40" before "CER 30": the targets in the order a run reaches them, as result.json lists them.
+    workload, held, target = key
+    metric, _, value = target.rpartition(" ")
+    try:
+        return workload, held, metric, -float(value)
+    except ValueError:
+        return workload, held, target, 0.0
