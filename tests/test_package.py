@@ -104,8 +104,12 @@ def test_the_system_description_passes_mlperfs_own_checker_and_invents_nothing(b
 def test_make_refuses_with_one_line_naming_the_folder_and_writes_nothing(capsys, tmp_path, damage):
     runs = [HONEST / "seed-0", HONEST / "seed-1"]
     out = tmp_path / "out"
-    if damage == "another system":
-        runs[1], named = DATA / "tf-cpu" / "seed-1", "tf-cpu/seed-1"  # another framework: another system
+    if damage == "another system":  # the same backend on another CPU
+        copy = tmp_path / "runs" / "seed-1"
+        shutil.copytree(runs[1], copy)
+        log = copy / "mllog.log"
+        log.write_text(log.read_text().replace('"model": "AMD EPYC"', '"model": "another CPU"'))
+        runs[1], named = copy, str(copy)
     else:
         copy = tmp_path / "runs" / "seed-1"
         shutil.copytree(runs[1], copy)
@@ -125,6 +129,21 @@ def test_make_refuses_with_one_line_naming_the_folder_and_writes_nothing(capsys,
     assert named in err and len(err.strip().splitlines()) == 1
     left = sorted(path.name for path in tmp_path.iterdir() if path.name != "runs")
     assert left == (["out"] if damage == "out is taken" else [])  # not even the hidden staging folder
+
+
+def test_a_sweep_of_two_backends_is_one_system_per_backend_and_passes(capsys, tmp_path):
+    out = tmp_path / "two"
+    torch_runs = [DATA / "torch-cpu" / f"seed-{seed}" for seed in range(3, 8)]  # seeds 0-2 predate independent scoring
+    code, _, err = _cli(capsys, "package", "make", str(HONEST), *map(str, torch_runs), "--org", ORG,
+                        "--system", SYSTEM, "--out", str(out))
+    assert code == 0, err
+    systems = sorted(path.stem for path in (out / ORG / "systems").iterdir())
+    assert systems == [f"{SYSTEM}-jax", f"{SYSTEM}-torch"]
+    assert len(list((out / ORG / "results" / f"{SYSTEM}-torch" / WORKLOAD).iterdir())) == 5
+    frameworks = {json.loads((out / ORG / "systems" / f"{name}.json").read_text())["framework"] for name in systems}
+    assert len(frameworks) == 2
+    code, checks = _checks(capsys, out)
+    assert code == 0 and not _failed(checks)
 
 
 # --- check ------------------------------------------------------------------------------------------------------

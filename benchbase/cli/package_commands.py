@@ -38,17 +38,20 @@ def package() -> None:
 @package.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--org", required=True, help="The submitting organization: the package's ORG folder.")
-@click.option("--system", required=True, help="The system's name: systems/SYSTEM.json and results/SYSTEM/.")
+@click.option("--system", required=True, help="The system's name: systems/SYSTEM.json and results/SYSTEM/ "
+              "(SYSTEM-BACKEND each where the runs are of several backends).")
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="The package's folder (new, or empty); it is complete or absent.")
 def make(run_dirs: tuple[Path, ...], org: str, system: str, out: Path) -> None:
-    """A package of RUN_DIRS (run folders, folders of runs, sweep folders) run on one system in one division."""
+    """A package of RUN_DIRS (run folders, folders of runs, sweep folders) in one division: one system per backend
+    (SYSTEM, or SYSTEM-BACKEND for several)."""
     made = make_package(list(run_dirs), org, system, out)
     console = Console()
-    for workload, count in made.results.items():
-        console.print(f"{escape(str(made.folder.result_folder(system, workload)))}: {count} result file(s)")
-    console.print(f"wrote {escape(str(made.folder.root))}: system {escape(system)}, implementations "
-                  f"{escape(', '.join(made.implementations))}; `benchbase package check {escape(str(out))}` checks it")
+    for (made_system, workload), count in made.results.items():
+        console.print(f"{escape(str(made.folder.result_folder(made_system, workload)))}: {count} result file(s)")
+    console.print(f"wrote {escape(str(made.folder.root))}: system(s) {escape(', '.join(made.systems))}, "
+                  f"implementations {escape(', '.join(made.implementations))}; `benchbase package check "
+                  f"{escape(str(out))}` checks it")
 
 
 @package.command()

@@ -2,8 +2,10 @@
 
 All or nothing: every run is read and every refusal made before anything is written, and the
 tree is built in a hidden folder beside DIR and renamed to DIR at the end, so a failure leaves
-no half-written package. A package describes one system in one division: runs whose recorded
-machine or software differ are two systems, and are refused with the first field that differs.
+no half-written package. A package is in one division. MLPerf's system includes its framework,
+so runs of several backends (a sweep of torch and tf) are one system per backend, named
+SYSTEM-BACKEND; runs of one backend whose recorded machine or software differ are refused with
+the first field that differs.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ class PackageMade:
     """What `package make` wrote."""
 
     folder: OrgFolder
-    system: str
-    results: dict[str, int]
-    """Workload -> the result files written for it."""
+    systems: tuple[str, ...]
+    results: dict[tuple[str, str], int]
+    """(system, workload) -> the result files written for it."""
     implementations: tuple[str, ...]
     """WORKLOAD/BACKEND of each implementation described."""
 
@@ -46,15 +48,38 @@ def make_package(paths: list[Path], org: str, system: str, out: Path) -> Package
     check_name("--system", system)
     _require_free(out)
     runs = _read_runs(paths)
-    description = _one_description(runs, org, system)
-    by_workload: dict[str, list[PackagedRun]] = {}
-    for run in runs:
-        by_workload.setdefault(check_name("workload", run.workload), []).append(run)
+    _one_division(runs)
+    systems = _systems(runs, org, system)
+    results: dict[tuple[str, str], int] = {}
     with _staging(out) as staging:
-        _write_tree(OrgFolder(staging / org), description, by_workload)
+        for description, members in systems:
+            by_workload: dict[str, list[PackagedRun]] = {}
+            for run in members:
+                by_workload.setdefault(check_name("workload", run.workload), []).append(run)
+            _write_tree(OrgFolder(staging / org), description, by_workload)
+            results |= {(description.system_name, name): len(found) for name, found in by_workload.items()}
     implementations = sorted({f"{run.workload}/{run.backend}" for run in runs})
-    return PackageMade(OrgFolder(out / org), system, {name: len(found) for name, found in by_workload.items()},
-                       tuple(implementations))
+    return PackageMade(OrgFolder(out / org), tuple(description.system_name for description, _ in systems),
+                       results, tuple(implementations))
+
+
+def _one_division(runs: list[PackagedRun]) -> None:
+    first = runs[0]
+    for run in runs[1:]:
+        if run.division != first.division:
+            raise InputError(f"{run.folder}: a run of the {run.division} division, but {first.folder} is "
+                             f"{first.division}; a package is in one division (package the others on their own)")
+
+
+def _systems(runs: list[PackagedRun], org: str, system: str) -> list[tuple[SystemDescription, list[PackagedRun]]]:
+    """One system per backend (MLPerf's system names its framework): ``system`` itself for one backend."""
+    by_backend: dict[str, list[PackagedRun]] = {}
+    for run in runs:
+        by_backend.setdefault(run.backend, []).append(run)
+    if len(by_backend) == 1:
+        return [(_one_description(runs, org, system), runs)]
+    named = {backend: check_name("--system", f"{system}-{backend}") for backend in by_backend}
+    return [(_one_description(members, org, named[backend]), members) for backend, members in by_backend.items()]
 
 
 def _require_free(out: Path) -> None:
@@ -86,10 +111,6 @@ def _one_description(runs: list[PackagedRun], org: str, system: str) -> SystemDe
     first = runs[0]
     described = describe_run(first, org, system).to_json_dict()
     for run in runs[1:]:
-        if run.division != first.division:
-            raise InputError(f"{run.folder}: a run of the {run.division} division, but {first.folder} is "
-                             f"{first.division}; a package's system is in one division (package the others under "
-                             "another --system)")
         mine = describe_run(run, org, system).to_json_dict()
         differing = next((key for key in described if mine[key] != described[key]), None)
         if differing is not None:
