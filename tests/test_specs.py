@@ -107,3 +107,52 @@ def test_yaml_errors_are_one_line_and_name_the_source(text, message):
         load_spec_text(HardwareProfile, text, "hardware_profiles/x.yaml")
     assert str(caught.value).startswith("hardware_profiles/x.yaml: ")
     assert "\n" not in str(caught.value)
+
+
+# --- model families and named optimizers --------------------------------------------------------------------------
+
+
+def test_a_model_without_a_family_is_ds2_and_keeps_its_fields_when_written_back(registry):
+    mini = registry.workload("ds2-mini")
+    assert isinstance(mini.model, DS2ModelSpec) and mini.model.family == "ds2"
+    dumped = mini.model_dump()
+    assert dumped["model"]["lstm_units"] == mini.model.lstm_units and dumped["optimizer"]["rho"] == 0.95
+    assert WorkloadSpec.model_validate(dumped) == mini
+
+
+def test_the_family_picks_the_spec_class_and_an_unknown_family_is_named(registry):
+    mini = registry.workload("ds2-mini").model_dump()
+    rnnt = mini | {"model": {"family": "rnnt", "encoder_units": 16, "prediction_units": 8, "prediction_embedding": 8,
+                             "joint_units": 8}}
+    assert type(WorkloadSpec.model_validate(rnnt).model).__name__ == "RNNTModelSpec"
+    with pytest.raises(ValidationError, match="model family 'conformer' is unknown"):
+        WorkloadSpec.model_validate(mini | {"model": {"family": "conformer"}})
+    with pytest.raises(ValidationError, match="lstm_units"):  # a DS2 field is not an RNN-T field
+        WorkloadSpec.model_validate(rnnt | {"model": rnnt["model"] | {"lstm_units": 8}})
+
+
+def test_a_family_refuses_a_decoder_that_cannot_read_its_outputs(registry):
+    mini = registry.workload("ds2-mini").model_dump()
+    rnnt = mini | {"model": {"family": "rnnt", "encoder_units": 16}}
+    with pytest.raises(ValidationError, match="evaluation decoder word_beam cannot decode the rnnt family"):
+        WorkloadSpec.model_validate(rnnt | {"evaluation": mini["evaluation"] | {"final_decoder": "word_beam"}})
+
+
+def test_adamw_warms_up_holds_and_decays_to_its_floor():
+    from benchbase.specs import AdamWSpec
+
+    spec = AdamWSpec(learning_rate=1e-3, warmup_steps=4, hold_steps=2, decay_every_steps=10, decay_factor=0.5,
+                     min_learning_rate=2e-4)
+    rates = [spec.learning_rate_at(step) for step in range(40)]
+    assert rates[:4] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert rates[4:7] == pytest.approx([1e-3] * 3)
+    assert rates[16] == pytest.approx(5e-4) and rates[26] == pytest.approx(2.5e-4)
+    assert min(rates) == pytest.approx(2e-4) and rates[-1] == pytest.approx(2e-4)
+    with pytest.raises(ValidationError, match="above learning_rate"):
+        AdamWSpec(learning_rate=1e-3, min_learning_rate=1e-2)
+
+
+def test_an_unknown_optimizer_is_named(registry):
+    mini = registry.workload("ds2-mini").model_dump()
+    with pytest.raises(ValidationError, match="optimizer 'lbfgs' is unknown"):
+        WorkloadSpec.model_validate(mini | {"optimizer": {"name": "lbfgs"}})

@@ -121,6 +121,8 @@ class ModelSpec(Spec):
 
     quantizable_tensors: ClassVar[tuple[str, ...]] = ()
     """Every tensor of the family that ``int8-emulated`` can fake-quantize, by name."""
+    evaluation_decoders: ClassVar[tuple[str, ...] | None] = None
+    """The evaluation decoders (``EvalSpec.decoder``) the family's outputs can be decoded with; None: all."""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -169,6 +169,15 @@ class WorkloadSpec(Spec):
         return self
 
     @model_validator(mode="after")
+    def _decoders_fit_the_family(self) -> WorkloadSpec:
+        known = self.model.evaluation_decoders
+        chosen = {self.evaluation.decoder, self.evaluation.final_decoder or self.evaluation.decoder}
+        if known is not None and not chosen <= set(known):
+            raise ValueError(f"evaluation decoder {', '.join(sorted(chosen - set(known)))} cannot decode the "
+                             f"{self.model.family} family's outputs (it decodes with {', '.join(known)})")
+        return self
+
+    @model_validator(mode="after")
     def _padding_holds_the_longest_utterance(self) -> WorkloadSpec:
         pad_to = self.data.pad_to_frames
         longest = (int(self.data.max_duration * self.features.sample_rate - self.features.window)

@@ -95,6 +95,7 @@ class RNNTModelSpec(ModelSpec):
         description="Labels the greedy search emits at most at one encoder frame before it moves on to the next "
         "(MLPerf's greedy decoder: 30); the blank moves on sooner.")
 
+    evaluation_decoders: ClassVar[tuple[str, ...] | None] = ("greedy",)  # the transducer search; no beam yet
     quantizable_tensors: ClassVar[tuple[str, ...]] = (
         *(f"encoder.lstm.{tensor}" for tensor in _LSTM_TENSORS),
         *(f"prediction.lstm.{tensor}" for tensor in _LSTM_TENSORS),
