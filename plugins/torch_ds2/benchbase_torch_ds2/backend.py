@@ -22,8 +22,11 @@ import torch._dynamo  # (see below)
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
+from benchbase.specs import OptimizerSpec
+from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec
 from benchbase_torch_ds2 import weights
 from benchbase_torch_ds2.model import DeepSpeech2
+from benchbase_torch_ds2.rnnt import backend as rnnt
 
 # torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core
 # machine, 4.4 s from a cold page cache): imported here, with torch itself, it stays in init, off
@@ -32,12 +35,16 @@ from benchbase_torch_ds2.model import DeepSpeech2
 __all__ = ["TorchBackend"]
 
 DROPOUT_SEED_STRIDE = 1_000_003
+PINNED_COPY_BYTES = 1 << 20
+"""Host arrays at least this large go to a GPU through page-locked memory (``_tensor``)."""
 
 
 class TorchBackend(Backend):
     name = "torch"
-    description = f"PyTorch {torch.__version__}: DS2 with cuDNN/oneDNN LSTMs, CTC, AdaDelta"
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1024,
+    description = f"PyTorch {torch.__version__}: DS2 (CTC) and RNN-T (transducer loss) with cuDNN/oneDNN LSTMs"
+    # Precisions are per backend: an rnnt run outside rnnt.TRANSDUCER_PRECISIONS is refused in build().
+    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
+                                devices=frozenset({"cpu", "cuda"}), max_devices=1024,
                                 precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
                                 process_model="process_per_device")
 
@@ -61,8 +68,11 @@ class TorchBackend(Backend):
         torch.manual_seed(context.seed)
         self.spec = context.model
         self.world_size = context.plan.world_size
-        self.network = DeepSpeech2(context.model, context.feature_dimension,
-                                   distributed=context.plan.distributed).to(self.device)
+        if context.model.family == "rnnt":
+            self.network = rnnt.build_network(context).to(self.device)
+        else:
+            self.network = DeepSpeech2(context.model, context.feature_dimension,
+                                       distributed=context.plan.distributed).to(self.device)
         self.network.train()
         self.communication = CommunicationClock()
         self.model = self._data_parallel(self.network) if context.plan.distributed else self.network
@@ -70,11 +80,7 @@ class TorchBackend(Backend):
             # Every rank starts from the same weights (the seed above; DDP also broadcasts rank 0's),
             # but draws its own dropout masks: the same masks on every slice would correlate them.
             torch.manual_seed(context.seed + DROPOUT_SEED_STRIDE * context.plan.rank)
-        optimizer = context.optimizer
-        self.optimizer = torch.optim.Adadelta(
-            [p for p in self.network.parameters() if p.requires_grad],
-            lr=optimizer.learning_rate, rho=optimizer.rho, eps=optimizer.epsilon,
-        )
+        self.optimizer = _optimizer([p for p in self.network.parameters() if p.requires_grad], context.optimizer)
 
     def _data_parallel(self, network: torch.nn.Module) -> torch.nn.Module:
         """DDP over the default process group; its gradient all-reduce timed by a communication hook."""
@@ -93,19 +99,12 @@ class TorchBackend(Backend):
 
     def train_step(self, batch: Batch) -> float:
         self.communication.seconds = 0.0
-        features = self._tensor(batch.features)
-        labels = self._tensor(batch.labels)
-        output_lengths = self._tensor(batch.output_lengths).long()
-        label_lengths = self._tensor(batch.label_lengths).long()
-        with self._autocast():
-            log_probs = self.model(features)
-        # mean_over_batch: each utterance's NLL summed over frames, then averaged over the batch;
-        # zero_infinity is the spec's "zero" for impossible alignments. Always in float32.
-        loss = torch.nn.functional.ctc_loss(
-            log_probs.float().transpose(0, 1), labels, output_lengths, label_lengths,
-            blank=self.spec.ctc_blank_index, reduction="sum", zero_infinity=True,
-        ) / batch.size
+        if self.spec.family == "rnnt":
+            loss = rnnt.training_loss(self.model, batch, self._tensor)
+        else:
+            loss = self._ctc_loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
+        _schedule_learning_rate(self.optimizer, self.context.optimizer)
         clip = self.context.optimizer.gradient_clip_norm
         if self.scaler is None:
             loss.backward()
@@ -125,6 +124,20 @@ class TorchBackend(Backend):
             torch.distributed.all_reduce(loss)
             loss /= self.world_size
         return float(loss.detach())  # .item() waits for the device: the update is complete
+
+    def _ctc_loss(self, batch: Batch) -> torch.Tensor:
+        features = self._tensor(batch.features)
+        labels = self._tensor(batch.labels)
+        output_lengths = self._tensor(batch.output_lengths).long()
+        label_lengths = self._tensor(batch.label_lengths).long()
+        with self._autocast():
+            log_probs = self.model(features)
+        # mean_over_batch: each utterance's NLL summed over frames, then averaged over the batch;
+        # zero_infinity is the spec's "zero" for impossible alignments. Always in float32.
+        return torch.nn.functional.ctc_loss(
+            log_probs.float().transpose(0, 1), labels, output_lengths, label_lengths,
+            blank=self.spec.ctc_blank_index, reduction="sum", zero_infinity=True,
+        ) / batch.size
 
     def step_timings(self) -> dict[str, float]:
         return {"communication": self.communication.seconds} if self.world_size > 1 else {}
@@ -148,7 +161,9 @@ class TorchBackend(Backend):
         self.network.eval()
         try:
             with torch.inference_mode(), self._autocast():
-                log_probs = self.network(features)
+                # rnnt: the joint's encoder projection; the harness runs the search on exported weights.
+                log_probs = (rnnt.encoder_outputs(self.network, features) if self.spec.family == "rnnt"
+                             else self.network(features))
         finally:
             self.network.train()
         return log_probs.float().cpu().numpy()
@@ -181,11 +196,16 @@ class TorchBackend(Backend):
         return sum(p.numel() for p in self.network.parameters() if p.requires_grad)
 
     def export_weights(self) -> dict[str, np.ndarray]:
+        if self.spec.family == "rnnt":
+            return rnnt.export_weights(self.network)
         return weights.export_weights(self.network)
 
     def import_weights(self, neutral: Mapping[str, np.ndarray]) -> None:
-        validate_weights(neutral, self.spec, self.context.feature_dimension)
-        weights.import_weights(self.network, neutral)
+        if self.spec.family == "rnnt":
+            rnnt.import_weights(self.network, neutral, self.context.feature_dimension)
+        else:
+            validate_weights(neutral, self.spec, self.context.feature_dimension)
+            weights.import_weights(self.network, neutral)
 
     def devices_in_use(self) -> tuple[str, ...]:
         if self.device.type == "cuda":
@@ -200,7 +220,14 @@ class TorchBackend(Backend):
             torch.cuda.empty_cache()
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device, non_blocking=True)
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cuda" and tensor.nbytes >= PINNED_COPY_BYTES:
+            # Through page-locked memory, then an asynchronous DMA: a paper-shaped batch's features
+            # (150 x 1670 x 93 float32, 93 MB) reach an H100 in 4.2 ms instead of the 10.7 ms of a
+            # copy from pageable memory, the same bytes; 4.6-8.7 ms off a training step through
+            # the harness (docs/BENCHMARKS.md, "Full ds2 through the harness on one H100").
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
 
     def _autocast(self):
         """torch.autocast in the run's mixed precision (bf16, fp16); off for the others."""
@@ -230,6 +257,27 @@ def timed_allreduce(clock: CommunicationClock, bucket):
         return future.value()
 
     return allreduce_hook(None, bucket).then(finished)
+
+
+def _optimizer(parameters: list[torch.nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """The spec's optimizer with every field of it; the learning rate is set before each step."""
+    if isinstance(spec, AdamWSpec):
+        # PyTorch's AdamW decays decoupled, by lr * weight_decay, as the spec pins.
+        return torch.optim.AdamW(parameters, lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
+                                 eps=spec.epsilon, weight_decay=spec.weight_decay)
+    if isinstance(spec, AdaDeltaSpec):
+        return torch.optim.Adadelta(parameters, lr=spec.learning_rate, rho=spec.rho, eps=spec.epsilon)
+    raise BenchbaseError(f"the torch backend has no optimizer {spec.name!r}")
+
+
+def _schedule_learning_rate(optimizer: torch.optim.Optimizer, spec: OptimizerSpec) -> None:
+    """``spec.learning_rate_at`` of the coming step, counted by the optimizer's own state (so a
+    restored checkpoint resumes the schedule where it stopped, and a step fp16's loss scaling
+    skipped is no step)."""
+    state = next(iter(optimizer.state.values()), {})
+    learning_rate = spec.learning_rate_at(int(state.get("step", 0)))
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
 
 
 def _select_device(plan: DevicePlan) -> torch.device:

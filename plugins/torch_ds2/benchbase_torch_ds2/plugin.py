@@ -12,5 +12,5 @@ def register_backends(register):
     register(BackendReference(
         name="torch",
         target="benchbase_torch_ds2.backend:TorchBackend",
-        description="PyTorch: DS2 with oneDNN (CPU) or cuDNN (GPU) LSTMs, CTC, AdaDelta",
+        description="PyTorch: DS2 (CTC, AdaDelta) and RNN-T (transducer loss, AdamW) with oneDNN or cuDNN LSTMs",
     ))
