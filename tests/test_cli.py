@@ -222,6 +222,16 @@ def test_a_dry_run_refuses_what_a_run_refuses_and_resume_takes_no_dry_run(tmp_pa
     assert resumed.returncode == 2 and "drop --dry-run" in resumed.stderr
 
 
+def test_a_backend_is_refused_a_model_family_it_does_not_implement_before_the_clock():
+    refused = benchbase("run", "--workload", "rnnt-mini", "--backend", "jax", "--hw", "cpu", "--dry-run")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and refused.stdout == ""
+    assert ("backend 'jax' does not implement the rnnt model family of workload 'rnnt-mini' (it declares ds2)"
+            in refused.stderr)
+    planned = benchbase("run", "--workload", "rnnt-mini", "--backend", "torch", "--hw", "cpu", "--dry-run",
+                        env={"COLUMNS": "250"})
+    assert planned.returncode == 0, planned.stderr
+
+
 # --- submission_org -------------------------------------------------------------------------
 
 
