@@ -1,8 +1,10 @@
-"""`benchbase backend-test NAME`: prove a registered backend against contract v2.
+"""`benchbase backend-test NAME [--family FAMILY]`: prove a registered backend against contract v2.
 
-Runs the conformance kit (``benchbase.testing``): every rule, or those named with --rule,
-on the kit's small real-speech batches. Exit codes: 0 every rule passes, 1 some rule fails,
-2 an unknown backend or rule.
+Runs the conformance kit (``benchbase.testing``) on the kit's small real-speech batches, for
+every model family the backend declares (``Capabilities.families``) or the one --family names,
+each family with its own rules (``RULE_SETS``): every rule, or those named with --rule. Exit
+codes: 0 every rule passes, 1 some rule fails, 2 an unknown backend, family or rule, or a
+family the backend does not declare.
 """
 
 from __future__ import annotations
@@ -22,38 +24,53 @@ __all__ = ["backend_test", "results_table"]
 
 @cli.command("backend-test")
 @click.argument("name")
+@click.option("--family", default=None, metavar="FAMILY",
+              help="Prove this model family only (ds2, rnnt); default: every family the backend declares.")
 @click.option("--rule", "rules", multiple=True, metavar="RULE",
-              help="Run only this rule (repeatable); default: every rule, in order.")
+              help="Run only this rule (repeatable); default: every rule of each family, in order.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
-def backend_test(name: str, rules: tuple[str, ...], as_json: bool) -> None:
+def backend_test(name: str, family: str | None, rules: tuple[str, ...], as_json: bool) -> None:
     """Run the conformance kit on backend NAME (see `benchbase plugins`)."""
     # The kit imports NumPy-heavy modules; loaded here so that other commands stay fast.
-    from benchbase.testing.conformance import resolve_backend, run_conformance, select_rules
+    from benchbase.testing.conformance import (
+        RULE_SETS,
+        families_to_test,
+        resolve_backend,
+        rules_by_family,
+        run_conformance,
+    )
     from benchbase.testing.kit_data import load_kit_data
 
-    selected = [rule.name for rule in select_rules(rules or None)]  # unknown names fail before any work
+    # An unknown family or rule fails before any work.
+    rules_by_family(rules or None, [family] if family else list(RULE_SETS))
     with filtered_native_logs():  # the framework's C++ start-up lines, not the kit's output
         backend_class = resolve_backend(name)
+    plan = rules_by_family(rules or None, families_to_test(backend_class, family))
     progress = Console(stderr=True)
-    data = load_kit_data(progress=lambda message: progress.print(f"[dim]{message}[/]"))
-    on_result = None if as_json else (lambda r: progress.print(f"[dim]{r.name}: {'pass' if r.passed else 'FAIL'}[/]"))
-    results = run_conformance(backend_class, selected, data=data, on_result=on_result)
+    results = []
+    for tested, selected in plan.items():
+        data = load_kit_data(progress=lambda message: progress.print(f"[dim]{message}[/]"), family=tested)
+        on_result = None if as_json else (
+            lambda r: progress.print(f"[dim]{r.name}: {'pass' if r.passed else 'FAIL'}[/]"))
+        results += run_conformance(backend_class, [rule.name for rule in selected], family=tested, data=data,
+                                   on_result=on_result)
     failed = [result.name for result in results if not result.passed]
     if as_json:
-        click.echo(json.dumps({"backend": name, "passed": not failed, "rules": [r.to_dict() for r in results]},
-                              indent=2))
+        click.echo(json.dumps({"backend": name, "families": list(plan), "passed": not failed,
+                               "rules": [r.to_dict() for r in results]}, indent=2))
     else:
-        Console().print(results_table(name, results))
+        for tested in plan:
+            Console().print(results_table(name, [result for result in results if result.family == tested], tested))
     if failed:
         # A BenchbaseError (exit 1), as `benchbase check` does: main() drops a click Exit's code.
         raise BenchbaseError(f"backend {name!r} fails {len(failed)} of {len(results)} conformance rule(s): "
                              f"{', '.join(failed)}")
 
 
-def results_table(name: str, results) -> Table:
+def results_table(name: str, results, family: str = "ds2") -> Table:
     passed = sum(result.passed for result in results)
     verdict = "[green]PASS[/]" if passed == len(results) else "[bold red]FAIL[/]"
-    table = Table(title=f"{verdict} backend {name}: {passed}/{len(results)} conformance rules pass",
+    table = Table(title=f"{verdict} backend {name}, {family} family: {passed}/{len(results)} conformance rules pass",
                   title_justify="left")
     table.add_column("rule")
     table.add_column("result")

@@ -6,8 +6,14 @@ benchbase's NumPy reference (``benchbase.testing.reference_model``, ``benchbase.
 and raises ``ConformanceFailure`` saying what it expected and what it found. The reasons for
 each rule are in ``model_rules`` and ``training_rules``.
 
-    results = run_conformance(MyBackend)                 # every rule, in order
+Each model family has its own rule set (``RULE_SETS``): ds2's (``RULES``) and rnnt's
+(``RNNT_RULES``, reasons in ``rnnt_rules``), run on that family's kit data. Rule names are
+unique across families; a backend is proven for every family it declares
+(``Capabilities.families``) that the kit has rules for (``families_to_test``).
+
+    results = run_conformance(MyBackend)                 # every ds2 rule, in order
     results = run_conformance(MyBackend, ["ctc_loss"])   # some of them
+    results = run_conformance(MyBackend, family="rnnt")  # every rnnt rule
 
 A rule failure never raises out of ``run_conformance``: an exception inside the backend is a
 failed rule showing its type and message. ``benchbase backend-test NAME`` runs the kit from
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 from benchbase.backend import Backend
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_error
-from benchbase.testing.kit_data import KitData, load_kit_data
+from benchbase.testing.kit_data import KIT_FAMILIES, KitData, load_kit_data
 from benchbase.testing.model_rules import (
     check_batchnorm_statistics,
     check_ctc_loss,
@@ -31,6 +37,15 @@ from benchbase.testing.model_rules import (
     check_parameter_count,
     check_predict_shapes,
     check_weight_round_trip,
+)
+from benchbase.testing.rnnt_rules import (
+    check_rnnt_checkpoint_round_trip,
+    check_rnnt_forward_parity,
+    check_rnnt_parameter_count,
+    check_rnnt_predict_shapes,
+    check_rnnt_prediction_matches_weights,
+    check_rnnt_transducer_loss,
+    check_rnnt_weight_round_trip,
 )
 from benchbase.testing.training_rules import (
     THREAD_RATIO_BOUND,
@@ -42,12 +57,16 @@ from benchbase.testing.training_rules import (
 )
 
 __all__ = [
+    "RNNT_RULES",
     "RULES",
+    "RULE_SETS",
     "ConformanceFailure",
     "Kit",
     "Rule",
     "RuleResult",
+    "families_to_test",
     "resolve_backend",
+    "rules_by_family",
     "run_conformance",
     "select_rules",
 ]
@@ -68,9 +87,12 @@ class RuleResult:
     message: str
     """Why it failed; for a pass, an empty string or a note."""
     seconds: float
+    family: str = "ds2"
+    """The model family whose rule set it belongs to."""
 
     def to_dict(self) -> dict:
-        return {"rule": self.name, "passed": self.passed, "message": self.message, "seconds": round(self.seconds, 3)}
+        return {"family": self.family, "rule": self.name, "passed": self.passed, "message": self.message,
+                "seconds": round(self.seconds, 3)}
 
 
 RULES: tuple[Rule, ...] = (
@@ -98,33 +120,95 @@ RULES: tuple[Rule, ...] = (
          check_thread_budget),
 )
 
+RNNT_RULES: tuple[Rule, ...] = (
+    Rule("rnnt_parameter_count", "parameter_count() and export_weights()' names and shapes are what the rnnt spec "
+         "implies", check_rnnt_parameter_count),
+    Rule("rnnt_weight_round_trip", "import_weights then export_weights returns the same arrays; misfits are refused",
+         check_rnnt_weight_round_trip),
+    Rule("rnnt_predict_shapes", "predict returns the float32 encoder projection (batch, frames, joint_units) and "
+         "changes no state", check_rnnt_predict_shapes),
+    Rule("rnnt_forward_parity", "predict matches the NumPy reference encoder on random weights within float32's "
+         "rounding bound", check_rnnt_forward_parity),
+    Rule("rnnt_transducer_loss", "train_step's loss is the spec's mean transducer loss (no encoder frame = 0) "
+         "within float32's rounding bound", check_rnnt_transducer_loss),
+    Rule("rnnt_prediction_matches_weights", "after training, predict agrees with the reference encoder on the "
+         "backend's own export_weights() within the error model's bound", check_rnnt_prediction_matches_weights),
+    Rule("rnnt_seed_determinism", "the same seed gives the same weights and first losses; another seed does not",
+         check_seed_determinism),
+    Rule("rnnt_checkpoint_round_trip", "a checkpoint loaded by another seed's backend predicts and trains on "
+         "identically (the same kernels)", check_rnnt_checkpoint_round_trip),
+)
 
-def select_rules(names: Iterable[str] | None = None) -> list[Rule]:
-    """The named rules in the kit's order (every rule for None); an unknown name is an InputError."""
+RULE_SETS: dict[str, tuple[Rule, ...]] = {"ds2": RULES, "rnnt": RNNT_RULES}
+"""Each model family's rules, run on that family's kit data (``KIT_FAMILIES``)."""
+assert tuple(RULE_SETS) == KIT_FAMILIES
+
+
+def select_rules(names: Iterable[str] | None = None, family: str = "ds2") -> list[Rule]:
+    """The named rules of ``family`` in the kit's order (every rule for None); an unknown name or
+    family, or another family's rule, is an InputError."""
+    rules = _rule_set(family)
     if names is None:
-        return list(RULES)
+        return list(rules)
     wanted = list(names)
-    known = {rule.name for rule in RULES}
+    known = {rule.name for rule in rules}
     unknown = [name for name in wanted if name not in known]
     if unknown:
-        raise InputError(f"unknown conformance rule {', '.join(map(repr, unknown))}; available: "
-                         f"{', '.join(rule.name for rule in RULES)}")
-    return [rule for rule in RULES if rule.name in wanted]
+        raise InputError(f"unknown {family} conformance rule {', '.join(map(repr, unknown))}{_elsewhere(unknown)}; "
+                         f"available: {', '.join(rule.name for rule in rules)}")
+    return [rule for rule in rules if rule.name in wanted]
 
 
-def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = None, *, data: KitData | None = None,
-                    seed: int = 0, kit: Kit | None = None,
+def rules_by_family(names: Iterable[str] | None, families: Iterable[str]) -> dict[str, list[Rule]]:
+    """Each of ``families`` with the named rules it has (every rule for None); a family none of the
+    names belongs to is left out. A name in none of them is an InputError."""
+    families = list(families)
+    if names is None:
+        return {family: select_rules(None, family) for family in families}
+    wanted = list(names)
+    chosen = {family: [rule for rule in _rule_set(family) if rule.name in wanted] for family in families}
+    found = {rule.name for rules in chosen.values() for rule in rules}
+    unknown = [name for name in wanted if name not in found]
+    if unknown:
+        available = ", ".join(f"{family}: {', '.join(rule.name for rule in _rule_set(family))}"
+                              for family in families)
+        raise InputError(f"unknown conformance rule {', '.join(map(repr, unknown))} for the families "
+                         f"{', '.join(families)}{_elsewhere(unknown)}; available: {available}")
+    return {family: rules for family, rules in chosen.items() if rules}
+
+
+def families_to_test(backend_class: type[Backend], family: str | None = None) -> list[str]:
+    """``family``, which the backend must declare, or every family it declares that the kit has
+    rules for, in the kit's order (an InputError when there is none)."""
+    declared = backend_class.capabilities.families
+    if family is not None:
+        _rule_set(family)
+        if family not in declared:
+            raise InputError(f"backend {backend_class.name!r} does not implement the {family} model family (it "
+                             f"declares {', '.join(sorted(declared))})")
+        return [family]
+    families = [known for known in RULE_SETS if known in declared]
+    if not families:
+        raise InputError(f"the conformance kit has no rules for the families backend {backend_class.name!r} "
+                         f"declares ({', '.join(sorted(declared))}); it has rules for {', '.join(RULE_SETS)}")
+    return families
+
+
+def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = None, *, family: str = "ds2",
+                    data: KitData | None = None, seed: int = 0, kit: Kit | None = None,
                     on_result: Callable[[RuleResult], None] | None = None) -> list[RuleResult]:
-    """Run the named rules (all by default) on ``backend_class``; one result per rule, in order.
+    """Run the named rules of ``family`` (all by default) on ``backend_class``; one result per rule, in order.
 
-    ``data`` defaults to the kit's cached speech (prepared on first use); ``kit`` shares one
-    kit, and what its rules computed, between calls.
+    ``data`` defaults to the kit's cached speech for the family (prepared on first use); ``kit``
+    shares one kit, and what its rules computed, between calls. Either must be the family's.
     """
-    selected = select_rules(rules)
+    selected = select_rules(rules, family)
     if kit is None:
-        kit = Kit(backend_class, data or load_kit_data(), seed)
+        kit = Kit(backend_class, data or load_kit_data(family=family), seed)
     elif kit.backend_class is not backend_class:
         raise ValueError(f"the kit tests {kit.backend_class.__name__}, not {backend_class.__name__}")
+    if kit.model.family != family:
+        raise ValueError(f"the kit's data is the {kit.model.family} family's, not {family}'s")
     results = []
     for rule in selected:
         result = run_rule(rule, kit)
@@ -137,13 +221,21 @@ def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = 
 def run_rule(rule: Rule, kit: Kit) -> RuleResult:
     """One rule; its failure, or any exception from the backend, is a failed result."""
     started = time.perf_counter()
+    family = kit.model.family
     try:
         note = rule.check(kit)
     except ConformanceFailure as failure:
-        return RuleResult(rule.name, False, failure.message, time.perf_counter() - started)
+        return RuleResult(rule.name, False, failure.message, time.perf_counter() - started, family)
     except Exception as error:  # noqa: BLE001  (a backend's error fails the rule, not the kit)
-        return RuleResult(rule.name, False, describe_error(error), time.perf_counter() - started)
-    return RuleResult(rule.name, True, note or "", time.perf_counter() - started)
+        return RuleResult(rule.name, False, describe_error(error), time.perf_counter() - started, family)
+    return RuleResult(rule.name, True, note or "", time.perf_counter() - started, family)
+
+
+def _rule_set(family: str) -> tuple[Rule, ...]:
+    if family not in RULE_SETS:
+        raise InputError(f"the conformance kit has no rules for model family {family!r}; it has rules for "
+                         f"{', '.join(RULE_SETS)}")
+    return RULE_SETS[family]
 
 
 def resolve_backend(name: str) -> type[Backend]:
@@ -156,3 +248,9 @@ def resolve_backend(name: str) -> type[Backend]:
         return registry.backend(name)
     except ImportError as error:
         raise BenchbaseError(f"backend {name!r} cannot be imported: {describe_error(error)}") from None
+
+
+def _elsewhere(names: list[str]) -> str:
+    """"; 'x' is a rule of the rnnt family" for each name some family has."""
+    owners = {rule.name: family for family, rules in RULE_SETS.items() for rule in rules}
+    return "".join(f"; {name!r} is a rule of the {owners[name]} family" for name in names if name in owners)

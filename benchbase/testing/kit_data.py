@@ -12,6 +12,13 @@ spend it). One more batch, the first one's utterances with one of them truncated
 labels no longer fit its output frames, holds an impossible alignment, which the spec's CTC
 counts as zero loss; only the loss and BatchNorm rules train on it, so that a backend that
 mishandles it fails those rules and no others.
+
+Each model family the kit proves gets its own ``KitData`` from the same utterances
+(``load_kit_data(family=...)``): ds2's is the ds2-mini workload's model and optimizer; rnnt's
+is ``RNNT_KIT_MODEL``, a transducer of rnnt-mini's shape at a few tens of thousands of
+parameters, trained with ``RNNT_KIT_OPTIMIZER``. Every utterance ds2 keeps has encoder frames
+to spare (a transducer needs one frame, CTC one per label), so the store serves both; rnnt's
+impossible row is cut too short for any encoder frame, the one alignment a transducer cannot make.
 """
 
 from __future__ import annotations
@@ -29,11 +36,14 @@ from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
 from benchbase.data.pipeline import pad_batch
 from benchbase.data.store import FeatureStore, Utterance
 from benchbase.data.workload_data import default_cache, store_key
-from benchbase.errors import BenchbaseError
+from benchbase.errors import BenchbaseError, InputError
+from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import ModelSpec, OptimizerSpec, WorkloadSpec
+from benchbase.specs.optimizer import AdamWSpec
 
-__all__ = ["KIT_BATCH_SIZE", "KIT_WORKLOAD", "KitData", "ensure_kit_store", "load_kit_data"]
+__all__ = ["KIT_BATCH_SIZE", "KIT_FAMILIES", "KIT_WORKLOAD", "RNNT_KIT_MODEL", "RNNT_KIT_OPTIMIZER", "KitData",
+           "ensure_kit_store", "load_kit_data"]
 
 KIT_WORKLOAD = "ds2-mini"
 KIT_BATCH_SIZE = 6
@@ -48,6 +58,19 @@ KIT_DATA_VERSION = 2
 """Bumped whenever the kit's corpus or its preparation changes."""
 IMPOSSIBLE_ROW = 1
 """The row of the first batch whose alignment is made impossible."""
+KIT_FAMILIES = ("ds2", "rnnt")
+"""The model families the kit has data (and rules) for."""
+RNNT_KIT_MODEL = RNNTModelSpec(
+    input_stack=3, input_subsample=3, encoder_pre_layers=1, stack_time_factor=2, encoder_post_layers=2,
+    encoder_units=24, prediction_embedding=16, prediction_layers=2, prediction_units=20, joint_units=28,
+    dropout=0.05)
+"""rnnt-mini's shape (input stacking, time stacking, the relu joint) with two post-stacking encoder layers
+and two prediction layers, so that what passes between layers is checked too, at widths that all differ
+(a transposed matrix cannot fit) and small enough for the float64 reference to take a fraction of a second."""
+RNNT_KIT_OPTIMIZER = AdamWSpec(learning_rate=3e-3, warmup_steps=2, hold_steps=1, decay_every_steps=1,
+                               decay_factor=0.5, weight_decay=1e-3, gradient_clip_norm=1.0)
+"""rnnt-mini's AdamW with its schedule compressed into the kit's few steps: the steps
+rnnt_checkpoint_round_trip takes after restoring follow the warm-up, so a schedule that restarts shows."""
 
 Progress = Callable[[str], None]
 
@@ -85,15 +108,19 @@ class KitData:
                             max_frames=self.max_frames, max_label_length=self.max_label_length)
 
 
-def load_kit_data(cache: Path | None = None, progress: Progress | None = None) -> KitData:
-    """The kit's batches, preparing the store first if this machine has none."""
+def load_kit_data(cache: Path | None = None, progress: Progress | None = None, family: str = "ds2") -> KitData:
+    """The kit's batches for ``family``'s model, preparing the store first if this machine has none."""
+    if family not in KIT_FAMILIES:
+        raise InputError(f"the conformance kit has no data for model family {family!r} (it has "
+                         f"{', '.join(KIT_FAMILIES)})")
     store = ensure_kit_store(cache or default_cache(), progress)
-    return _kit_data(store)
+    return _kit_data(store, family)
 
 
-@lru_cache(maxsize=4)
-def _kit_data(store_root: Path) -> KitData:
+@lru_cache(maxsize=8)
+def _kit_data(store_root: Path, family: str = "ds2") -> KitData:
     workload = builtin_workload(KIT_WORKLOAD)
+    model, optimizer = (workload.model, workload.optimizer) if family == "ds2" else (RNNT_KIT_MODEL, RNNT_KIT_OPTIMIZER)
     store = FeatureStore(store_root)
     utterances = [u for shard in store.shards(workload.data.train) for u in store.read(shard)]
     needed = KIT_BATCHES * KIT_BATCH_SIZE + SMALL_BATCH_SIZE
@@ -102,13 +129,12 @@ def _kit_data(store_root: Path) -> KitData:
                              f"it holds {len(utterances)}; delete the folder to prepare it again")
     groups = [utterances[i * KIT_BATCH_SIZE : (i + 1) * KIT_BATCH_SIZE] for i in range(KIT_BATCHES)]
     cut_short = list(groups[0])
-    cut_short[IMPOSSIBLE_ROW] = _impossible(cut_short[IMPOSSIBLE_ROW], workload.model)
+    cut_short[IMPOSSIBLE_ROW] = _impossible(cut_short[IMPOSSIBLE_ROW], model)
     small = utterances[KIT_BATCHES * KIT_BATCH_SIZE : needed]
-    model = workload.model
     return KitData(
         spec_model=model,
         model=model.model_copy(update={"dropout": 0.0}),
-        optimizer=workload.optimizer,
+        optimizer=optimizer,
         feature_dimension=store.feature_dimension,
         batches=tuple(pad_batch(group, model) for group in groups),
         impossible_batch=pad_batch(cut_short, model),
@@ -117,10 +143,15 @@ def _kit_data(store_root: Path) -> KitData:
 
 
 def _impossible(utterance: Utterance, model: ModelSpec) -> Utterance:
-    """The utterance cut to half as many output frames as it has labels (at least one frame)."""
-    output_frames = max(len(utterance.labels) // 2, 1)
-    frames = model.input_frames_for(output_frames)
-    assert model.output_frames(frames) < len(utterance.labels)
+    """The utterance cut so that its labels cannot be aligned: for CTC, to half as many output
+    frames as it has labels (at least one frame); for a transducer, which aligns any labels to one
+    frame, to the most feature frames that still give none."""
+    if model.family == "rnnt":
+        frames = model.input_frames_for(1) - 1
+        assert model.output_frames(frames) == 0
+    else:
+        frames = model.input_frames_for(max(len(utterance.labels) // 2, 1))
+        assert model.output_frames(frames) < len(utterance.labels)
     return replace(utterance, features=utterance.features[:frames])
 
 

@@ -79,9 +79,9 @@ def check_weight_round_trip(kit: Kit) -> str | None:
         backend.import_weights(weights)
         exported = backend.export_weights()
         check_layout("weight_round_trip", exported, weight_layout(kit.model, kit.data.feature_dimension))
-        _expect_same_weights(weights, exported, "export_weights() after import_weights()")
-        _scribble(exported)
-        _expect_same_weights(weights, backend.export_weights(), "export_weights() after its last result was "
+        expect_same_weights(weights, exported, "export_weights() after import_weights()")
+        scribble(exported)
+        expect_same_weights(weights, backend.export_weights(), "export_weights() after its last result was "
                              "overwritten (it must return copies)")
         return _expect_refusals(backend, weights)
 
@@ -223,7 +223,7 @@ def normalization_bound(log_probs: np.ndarray) -> float:
     return roundings + accumulation_bound(log_probs.shape[-1]) + ELEMENTWISE_ULPS * FLOAT32_UNIT_ROUNDOFF
 
 
-def _expect_same_weights(expected: Mapping[str, np.ndarray], found: Mapping[str, np.ndarray], what: str) -> None:
+def expect_same_weights(expected: Mapping[str, np.ndarray], found: Mapping[str, np.ndarray], what: str) -> None:
     changed = differing_weights(expected, found)
     if changed:
         worst, where = describe_difference(found[changed[0]], expected[changed[0]])
@@ -231,7 +231,7 @@ def _expect_same_weights(expected: Mapping[str, np.ndarray], found: Mapping[str,
                                  f"{', '.join(changed[:6])}; {changed[0]} by up to {worst:.3g} {where}")
 
 
-def _scribble(weights: Mapping[str, np.ndarray]) -> None:
+def scribble(weights: Mapping[str, np.ndarray]) -> None:
     for array in weights.values():
         if array.flags.writeable:
             array.fill(7.0)

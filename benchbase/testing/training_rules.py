@@ -73,15 +73,15 @@ def check_checkpoint_round_trip(kit: Kit) -> str | None:
         with kit.backend(model=spec) as original:
             for batch in batches[:2]:
                 original.train_step(batch)
-            _save_as_the_harness_does(original, final)
+            save_as_the_harness_does(original, final)
             expected = check_prediction("checkpoint_round_trip", original.predict(probe), probe, spec.symbols)
             expected_losses = [original.train_step(batch) for batch in following]
         with kit.backend(seed=kit.seed + 1, model=spec) as restored:
             restored.load_checkpoint(final)
             found = check_prediction("checkpoint_round_trip", restored.predict(probe), probe, spec.symbols)
             losses = [restored.train_step(batch) for batch in following]
-        _compare_restored(found, expected, probe, losses, expected_losses)
-        return _expect_unfitting_file_refused(kit, Path(folder))
+        compare_restored(found, expected, probe, losses, expected_losses)
+        return expect_unfitting_file_refused(kit, Path(folder))
 
 
 def check_predict_sees_only_features(kit: Kit) -> None:
@@ -169,7 +169,7 @@ def _busy_machine_note() -> str:
     return f" (the machine was busy, load {load:.1f} on {cores} cores: extra threads may not have shown)"
 
 
-def _save_as_the_harness_does(backend, final: Path) -> None:
+def save_as_the_harness_does(backend, final: Path) -> None:
     """save_checkpoint to a temporary name beside the final one, then rename (the harness's way)."""
     temporary = final.with_name(f".{final.name}.tmp")
     backend.save_checkpoint(temporary)
@@ -180,7 +180,7 @@ def _save_as_the_harness_does(backend, final: Path) -> None:
     temporary.replace(final)
 
 
-def _compare_restored(found, expected, probe, losses, expected_losses) -> None:
+def compare_restored(found, expected, probe, losses, expected_losses) -> None:
     mask = valid_frames(probe, expected.shape[1])
     worst, where = describe_difference(found[:, : expected.shape[1]], expected, mask)
     allowed = same_kernels(np.where(mask, expected, 0.0))
@@ -197,7 +197,7 @@ def _compare_restored(found, expected, probe, losses, expected_losses) -> None:
                                      f"{step + 1} differs, so {cause} was not restored")
 
 
-def _expect_unfitting_file_refused(kit: Kit, folder: Path) -> str | None:
+def expect_unfitting_file_refused(kit: Kit, folder: Path) -> str | None:
     """load_checkpoint of a file that is no checkpoint raises, ideally a BenchbaseError naming it."""
     garbage = folder / "not-a-checkpoint.ckpt"
     garbage.write_bytes(b"benchbase conformance kit: this is not a checkpoint\n" * 8)

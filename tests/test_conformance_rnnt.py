@@ -1,0 +1,256 @@
+"""The conformance kit's RNN-T rules (benchbase.testing.rnnt_rules): the PyTorch backend passes them,
+a backend broken in one way fails the rule that names it, and `benchbase backend-test --family`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+from cli_helpers import run_benchbase
+
+from benchbase.backend import Backend
+from benchbase.errors import InputError
+from benchbase.families.rnnt import reference
+from benchbase.families.rnnt.loss import mean_transducer_loss
+from benchbase.testing.conformance import (
+    RNNT_RULES,
+    RULE_SETS,
+    families_to_test,
+    resolve_backend,
+    rules_by_family,
+    run_conformance,
+    select_rules,
+)
+from benchbase.testing.kit import Kit
+from benchbase.testing.kit_data import IMPOSSIBLE_ROW, load_kit_data
+from benchbase.testing.rnnt_rules import bounded_transducer_loss, parity_weights
+
+torch = pytest.importorskip("torch")
+TorchBackend = pytest.importorskip("benchbase_torch_ds2.backend").TorchBackend
+
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
+RNNT_RULE_NAMES = [rule.name for rule in RNNT_RULES]
+
+
+@pytest.fixture(scope="module")
+def rnnt_data():
+    return load_kit_data(family="rnnt")
+
+
+def test_the_rnnt_kit_reuses_the_kit_speech_with_one_row_too_short_for_any_encoder_frame(rnnt_data):
+    ds2 = load_kit_data()
+    batch = rnnt_data.impossible_batch
+    assert rnnt_data.model.family == "rnnt" and rnnt_data.feature_dimension == ds2.feature_dimension
+    assert [b.utterance_ids for b in rnnt_data.batches] == [b.utterance_ids for b in ds2.batches]
+    assert (batch.output_lengths == 0).tolist() == [row == IMPOSSIBLE_ROW for row in range(batch.size)]
+    assert batch.feature_lengths[IMPOSSIBLE_ROW] >= rnnt_data.model.input_stack
+    assert all((b.output_lengths >= 1).all() for b in rnnt_data.batches)
+    assert rnnt_data.model.dropout == 0.0 and rnnt_data.spec_model.dropout > 0
+
+
+def test_the_loss_rule_compares_with_the_references_mean_transducer_loss(rnnt_data):
+    """The rule's rounded computation, with no rounding moved, is the family's reference itself."""
+    batch, model = rnnt_data.impossible_batch, rnnt_data.model
+    weights = parity_weights(Kit(TorchBackend, rnnt_data))
+    encoded, _ = reference.encoder_forward(weights, model, batch.features, batch.feature_lengths)
+    predicted = reference.prediction_forward(weights, model, batch.labels, batch.label_lengths)
+    log_probs = reference.joint(weights, model, encoded[:, : batch.output_lengths.max()], predicted)
+    expected = mean_transducer_loss(log_probs, batch.labels, batch.output_lengths, batch.label_lengths,
+                                    model.blank_index)
+    bounded = bounded_transducer_loss(weights, model, batch)
+    assert bounded.loss == pytest.approx(expected, rel=1e-12) and np.isinf(bounded.losses[IMPOSSIBLE_ROW])
+    assert 0 < bounded.bound < 1e-4 * expected  # float32's roundings, far below a wrong reduction's factor
+
+
+def test_the_torch_backend_passes_every_rnnt_rule(rnnt_data):
+    results = run_conformance(resolve_backend("torch"), family="rnnt", data=rnnt_data)
+    assert [result.name for result in results] == RNNT_RULE_NAMES
+    assert {result.family for result in results} == {"rnnt"}
+    assert [(result.name, result.message) for result in results if not result.passed] == []
+
+
+# ---------------------------------------------------------------- the PyTorch backend, broken
+
+
+class CountsFrozenBias(TorchBackend):
+    """parameter_count counts PyTorch's frozen second LSTM bias (bias_hh)."""
+
+    def parameter_count(self):
+        return sum(p.numel() for p in self.network.parameters())
+
+
+class LenientImport(TorchBackend):
+    """Fills a missing weight with its current value and ignores unknown names."""
+
+    def import_weights(self, weights):
+        current = self.export_weights()
+        super().import_weights({name: weights.get(name, current[name]) for name in current})
+
+
+class PredictDrawsRandomNumbers(TorchBackend):
+    """predict() draws from torch's generator, so the next training step's dropout masks move."""
+
+    def predict(self, inputs):
+        torch.rand(1)
+        return super().predict(inputs)
+
+
+class EncoderOffByAHundredth(TorchBackend):
+    def predict(self, inputs):
+        return super().predict(inputs) + np.float32(0.01)
+
+
+class LossScaled(TorchBackend):
+    def train_step(self, batch):
+        return 1.01 * super().train_step(batch)
+
+
+class LossOverPossibleUtterances(TorchBackend):
+    """Averages over the utterances that have an encoder frame only."""
+
+    def train_step(self, batch):
+        return super().train_step(batch) * batch.size / int((batch.output_lengths > 0).sum())
+
+
+class OffOnceTrained(TorchBackend):
+    """Honest on fresh or imported weights; after a training step, its encoder outputs drift."""
+
+    def train_step(self, batch):
+        self.trained = True
+        return super().train_step(batch)
+
+    def predict(self, inputs):
+        outputs = super().predict(inputs)
+        return outputs + np.float32(0.01) if getattr(self, "trained", False) else outputs
+
+
+class IgnoresSeed(TorchBackend):
+    def build(self, context):
+        super().build(dataclasses.replace(context, seed=0))
+
+
+class CheckpointWithoutOptimizer(TorchBackend):
+    def save_checkpoint(self, path):
+        torch.save({"model": self.network.state_dict(), "rng": torch.get_rng_state()}, path)
+
+    def load_checkpoint(self, path):
+        state = torch.load(path, weights_only=True)
+        self.network.load_state_dict(state["model"])
+        torch.set_rng_state(state["rng"])
+
+
+BROKEN = [
+    ("rnnt_parameter_count", CountsFrozenBias),
+    ("rnnt_weight_round_trip", LenientImport),
+    ("rnnt_predict_shapes", PredictDrawsRandomNumbers),
+    ("rnnt_forward_parity", EncoderOffByAHundredth),
+    ("rnnt_transducer_loss", LossScaled),
+    ("rnnt_prediction_matches_weights", OffOnceTrained),
+    ("rnnt_seed_determinism", IgnoresSeed),
+    ("rnnt_checkpoint_round_trip", CheckpointWithoutOptimizer),
+]
+
+
+def test_every_rnnt_rule_has_a_broken_backend():
+    assert [rule for rule, _ in BROKEN] == RNNT_RULE_NAMES
+
+
+@pytest.mark.parametrize(("rule", "broken"), BROKEN, ids=[broken.__name__ for _, broken in BROKEN])
+def test_a_backend_broken_for_one_rnnt_rule_fails_that_rule_and_the_others_still_run(rnnt_data, rule, broken):
+    other = "rnnt_parameter_count" if rule != "rnnt_parameter_count" else "rnnt_weight_round_trip"
+    results = {r.name: r for r in run_conformance(broken, [rule, other], family="rnnt", data=rnnt_data)}
+    assert not results[rule].passed, f"{broken.__name__} passed {rule}"
+    assert results[rule].message
+    assert results[other].passed, results[other].message
+
+
+def test_an_encoder_off_by_a_hundredth_fails_both_parity_rules_and_says_where(rnnt_data):
+    rules = ["rnnt_predict_shapes", "rnnt_forward_parity", "rnnt_prediction_matches_weights"]
+    results = {r.name: r for r in run_conformance(EncoderOffByAHundredth, rules, family="rnnt", data=rnnt_data)}
+    assert results["rnnt_predict_shapes"].passed
+    assert re.search(r"the encoder projection differs from the reference by 0\.01 at \(\d+, \d+, \d+\) \[row, "
+                     r"frame, unit\] .* \(float32 rounding bound there \d", results["rnnt_forward_parity"].message)
+    assert not results["rnnt_prediction_matches_weights"].passed
+
+
+def test_a_drift_after_training_fails_prediction_matches_weights_only(rnnt_data):
+    rules = ["rnnt_forward_parity", "rnnt_prediction_matches_weights"]
+    results = {r.name: r for r in run_conformance(OffOnceTrained, rules, family="rnnt", data=rnnt_data)}
+    utterances = rnnt_data.impossible_batch.size + rnnt_data.small_inputs.size
+    failure = results["rnnt_prediction_matches_weights"]
+    assert results["rnnt_forward_parity"].passed, results["rnnt_forward_parity"].message
+    assert re.search(rf"after 3 training steps, .* \d+ of {utterances} utterances differ from the reference "
+                     r"encoder, worst by 0\.01\d* \(.*; tolerance \d", failure.message), failure.message
+
+
+def test_a_wrong_loss_says_what_the_reference_computes_and_names_a_known_wrong_reduction(rnnt_data):
+    [scaled] = run_conformance(LossScaled, ["rnnt_transducer_loss"], family="rnnt", data=rnnt_data)
+    assert re.fullmatch(r"train_step returned [\d.]+, the reference's mean transducer loss is [\d.]+ \(float32 "
+                        r"rounding bound [\d.e-]+\)", scaled.message), scaled.message
+    [possible] = run_conformance(LossOverPossibleUtterances, ["rnnt_transducer_loss"], family="rnnt", data=rnnt_data)
+    assert possible.message.endswith("it matches the mean over the utterances with an encoder frame only (one "
+                                     "without must count as zero)")
+
+
+# ---------------------------------------------------------------- choosing families and rules
+
+
+class DeclaresDs2Only(Backend):
+    name = "ds2-only"
+
+
+def test_the_families_to_test_are_those_the_backend_declares_or_the_one_asked_for():
+    assert families_to_test(TorchBackend) == ["ds2", "rnnt"]
+    assert families_to_test(TorchBackend, "rnnt") == ["rnnt"]
+    assert families_to_test(DeclaresDs2Only) == ["ds2"]
+    with pytest.raises(InputError, match=r"^backend 'ds2-only' does not implement the rnnt model family \(it "
+                                         r"declares ds2\)$"):
+        families_to_test(DeclaresDs2Only, "rnnt")
+    with pytest.raises(InputError, match="no rules for model family 'nope'; it has rules for ds2, rnnt"):
+        families_to_test(TorchBackend, "nope")
+
+
+def test_named_rules_pick_their_families_and_another_familys_rule_is_named_as_such():
+    chosen = rules_by_family(["rnnt_forward_parity", "ctc_loss"], ["ds2", "rnnt"])
+    assert {family: [rule.name for rule in rules] for family, rules in chosen.items()} == {
+        "ds2": ["ctc_loss"], "rnnt": ["rnnt_forward_parity"]}
+    assert list(rules_by_family(["ctc_loss"], ["ds2", "rnnt"])) == ["ds2"]
+    assert [len(rules) for rules in rules_by_family(None, RULE_SETS).values()] == [11, 8]
+    with pytest.raises(InputError, match="'rnnt_forward_parity' is a rule of the rnnt family; available: "
+                                         "parameter_count"):
+        select_rules(["rnnt_forward_parity"], "ds2")
+    with pytest.raises(InputError, match="unknown conformance rule 'no_such_rule' for the families ds2, rnnt"):
+        rules_by_family(["ctc_loss", "no_such_rule"], ["ds2", "rnnt"])
+
+
+def test_a_kit_of_another_family_is_refused(rnnt_data):
+    with pytest.raises(ValueError, match="the kit's data is the rnnt family's, not ds2's"):
+        run_conformance(TorchBackend, ["parameter_count"], kit=Kit(TorchBackend, rnnt_data))
+
+
+def test_the_command_runs_each_declared_familys_rules_labelled_by_family():
+    done = run_benchbase("backend-test", "torch", "--rule", "parameter_count", "--rule", "rnnt_parameter_count",
+                         "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["passed"] and report["families"] == ["ds2", "rnnt"]
+    assert [(rule["family"], rule["rule"]) for rule in report["rules"]] == [
+        ("ds2", "parameter_count"), ("rnnt", "rnnt_parameter_count")]
+
+
+def test_the_command_with_family_runs_that_familys_rules_only():
+    done = run_benchbase("backend-test", "torch", "--family", "rnnt", "--rule", "rnnt_predict_shapes")
+    assert done.returncode == 0, done.stderr
+    assert "PASS backend torch, rnnt family: 1/1 conformance rules pass" in " ".join(done.stdout.split())
+    assert "ds2" not in done.stdout
+
+
+def test_the_command_refuses_an_unknown_family_or_another_familys_rule_in_one_line_with_exit_2():
+    for arguments, said in [(("--family", "nope"), "no rules for model family 'nope'"),
+                            (("--family", "ds2", "--rule", "rnnt_forward_parity"), "a rule of the rnnt family")]:
+        done = run_benchbase("backend-test", "torch", *arguments)
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and said in done.stderr, done.stderr
