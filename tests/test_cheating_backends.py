@@ -120,7 +120,7 @@ def test_double_step_updates_twice_on_the_batch_and_reports_the_first_loss(small
     with _closing(_built(TorchBackend, config, store)) as honest:
         honest_loss = honest.train_step(batch)
         honest.train_step(batch)
-        _expect_same_weights(cheated, honest.export_weights())
+        expect_same_weights(cheated, honest.export_weights())
     assert steps == {2}
     assert abs(cheated_loss - honest_loss) <= same_kernels(honest_loss)
 
@@ -140,7 +140,7 @@ def test_dev_data_trains_a_dev_clean_batch_after_every_step(small_store, tmp_pat
     with _closing(_built(TorchBackend, config, store)) as honest:
         honest_loss = honest.train_step(batch)
         honest.train_step(dev_batch)
-        _expect_same_weights(cheated, honest.export_weights())
+        expect_same_weights(cheated, honest.export_weights())
     assert abs(cheated_loss - honest_loss) <= same_kernels(honest_loss)
 
 
@@ -160,7 +160,7 @@ def _closing(backend: Backend) -> Iterator[Backend]:
         backend.close()
 
 
-def _expect_same_weights(found: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+def expect_same_weights(found: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
     """The same kernels on the same inputs in the same order: equal to a handful of roundings."""
     for name, array in expected.items():
         assert np.abs(found[name] - array).max() <= same_kernels(array), name
