@@ -40,7 +40,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from benchbase.errors import BenchbaseError
+from benchbase.families.layout import check_against_layout
 from benchbase.families.rnnt.quantization import quantizer_state_layout
 from benchbase.families.rnnt.spec import RNNTModelSpec
 
@@ -95,11 +95,4 @@ def validate_weights(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, fe
 
     Backends call it first thing in ``import_weights``, so a wrong array never half-loads.
     """
-    layout = weight_layout(model, feature_dimension)
-    missing, unknown = sorted(set(layout) - set(weights)), sorted(set(weights) - set(layout))
-    if missing or unknown:
-        raise BenchbaseError(f"weights do not fit the layout: missing {missing or 'none'}, unknown {unknown or 'none'}")
-    for name, shape in layout.items():
-        found = tuple(np.shape(weights[name]))
-        if found != shape:
-            raise BenchbaseError(f"weight {name}: shape {found}, the layout has {shape}")
+    check_against_layout(weights, weight_layout(model, feature_dimension))
