@@ -95,6 +95,7 @@ def _line(time_ms: int, event_type: str, key: str, value: Any, lineno: int, **me
 def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> dict[str, Any]:
     """A passing bare log of about size_mb MB; returns its shape."""
     from benchbase.compliance.checks import field_at
+    from benchbase.compliance.keys import OPTIMIZER_KEYS
     from benchbase.compliance.rules import load_ruleset
     from benchbase.plugin_host import get_plugin_manager
     from benchbase.plugin_host.registry import collect_registry
@@ -132,7 +133,10 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
                   "train_samples": 32 * batches_per_epoch, "eval_samples": utterances[workload.scored_subset],
                   "benchbase_eval_subsets": {subset: utterances[subset] for subset in dev},
                   "benchbase_tta_subset": workload.scored_subset}
-        header.update({key: field_at(spec, path) for key, path in pinned.log_keys.items()})
+        # The workload's optimizer's own keys, as the harness logs them (none of another optimizer).
+        foreign = {key for name, found in OPTIMIZER_KEYS.items() if name != workload.optimizer.name for key in found}
+        header.update({key: field_at(spec, path) for key, path in pinned.log_keys.items()
+                       if key not in foreign})
         header["benchbase_world_size"] = 1
         header["benchbase_device_plan"] = {"kind": "cpu", "count": 1, "batch_per_device": 32, "world_size": 1,
                                            "profile_kind": "cpu", "profile_count": 1, "overridden": False}

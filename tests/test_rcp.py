@@ -302,7 +302,8 @@ def test_the_bundled_rcp_is_found_by_workload_name_and_the_workload_list_ignores
     assert found is not None and isinstance(load_rcp(found), RcpFile)
     assert load_rcp(found).workload == "ds2-mini" and load_rcp(found).submission_runs == 5
     assert bundled_rcp("ds2-nano") is None and bundled_rcp("../ds2-mini") is None
-    assert sorted(collect_registry(get_plugin_manager(load_entrypoints=False)).workloads) == ["ds2", "ds2-mini"]
+    registered = collect_registry(get_plugin_manager(load_entrypoints=False)).workloads
+    assert sorted(registered) == ["ds2", "ds2-mini", "rnnt", "rnnt-mini"]
 
 
 # --- benchbase rcp make -------------------------------------------------------------------------------------------
