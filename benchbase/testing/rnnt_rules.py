@@ -30,10 +30,8 @@ Why each rule exists:
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -44,18 +42,12 @@ from benchbase.families.rnnt.loss import transducer_loss
 from benchbase.families.rnnt.reference import random_weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import prediction_layer_names, weight_layout
-from benchbase.run_folder import RunFolder
 from benchbase.testing.agreement import UtteranceOutputs, compare_with_reference
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_error, differing_weights
 from benchbase.testing.model_rules import check_layout, expect_same_weights, scribble, valid_frames
 from benchbase.testing.reference_model import RoundedArithmetic, lstm_layer
 from benchbase.testing.tolerances import INJECTION_DRAWS, ctc_recursion_bound, rounding_bound, same_kernels
-from benchbase.testing.training_rules import (
-    TRAINED_STEPS,
-    compare_restored,
-    expect_unfitting_file_refused,
-    save_as_the_harness_does,
-)
+from benchbase.testing.training_rules import TRAINED_STEPS, checkpoint_round_trip
 
 __all__ = [
     "BoundedLoss",
@@ -203,22 +195,9 @@ def check_rnnt_checkpoint_round_trip(kit: Kit) -> str | None:
     """DS2's checkpoint_round_trip on the transducer (whose predict() returns the encoder projection):
     save after 2 steps, load into a backend built with another seed, the same outputs and next
     losses (the optimizer's schedule included); a file of garbage is refused."""
-    spec, batches, probe = kit.data.spec_model, kit.data.batches, kit.data.small_inputs
-    following = (batches[2], batches[0])
-    with tempfile.TemporaryDirectory(prefix="benchbase-kit-") as folder:
-        final = RunFolder.create(Path(folder) / "run").periodic_checkpoint(2)
-        with kit.backend(model=spec) as original:
-            for batch in batches[:2]:
-                original.train_step(batch)
-            save_as_the_harness_does(original, final)
-            expected = check_encoded("rnnt_checkpoint_round_trip", original.predict(probe), probe, spec.joint_units)
-            expected_losses = [original.train_step(batch) for batch in following]
-        with kit.backend(seed=kit.seed + 1, model=spec) as restored:
-            restored.load_checkpoint(final)
-            found = check_encoded("rnnt_checkpoint_round_trip", restored.predict(probe), probe, spec.joint_units)
-            losses = [restored.train_step(batch) for batch in following]
-        compare_restored(found, expected, probe, losses, expected_losses)
-        return expect_unfitting_file_refused(kit, Path(folder))
+    width = kit.data.spec_model.joint_units
+    return checkpoint_round_trip(
+        kit, lambda result, inputs: check_encoded("rnnt_checkpoint_round_trip", result, inputs, width))
 
 
 def check_encoded(rule: str, result: object, inputs: Inputs, width: int) -> np.ndarray:

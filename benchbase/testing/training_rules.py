@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,7 @@ __all__ = [
     "check_prediction_matches_weights",
     "check_seed_determinism",
     "check_thread_budget",
+    "checkpoint_round_trip",
 ]
 
 THREAD_RATIO_BOUND = 1.25
@@ -66,6 +68,14 @@ or one that never used the model, shows."""
 
 def check_checkpoint_round_trip(kit: Kit) -> str | None:
     """Save after 2 steps, load into a backend built with another seed: same predictions, same next losses."""
+    symbols = kit.data.spec_model.symbols
+    return checkpoint_round_trip(
+        kit, lambda result, inputs: check_prediction("checkpoint_round_trip", result, inputs, symbols))
+
+
+def checkpoint_round_trip(kit: Kit, outputs: Callable[[object, Inputs], np.ndarray]) -> str | None:
+    """The checkpoint rule of any family: ``outputs`` checks predict()'s result has the family's
+    form and returns it (raising ConformanceFailure under the family's rule name)."""
     spec, batches, probe = kit.data.spec_model, kit.data.batches, kit.data.small_inputs
     following = (batches[2], batches[0])
     with tempfile.TemporaryDirectory(prefix="benchbase-kit-") as folder:
@@ -74,11 +84,11 @@ def check_checkpoint_round_trip(kit: Kit) -> str | None:
             for batch in batches[:2]:
                 original.train_step(batch)
             save_as_the_harness_does(original, final)
-            expected = check_prediction("checkpoint_round_trip", original.predict(probe), probe, spec.symbols)
+            expected = outputs(original.predict(probe), probe)
             expected_losses = [original.train_step(batch) for batch in following]
         with kit.backend(seed=kit.seed + 1, model=spec) as restored:
             restored.load_checkpoint(final)
-            found = check_prediction("checkpoint_round_trip", restored.predict(probe), probe, spec.symbols)
+            found = outputs(restored.predict(probe), probe)
             losses = [restored.train_step(batch) for batch in following]
         compare_restored(found, expected, probe, losses, expected_losses)
         return expect_unfitting_file_refused(kit, Path(folder))
