@@ -201,8 +201,7 @@ class Capabilities:
     """Model families it implements (``ModelSpec.family``; ``benchbase.specs.model.model_families()``).
     A run of a workload of another family is refused before the clock starts."""
     optimizers: frozenset[str] = frozenset({"adadelta"})
-    """Optimizers it implements (``OptimizerSpec.name``), each with every field of its spec and
-    its ``learning_rate_at`` schedule."""
+    """Optimizers it implements (``OptimizerSpec.name``), every field and ``learning_rate_at``'s schedule."""
     devices: frozenset[DeviceKind] = frozenset({"cpu"})
     max_devices: int = 1
     """Most devices of one kind the backend spans in one run."""
@@ -218,12 +217,18 @@ class Capabilities:
     state (in ``weight_layout`` and the checkpoint, like BatchNorm's statistics), and evaluates
     quantized too. ``train_step`` and ``predict`` both run in the run's precision; ``predict``
     still returns float32 log-probabilities and ``export_weights`` float32 master weights."""
+    family_precisions: tuple[tuple[str, frozenset[str]], ...] = ()
+    """(family, its precisions) where a family has fewer than ``precisions``: ``(("rnnt", frozenset({"fp32"})),)``."""
     process_model: ProcessModel = "single_process"
     """single_process: one process drives every device (tf.distribute's MirroredStrategy).
     process_per_device: one process per device under torch.distributed, started by torch's
     launcher (``benchbase run`` starts it itself, or the user runs ``torchrun``).
     process_per_machine: one process drives its machine's devices; across machines, one
     process per machine under ``torchrun`` (tf.distribute's MultiWorkerMirroredStrategy)."""
+
+    def precisions_of(self, family: str) -> frozenset[str]:
+        """The precisions the backend implements for ``family``."""
+        return dict(self.family_precisions).get(family, self.precisions)
 
 
 class Backend(ABC):

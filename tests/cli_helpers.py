@@ -9,6 +9,20 @@ import sys
 from pathlib import Path
 
 
+def benchbase_in_process(capsys, *arguments: str) -> tuple[int, str, str]:
+    """`benchbase ARGUMENTS` in this process (a subprocess spends seconds importing): its exit code,
+    its output and its errors, read from pytest's ``capsys``."""
+    from benchbase.cli import main
+
+    try:
+        main(list(arguments))
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def run_benchbase(*args: str, timeout: float = 180, cwd: Path | None = None,
                   env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "benchbase", *args], capture_output=True, text=True,

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from cli_helpers import benchbase_in_process
 from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
 
 from benchbase.cli import main
@@ -29,14 +30,7 @@ TARGETS = {"CER 40": ("paper_cer", 40), "CER 30": ("paper_cer", 30), "CER 25": (
 """ds2-mini's targets (benchbase/workloads/ds2-mini.yaml), scored on dev-clean, median of the last 3."""
 
 
-def _cli(capsys, *arguments: str) -> tuple[int, str, str]:
-    try:
-        main(list(arguments))
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+_cli = benchbase_in_process
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import benchbase_in_process
 from mlperf_logging.rcp_checker import rcp_checker as official
 
 from benchbase.cli import main
@@ -239,14 +240,7 @@ def rcp_file(reference) -> Path:
     return out
 
 
-def _cli(capsys, *arguments: str) -> tuple[int, str, str]:
-    try:
-        main(list(arguments))
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+_cli = benchbase_in_process
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,8 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from cli_helpers import benchbase_in_process
 
-from benchbase.cli import main
 from benchbase.report.runs import load_groups
 from benchbase.results_db import (
     add_paths,
@@ -132,13 +132,8 @@ def database(request, tmp_path) -> str:
 def _cli(capsys, *arguments: str) -> subprocess.CompletedProcess:
     """`benchbase ARGUMENTS` in this process (a subprocess would spend seconds importing): its exit
     code, its output and its errors, as a subprocess's."""
-    try:
-        main(list(arguments))
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(arguments, code, captured.out, captured.err)
+    code, out, err = benchbase_in_process(capsys, *arguments)
+    return subprocess.CompletedProcess(arguments, code, out, err)
 
 
 def test_two_machines_side_by_side(two_machines, database, capsys):

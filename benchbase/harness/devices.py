@@ -66,9 +66,11 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
                          f"backend {name!r} trains on at most {capabilities.max_devices}; choose a profile with "
                          f"{capabilities.max_devices} or pass --devices {capabilities.max_devices}")
     precision = workload.model.precision
-    if precision not in capabilities.precisions:
+    precisions = capabilities.precisions_of(family)
+    if precision not in precisions:
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "
-                         f"(it declares {', '.join(sorted(capabilities.precisions))})")
+                         f"{'' if precisions == capabilities.precisions else f'for the {family} family '}"
+                         f"(it declares {', '.join(sorted(precisions))})")
     check_precision_on_device(precision, plan.kind)
 
 

@@ -42,12 +42,11 @@ from benchbase.families.rnnt.loss import transducer_loss
 from benchbase.families.rnnt.reference import random_weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import prediction_layer_names, weight_layout
-from benchbase.testing.agreement import UtteranceOutputs, compare_with_reference
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_error, differing_weights
 from benchbase.testing.model_rules import check_layout, expect_same_weights, scribble, valid_frames
 from benchbase.testing.reference_model import RoundedArithmetic, lstm_layer
 from benchbase.testing.tolerances import INJECTION_DRAWS, ctc_recursion_bound, rounding_bound, same_kernels
-from benchbase.testing.training_rules import TRAINED_STEPS, checkpoint_round_trip
+from benchbase.testing.training_rules import checkpoint_round_trip, prediction_matches_weights
 
 __all__ = [
     "BoundedLoss",
@@ -169,26 +168,11 @@ def check_rnnt_transducer_loss(kit: Kit) -> None:
 def check_rnnt_prediction_matches_weights(kit: Kit) -> None:
     """After TRAINED_STEPS steps, predict() agrees with the reference encoder on the backend's own
     export_weights(), utterance by utterance (``benchbase.testing.agreement``)."""
-    probes = {"the full batch": kit.data.impossible_batch.inputs(), "the small batch": kit.data.small_inputs}
-    with kit.backend(model=kit.data.spec_model) as backend:  # trained as a run trains, dropout included
-        for step in range(TRAINED_STEPS):
-            backend.train_step(kit.data.batches[step % len(kit.data.batches)])
-        predicted = {label: check_encoded("rnnt_prediction_matches_weights", backend.predict(inputs), inputs,
-                                          kit.model.joint_units) for label, inputs in probes.items()}
-        weights = backend.export_weights()  # after predicting: the weights those outputs claim to come from
-    check_layout("rnnt_prediction_matches_weights", weights, weight_layout(kit.model, kit.data.feature_dimension))
-    utterances = [UtteranceOutputs.of_row(f"{label}, row {row}", inputs, predicted[label], row)
-                  for label, inputs in probes.items() for row in range(inputs.size)]
-    agreement = compare_with_reference(weights, kit.model, utterances)  # inference has no dropout
-    if agreement.disagreeing:
-        worst = int(np.argmax(agreement.differences / np.maximum(agreement.tolerances, np.finfo(np.float64).tiny)))
-        raise ConformanceFailure("rnnt_prediction_matches_weights", f"after {TRAINED_STEPS} training steps, "
-                                 f"predict() is not what the backend's own export_weights() compute: "
-                                 f"{len(agreement.disagreeing)} of {len(utterances)} utterances differ from the "
-                                 f"reference encoder, worst by {agreement.differences[worst]:.3g} "
-                                 f"({agreement.utterance_ids[worst]}; tolerance {agreement.tolerances[worst]:.3g}, "
-                                 f"{agreement.worst_ratio:.3g} times over); predict() must compute the encoder "
-                                 "projection from the weights it exports")
+    width = kit.model.joint_units
+    prediction_matches_weights(
+        kit, "rnnt_prediction_matches_weights", "encoder projection",
+        lambda result, inputs: check_encoded("rnnt_prediction_matches_weights", result, inputs, width),
+        reference="reference encoder")
 
 
 def check_rnnt_checkpoint_round_trip(kit: Kit) -> str | None:

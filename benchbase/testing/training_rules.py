@@ -39,7 +39,7 @@ import numpy as np
 
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.weight_layout import weight_layout
+from benchbase.families.parts import family_parts
 from benchbase.run_folder import RunFolder
 from benchbase.testing.agreement import Agreement, UtteranceOutputs, compare_with_reference
 from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
@@ -54,6 +54,7 @@ __all__ = [
     "check_seed_determinism",
     "check_thread_budget",
     "checkpoint_round_trip",
+    "prediction_matches_weights",
 ]
 
 THREAD_RATIO_BOUND = 1.25
@@ -117,19 +118,29 @@ def check_predict_sees_only_features(kit: Kit) -> None:
 
 def check_prediction_matches_weights(kit: Kit) -> None:
     """After TRAINED_STEPS steps, predict() agrees with the reference on the backend's own export_weights()."""
+    symbols = kit.model.symbols
+    prediction_matches_weights(
+        kit, "prediction_matches_weights", "log-probabilities",
+        lambda result, inputs: check_prediction("prediction_matches_weights", result, inputs, symbols))
+
+
+def prediction_matches_weights(kit: Kit, rule: str, what: str, outputs: Callable[[object, Inputs], np.ndarray],
+                               reference: str = "reference") -> None:
+    """The rule of any family: ``outputs`` checks predict()'s result has the family's form (``what``
+    names it) and returns it; the reference (``reference`` names it) is the family's
+    (``compare_with_reference``)."""
     probes = {"the full batch": kit.data.impossible_batch.inputs(), "the small batch": kit.data.small_inputs}
     with kit.backend(model=kit.data.spec_model) as backend:  # trained as a run trains, dropout included
         for step in range(TRAINED_STEPS):
             backend.train_step(kit.data.batches[step % len(kit.data.batches)])
-        predicted = {label: check_prediction("prediction_matches_weights", backend.predict(inputs), inputs,
-                                             kit.model.symbols) for label, inputs in probes.items()}
+        predicted = {label: outputs(backend.predict(inputs), inputs) for label, inputs in probes.items()}
         weights = backend.export_weights()  # after predicting: the weights those predictions claim to come from
-    check_layout("prediction_matches_weights", weights, weight_layout(kit.model, kit.data.feature_dimension))
+    check_layout(rule, weights, family_parts(kit.model).weight_layout(kit.model, kit.data.feature_dimension))
     utterances = [utterance for label, inputs in probes.items()
                   for utterance in _utterance_outputs(label, inputs, predicted[label])]
     agreement = compare_with_reference(weights, kit.model, utterances)  # inference has no dropout
     if agreement.disagreeing:
-        raise ConformanceFailure("prediction_matches_weights", _describe_disagreement(agreement))
+        raise ConformanceFailure(rule, _describe_disagreement(agreement, what, reference))
 
 
 def check_seed_determinism(kit: Kit) -> None:
@@ -236,13 +247,13 @@ def _utterance_outputs(label: str, inputs: Inputs, log_probs: np.ndarray) -> lis
     return [UtteranceOutputs.of_row(f"{label}, row {row}", inputs, log_probs, row) for row in range(inputs.size)]
 
 
-def _describe_disagreement(agreement: Agreement) -> str:
+def _describe_disagreement(agreement: Agreement, what: str, reference: str) -> str:
     worst = int(np.argmax(agreement.differences / np.maximum(agreement.tolerances, np.finfo(np.float64).tiny)))
     return (f"after {TRAINED_STEPS} training steps, predict() is not what the backend's own export_weights() "
             f"predict: {len(agreement.disagreeing)} of {len(agreement.utterance_ids)} utterances differ from the "
-            f"reference, worst by {agreement.differences[worst]:.3g} ({agreement.utterance_ids[worst]}; tolerance "
+            f"{reference}, worst by {agreement.differences[worst]:.3g} ({agreement.utterance_ids[worst]}; tolerance "
             f"{agreement.tolerances[worst]:.3g}, {agreement.worst_ratio:.3g} times over); predict() must compute "
-            "the log-probabilities from the weights it exports")
+            f"the {what} from the weights it exports")
 
 
 def _weights_and_losses(kit: Kit, seed: int) -> tuple[dict[str, np.ndarray], list[float]]:

@@ -42,10 +42,10 @@ PINNED_COPY_BYTES = 1 << 20
 class TorchBackend(Backend):
     name = "torch"
     description = f"PyTorch {torch.__version__}: DS2 (CTC) and RNN-T (transducer loss) with cuDNN/oneDNN LSTMs"
-    # Precisions are per backend: an rnnt run outside rnnt.TRANSDUCER_PRECISIONS is refused in build().
     capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1024,
                                 precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
+                                family_precisions=(("rnnt", rnnt.TRANSDUCER_PRECISIONS),),
                                 process_model="process_per_device")
 
     @classmethod
