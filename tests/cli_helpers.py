@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -37,26 +38,38 @@ def run_ds2_mini(backend: str, store: Path, out: Path, seed: int, target: str,
                          timeout=900)
 
 
-def two_torchrun_nodes(run_arguments: list[str], timeout: float = 600) -> list[tuple[int, str, str]]:
+def two_torchrun_nodes(run_arguments: list[str], timeout: float = 600,
+                       rendezvous: str = "static") -> list[tuple[int, str, str, float]]:
     """`benchbase run RUN_ARGUMENTS` under two torchrun invocations ("machines") of one process each,
-    meeting at a static rendezvous on 127.0.0.1; every node's (exit code, stdout, stderr).
+    meeting on 127.0.0.1; every node's (exit code, stdout, stderr, seconds until it exited).
 
-    Static, with explicit node ranks: two c10d rendezvous agents started at the same instant on
-    one host race to host its store, and the loser can wait minutes before it retries as a client.
+    ``rendezvous``: "static", with explicit node ranks, or "c10d", torchrun's elastic rendezvous
+    (the clusters' recipes), node 0 hosting its store (``is_host``): two c10d agents left to guess
+    on one host race to host it, and the loser can wait minutes before it retries as a client.
     """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    if rendezvous == "static":
+        meeting = [["--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}", f"--node-rank={node}"]
+                   for node in range(2)]
+    else:
+        meeting = [["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=benchbase-test",
+                    f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}"] for node in range(2)]
+    started = time.monotonic()
     nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
-         "--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}",
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", *meeting[node],
          "-m", "benchbase", "run", *run_arguments],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         for node in range(2)]
     try:
-        outputs = [node.communicate(timeout=timeout) for node in nodes]
+        outputs, ended = [], []
+        for node in nodes:
+            outputs.append(node.communicate(timeout=timeout))
+            ended.append(time.monotonic() - started)
     finally:
         for node in nodes:
             if node.poll() is None:
                 node.kill()
-    return [(node.returncode, stdout, stderr) for node, (stdout, stderr) in zip(nodes, outputs)]
+    return [(node.returncode, stdout, stderr, seconds)
+            for node, (stdout, stderr), seconds in zip(nodes, outputs, ended)]

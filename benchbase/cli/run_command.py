@@ -22,7 +22,7 @@ from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
 from benchbase.harness import Harness, run_benchmark
 from benchbase.harness.devices import checked_plan
-from benchbase.harness.launch import LAUNCHED_WORKER, launch_workers
+from benchbase.harness.launch import launch_workers
 from benchbase.harness.resume import find_resume_point
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager
@@ -132,9 +132,12 @@ def run(context: click.Context, **options: Any) -> None:
                                        options["checkpoint_every"], not options["no_final_eval"]))
         return
     statuses = _run_all(world, manager, resolved, folders, options)
-    # A worker of benchbase's own launcher leaves the status to the launching process (launch.LAUNCHED_WORKER).
-    launched_worker = world.distributed and os.environ.get(LAUNCHED_WORKER) == "1"
-    if any(status != "success" for status in statuses) and not launched_worker:
+    # Under torchrun (or benchbase's own launcher), every rank of a run that completed leaves with 0,
+    # whatever its status: torchrun takes any other code for a crashed worker (it would print a
+    # ChildFailedError, restart the group where --max-restarts allows, and leave the other nodes
+    # waiting at their exit barrier). The status is in result.json and rank 0's output; benchbase's
+    # own launcher reads it from there and exits 3 for an aborted run (docs/clusters.md, "Exit codes").
+    if any(status != "success" for status in statuses) and not world.distributed:
         raise click.exceptions.Exit(3)
 
 
