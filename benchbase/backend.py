@@ -2,8 +2,7 @@
 
 A backend builds the model, runs training steps and returns per-frame log-probabilities.
 Everything that decides the score (the clock, the data order, decoding, metrics, the TTA
-rule, the compliance log) stays in the harness, so a backend cannot change how it is
-measured. Every rule an implementer must follow is written in this module's docstrings;
+rule, the compliance log) stays in the harness. Every rule an implementer must follow is here;
 `benchbase backend-test NAME` (the conformance kit, ``benchbase.testing``) proves an
 implementation against them, and docs/writing-a-backend.md builds one step by step.
 
@@ -21,7 +20,8 @@ A run whose ``ModelSpec.precision`` is not fp32 ends with one more instance, off
 while the first is still open (before its close()): the final evaluation's FP32 twin, built
 with the same context at ``precision="fp32"``, given the first one's ``export_weights()``
 (less the quantizer's ranges) through ``import_weights()``, evaluated with ``predict()`` and
-closed. It needs nothing a backend does not already have: every backend implements fp32.
+closed (every backend implements fp32). Under a training strategy other than sync (several
+learners whose weights differ), rank 0 evaluates, checkpoints and exports its own learner's.
 
 Contract versions (the log records the one a run used, ``benchbase_backend_contract``):
 
@@ -29,15 +29,14 @@ Contract versions (the log records the one a run used, ``benchbase_backend_contr
   always the harness's (``Inputs.output_lengths``, from the workload's convolution); version 2
   had predict() hand them back and only accepted them unchanged. A version-2 backend's tuple
   is still taken, with a DeprecationWarning, until benchbase 0.3; the conformance kit wants 3.
-- 2 (benchbase 0.1): the conformance kit; devices and processes in the ``DevicePlan``.
-"""
+- 2 (benchbase 0.1): the conformance kit; devices and processes in the ``DevicePlan``."""
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -45,6 +44,7 @@ import numpy as np
 
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.specs.strategy import StrategySpec, SyncSpec
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -191,6 +191,7 @@ class BuildContext:
     seed: int
     max_frames: int
     max_label_length: int
+    strategy: StrategySpec = field(default_factory=SyncSpec)  # sync, or one ``Capabilities.strategies`` names
 
 
 @dataclass(frozen=True)
@@ -215,10 +216,10 @@ class Capabilities:
     with dynamic loss scaling); int8-emulated fake-quantizes exactly as ``ModelSpec.quantization``
     says (``benchbase.families.ds2.quantization`` is the reference), keeps its activation ranges as model
     state (in ``weight_layout`` and the checkpoint, like BatchNorm's statistics), and evaluates
-    quantized too. ``train_step`` and ``predict`` both run in the run's precision; ``predict``
-    still returns float32 log-probabilities and ``export_weights`` float32 master weights."""
+    quantized too. ``predict`` returns float32 outputs, ``export_weights`` float32 master weights."""
     family_precisions: tuple[tuple[str, frozenset[str]], ...] = ()
     """(family, its precisions) where a family has fewer than ``precisions``: ``(("rnnt", frozenset({"fp32"})),)``."""
+    strategies: frozenset[str] = frozenset({"sync"})  # training strategies (benchbase.specs.strategy)
     process_model: ProcessModel = "single_process"
     """single_process: one process drives every device (tf.distribute's MirroredStrategy).
     process_per_device: one process per device under torch.distributed, started by torch's
@@ -348,10 +349,10 @@ class Backend(ABC):
     def step_timings(self) -> Mapping[str, float]:
         """Where the last ``train_step`` spent its time, for the phases the backend can measure.
 
-        "communication": seconds of gradient all-reduce in the step (a DDP communication hook,
-        say), whether or not it overlapped the backward pass. The harness writes it per batch
-        beside its own data-wait and step times, so a user can see the balance of communication
-        and computation. Empty (the default) when the backend measures nothing.
+        "communication": seconds of communication in the step (a DDP hook's all-reduce, whether or
+        not it overlapped the backward pass); "communication_bytes": the payload this learner sent.
+        The harness writes them per batch beside its data-wait and step times (the balance of
+        communication and computation). Empty (the default) when the backend measures nothing.
         """
         return {}
 

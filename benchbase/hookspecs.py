@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from benchbase.backend import Backend, BackendReference
     from benchbase.harness.hook_payloads import BatchProgress, Evaluation
     from benchbase.specs import HardwareProfile, RunConfig, RunResult, WorkloadSpec
+    from benchbase.specs.strategy import StrategyDefinition
 
 __all__ = ["hookspec"]
 
@@ -64,6 +65,20 @@ def register_hardware_profiles(register: Callable[[HardwareProfile], None]) -> N
 
     :param register: call ``register(hardware_profile)`` for each ``HardwareProfile``;
         its ``name`` is what users pass to ``--hw``.
+    """
+
+
+@hookspec
+def register_strategies(register: Callable[[StrategyDefinition], None]) -> None:
+    """Contribute training strategies (how the learners of a data-parallel run combine their work).
+
+    Called once per plugin manager, when the registry is first collected.
+
+    :param register: call ``register(StrategyDefinition(name, SpecClass, description, ...))``
+        for each strategy; ``name`` is what users pass to ``--strategy`` and ``SpecClass`` (a
+        ``benchbase.specs.strategy.StrategySpec`` subclass) its parameters, set with
+        ``--set strategy.FIELD=VALUE``. A backend carries a strategy out where its
+        ``Capabilities.strategies`` names it; a run with any other is refused before the clock.
     """
 
 

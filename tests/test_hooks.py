@@ -47,6 +47,10 @@ class RecordEveryHook:
         self.called.add("register_hardware_profiles")
 
     @benchbase.hookimpl
+    def register_strategies(self, register):
+        self.called.add("register_strategies")
+
+    @benchbase.hookimpl
     def run_started(self, config, run_dir):
         self.called.add("run_started")
 

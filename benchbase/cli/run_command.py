@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from benchbase.process_guard import end_with_parent
 from benchbase.run_folder import RunFolder, series_member
 from benchbase.specs import RunConfig, WorkloadSpec
 from benchbase.specs.result import ResultProblem, read_run_result
+from benchbase.specs.strategy import DEFAULT_STRATEGY
 from benchbase.specs.workload import PRECISIONS
 
 __all__ = ["SET_EXAMPLE", "run", "run_refusal"]
@@ -71,6 +71,11 @@ MAX_ORG_LENGTH: int = next(bound.max_length for bound in RunConfig.model_fields[
               help="Override the workload's model.precision (a different run, logged and checked as such): fp32 "
                    "(the workloads' own), bf16 mixed precision and int8-emulated fake quantization on any device; "
                    "tf32 and fp16 on GPUs only.")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True, metavar="NAME",
+              help="How the learners of a data-parallel run combine their work: sync (the paper's, the closed "
+                   "division's), local_sgd, hierarchical, powersgd, fp16_compress, bf16_compress, adpsgd, h-adpsgd "
+                   "or a plugin's (`benchbase plugins`); its parameters with --set strategy.FIELD=VALUE. Any but "
+                   "sync makes the run open.")
 @click.option("--cache", type=click.Path(path_type=Path), help="Where the synthetic corpus is cached.")
 @click.option("--no-final-eval", is_flag=True,
               help="Skip the untimed evaluation of every dev and test subset after run_stop (quick runs).")
@@ -154,7 +159,7 @@ def run_request(options: dict[str, Any]) -> RunRequest:
         max_minutes=options["max_minutes"], max_epochs=options["max_epochs"], targets=tuple(options["targets"]),
         precision=options["precision"], device=options["device"], devices=options["devices"],
         profile_steps=options["profile_steps"] or options["deprecated_profile_steps"] or 0,
-        settings=tuple(options["settings"]), data=options["data"])
+        settings=tuple(options["settings"]), data=options["data"], strategy=options["strategy"])
 
 
 def run_refusal(arguments: Sequence[str], registry: Registry) -> str | None:
@@ -239,7 +244,7 @@ def _run_config(resolved: ResolvedRun, folder: Path, store: Path, seed: int, opt
                      out=folder, data=store, device=request.device, devices=request.devices,
                      profile_steps=request.profile_steps, checkpoint_every=options["checkpoint_every"],
                      final_evaluation=not options["no_final_eval"], submitter=options["org"] or DEFAULT_ORG,
-                     **resolved.division)
+                     strategy=resolved.strategy, **resolved.division)
 
 
 def _prepare_in_turns(world: World, coordinator, console: Console, workload: WorkloadSpec, data: Path | None,
@@ -282,7 +287,8 @@ def _worker_arguments(options: dict[str, Any], request: RunRequest, store: Path)
     for option, value in (("--max-minutes", request.max_minutes), ("--max-epochs", request.max_epochs),
                           ("--precision", request.precision), ("--cache", options["cache"]),
                           ("--devices", request.devices), ("--profile-steps", request.profile_steps or None),
-                          ("--checkpoint-every", options["checkpoint_every"]), ("--org", options["org"])):
+                          ("--checkpoint-every", options["checkpoint_every"]), ("--org", options["org"]),
+                          ("--strategy", request.strategy)):
         if value is not None:
             arguments += [option, str(value)]
     for target in request.targets:

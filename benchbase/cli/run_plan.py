@@ -19,12 +19,13 @@ from benchbase.backend import Backend, DevicePlan
 from benchbase.cli.framework_logs import load_backend
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.errors import InputError, describe_validation_error
-from benchbase.harness.devices import check_precision_on_device, checked_plan, device_plan
+from benchbase.harness.devices import check_precision_on_device, check_strategy, checked_plan, device_plan
 from benchbase.harness.world import World
 from benchbase.plugin_host.registry import Registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.specs.overrides import apply_overrides, division_of, open_changes, parse_override
+from benchbase.specs.strategy import DEFAULT_STRATEGY, StrategyDefinition, StrategySpec
 from benchbase.specs.tta import parse_target
 
 __all__ = ["ResolvedRun", "RunRequest", "check_out_folder", "resolve_run", "with_overrides"]
@@ -46,6 +47,7 @@ class RunRequest:
     profile_steps: int = 0
     settings: tuple[str, ...] = ()
     data: Path | None = None
+    strategy: str = DEFAULT_STRATEGY
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class ResolvedRun:
     """RunConfig's overrides, division and open_changes."""
     named_precision: str
     """The precision of the workload as named (before --precision and --set)."""
+    strategy: StrategySpec
+    """The training strategy with its --set strategy.* overrides."""
 
     @property
     def precision_chosen(self) -> bool:
@@ -85,9 +89,13 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     _check_device_flag(backend_class, request, profile, preliminary, world)
     plan = checked_plan(backend_class, request.backend, workload, profile, device=request.device,
                         devices=request.devices, profile_steps=request.profile_steps, world=world)
+    definition = registry.strategy(request.strategy)
+    strategy = apply_overrides(definition.spec(), [(path, value) for root, path, value in parsed if root == "strategy"],
+                               "strategy")
+    check_strategy(backend_class, request.backend, definition, plan)
     _check_data(workload, request.data)
-    return ResolvedRun(request, backend_class, workload, profile, plan, _division(registry, workload, request.settings),
-                       named.model.precision)
+    return ResolvedRun(request, backend_class, workload, profile, plan,
+                       _division(registry, workload, request.settings, definition), named.model.precision, strategy)
 
 
 def _check_device_flag(backend_class: type[Backend], request: RunRequest, profile: HardwareProfile,
@@ -110,10 +118,13 @@ def _check_data(workload: WorkloadSpec, data: Path | None) -> None:
         ensure_workload_data(workload, data, default_cache())  # checks only: it builds nothing in these cases
 
 
-def _division(registry: Registry, workload: WorkloadSpec, settings: tuple[str, ...]) -> dict[str, Any]:
+def _division(registry: Registry, workload: WorkloadSpec, settings: tuple[str, ...],
+              strategy: StrategyDefinition) -> dict[str, Any]:
     registered = registry.workloads.get(workload.name)
     changes = open_changes(None if registered is None else registered.model_dump(mode="json"),
                            workload.model_dump(mode="json"))
+    if not strategy.closed:  # the closed division trains the paper's way
+        changes.append(f"strategy: {DEFAULT_STRATEGY!r} -> {strategy.name!r}")
     return {"overrides": tuple(settings), "division": division_of(changes), "open_changes": tuple(changes)}
 
 

@@ -17,6 +17,8 @@ __all__ = [
     "RESUME",
     "OVERRIDES",
     "OPEN_CHANGES",
+    "STRATEGY",
+    "COMMUNICATION",
     "CPU_CORES_IN_STEPS",
     "DECODED",
     "DEVICES",
@@ -41,6 +43,7 @@ __all__ = [
     "OPT_LR_DECAY_EVERY_STEPS",
     "OPT_LR_HOLD_STEPS",
     "OPT_LR_MIN",
+    "OPT_SGD_MOMENTUM",
     "PRECISION",
     "STARTUP",
     "STOP_REASON",
@@ -59,6 +62,7 @@ OPT_ADADELTA_EPSILON = "opt_adadelta_epsilon"
 OPT_LR_HOLD_STEPS = "opt_learning_rate_hold_steps"
 OPT_LR_DECAY_EVERY_STEPS = "opt_learning_rate_decay_every_steps"
 OPT_LR_MIN = "opt_learning_rate_min"
+OPT_SGD_MOMENTUM = "opt_sgd_momentum"
 
 OPTIMIZER_KEYS: dict[str, dict[str, str]] = {
     "adadelta": {OPT_ADADELTA_RHO: "rho", OPT_ADADELTA_EPSILON: "epsilon"},
@@ -67,6 +71,7 @@ OPTIMIZER_KEYS: dict[str, dict[str, str]] = {
               constants.OPT_LR_WARMUP_STEPS: "warmup_steps", OPT_LR_HOLD_STEPS: "hold_steps",
               OPT_LR_DECAY_EVERY_STEPS: "decay_every_steps", constants.OPT_LR_DECAY_FACTOR: "decay_factor",
               OPT_LR_MIN: "min_learning_rate"},
+    "sgd": {OPT_SGD_MOMENTUM: "momentum", constants.OPT_WEIGHT_DECAY: "weight_decay"},
 }
 """Per optimizer (``OptimizerSpec.name``), its own log keys beside opt_name, opt_base_learning_rate and
 opt_gradient_clip_norm, and the spec field each states."""
@@ -128,6 +133,14 @@ OVERRIDES = "benchbase_overrides"
 """Value: the run's --set overrides as given (a list of strings; empty when none)."""
 OPEN_CHANGES = "benchbase_open_changes"
 """Value: what puts the run in the open division ("path: registered -> used"); empty when closed."""
+STRATEGY = "benchbase_strategy"
+"""Value: the training strategy {name, parameters, evaluated} (``evaluated``: whose weights rank 0
+scores; "learner 0" for a strategy whose learners' weights differ). Absent from logs written before
+strategies existed: such a run trained sync. Only sync is in the closed division."""
+COMMUNICATION = "benchbase_communication"
+"""At each epoch_stop of a distributed run: what rank 0's learner communicated in that epoch's steps,
+as its backend measured it: value {bytes_per_step (payload handed to collectives and point-to-point
+sends), seconds_per_step (waiting for them), steps}."""
 
 # What the run was made of and how it behaved.
 ENVIRONMENT = "benchbase_environment"

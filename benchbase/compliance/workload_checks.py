@@ -18,6 +18,7 @@ from benchbase.compliance.evidence import Evidence, Skip, same_value, short
 from benchbase.compliance.keys import constants
 from benchbase.specs import WorkloadSpec
 from benchbase.specs.overrides import MISSING, field_at, open_changes, set_field_at
+from benchbase.specs.strategy import DEFAULT_STRATEGY
 
 __all__ = ["division", "eval_cadence", "eval_subsets", "fixed_hyperparameters"]
 
@@ -143,18 +144,24 @@ def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
     changes = evidence.log.first(keys.OPEN_CHANGES)
     logged = changes.value if changes is not None and isinstance(changes.value, list) else []
     configured = _with_defaults((evidence.config or {}).get("workload"))
+    strategies = _strategies(evidence)
+    disagreeing = [f"{where} states training strategy {name!r}, {strategies[0][0]} {strategies[0][1]!r}"
+                   for where, name in strategies[1:] if name != strategies[0][1]]
     if stated.value == constants.OPEN:
         # Held to its own config.json by the rules above. Where the log lists what was changed (benchbase
         # run does; a run configured in code may not), the list must be config.json's changes.
         if evidence.workload is None or not isinstance(configured, dict) or not logged:
-            return []
+            return disagreeing
         unlisted = [change for change in open_changes(evidence.workload, configured) if change not in logged]
-        return [f"config.json departs from the registered workload in what the log's {keys.OPEN_CHANGES} does "
-                f"not list: {'; '.join(unlisted[:5])}"] if unlisted else []
-    messages = []
+        return disagreeing + ([f"config.json departs from the registered workload in what the log's "
+                               f"{keys.OPEN_CHANGES} does not list: {'; '.join(unlisted[:5])}"] if unlisted else [])
+    messages = disagreeing
     if logged:
         messages.append(f"line {stated.line}: claims the closed division, but the log lists what the run changed: "
                         f"{short(logged)}")
+    messages += [f"line {stated.line}: claims the closed division, but {where} trains with strategy {name!r} "
+                 f"(the closed division trains {DEFAULT_STRATEGY!r})" for where, name in _strategies(evidence)
+                 if name != DEFAULT_STRATEGY]
     if evidence.workload is None:
         if evidence.config is not None:
             messages.append(f"line {stated.line}: claims the closed division, but its workload is not registered here")
@@ -165,6 +172,18 @@ def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
             messages.append(f"line {stated.line}: claims the closed division, but config.json departs from the "
                             f"registered workload: {'; '.join(found[:5])}")
     return messages
+
+
+def _strategies(evidence: Evidence) -> list[tuple[str, Any]]:
+    """The training strategy the log and config.json state (neither: the run predates strategies, sync)."""
+    stated = []
+    logged = evidence.log.first(keys.STRATEGY)
+    if logged is not None:
+        stated.append((f"line {logged.line}", logged.value.get("name") if isinstance(logged.value, dict) else None))
+    configured = (evidence.config or {}).get("strategy")
+    if configured is not None:
+        stated.append(("config.json", configured.get("name") if isinstance(configured, dict) else None))
+    return stated
 
 
 def _with_defaults(configured: Any) -> Any:

@@ -9,6 +9,7 @@ from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.specs import RunConfig
+from benchbase.specs.strategy import SyncSpec
 
 __all__ = ["build_context", "fp32_context", "run_pipeline"]
 
@@ -37,6 +38,7 @@ def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> B
     return BuildContext(
         model=workload.model, optimizer=workload.optimizer, feature_dimension=store.feature_dimension, plan=plan,
         seed=config.seed, max_frames=workload.data.pad_to_frames or longest_frames, max_label_length=longest_labels,
+        strategy=config.strategy if plan.distributed or plan.count > 1 else SyncSpec(),
     )
 
 
@@ -47,4 +49,5 @@ def fp32_context(context: BuildContext) -> BuildContext:
     if plan.distributed:
         plan = dataclasses.replace(plan, count=plan.process_devices, world_size=1, rank=0, devices_per_process=None,
                                    peer_addresses=())
-    return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}), plan=plan)
+    return dataclasses.replace(context, model=context.model.model_copy(update={"precision": "fp32"}), plan=plan,
+                               strategy=SyncSpec())

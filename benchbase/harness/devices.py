@@ -11,6 +11,7 @@ from benchbase.backend import Backend, Batch, DevicePlan, ProcessModel
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.harness.world import World
 from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
+from benchbase.specs.strategy import StrategyDefinition
 from benchbase.specs.workload import GPU_ONLY_PRECISIONS
 
 __all__ = ["check_capabilities", "check_devices_in_use", "check_precision_on_device", "check_visible_devices",
@@ -72,6 +73,21 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
                          f"{'' if precisions == capabilities.precisions else f'for the {family} family '}"
                          f"(it declares {', '.join(sorted(precisions))})")
     check_precision_on_device(precision, plan.kind)
+
+
+def check_strategy(backend: type[Backend], name: str, definition: StrategyDefinition, plan: DevicePlan) -> None:
+    """A training strategy the backend does not carry out, or cannot on this plan: one line, before the clock."""
+    capabilities = backend.capabilities
+    if definition.name not in capabilities.strategies:
+        raise InputError(f"backend {name!r} does not implement training strategy {definition.name!r} "
+                         f"(it declares {', '.join(sorted(capabilities.strategies))})")
+    if capabilities.process_model not in definition.process_models:
+        raise InputError(f"training strategy {definition.name!r} runs under "
+                         f"{' or '.join(sorted(definition.process_models))}, and backend {name!r} is "
+                         f"{capabilities.process_model}")
+    if plan.count < definition.min_learners:  # a learner per device
+        raise InputError(f"training strategy {definition.name!r} needs at least {definition.min_learners} learners, "
+                         f"and this run has {plan.count}; pass --devices {definition.min_learners} or more")
 
 
 def check_precision_on_device(precision: str, kind: str) -> None:

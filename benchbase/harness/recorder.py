@@ -45,6 +45,8 @@ class RunRecorder:
         }
         if timings and timings.get("communication") is not None:
             record["comm_s"] = round(float(timings["communication"]), 5)
+        if timings and timings.get("communication_bytes") is not None:
+            record["comm_bytes"] = int(timings["communication_bytes"])
         write_json_line(self._metrics, record)
 
     def evaluation(self, epoch: int, seconds: float, scored_subset: str, subsets: dict[str, dict],

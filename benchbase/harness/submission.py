@@ -16,8 +16,9 @@ from benchbase.compliance.keys import constants
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.harness.devices import plan_record
 from benchbase.specs import RunConfig
+from benchbase.specs.strategy import DEFAULT_STRATEGY
 
-__all__ = ["log_submission", "submission_record"]
+__all__ = ["log_submission", "strategy_record", "submission_record"]
 
 
 def submission_record(config: RunConfig, environment: dict, plan: DevicePlan, train_data: BatchPipeline,
@@ -55,7 +56,16 @@ def submission_record(config: RunConfig, environment: dict, plan: DevicePlan, tr
         (own_keys.DEVICE_PLAN, plan_record(plan, hardware)),
         (own_keys.OVERRIDES, list(config.overrides)),
         (own_keys.OPEN_CHANGES, list(config.open_changes)),
+        (own_keys.STRATEGY, strategy_record(config)),
     ]
+
+
+def strategy_record(config: RunConfig) -> dict[str, Any]:
+    """The strategy as the log states it, with whose weights the run evaluates (docs/design.md,
+    "Training strategies": under a strategy whose learners differ, rank 0's own)."""
+    strategy = config.strategy
+    return {"name": strategy.name, "parameters": strategy.parameters(),
+            "evaluated": "the synchronized model" if strategy.name == DEFAULT_STRATEGY else "learner 0"}
 
 
 def log_submission(log: ComplianceLog, config: RunConfig, environment: dict, plan: DevicePlan,

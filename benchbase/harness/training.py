@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
@@ -59,6 +60,8 @@ class TrainingLoop:
         self.build_seconds = build_seconds
         self.started_up = False
         """Whether this process's first training step is on the record (benchbase_startup)."""
+        self.epoch_communication: list[Mapping[str, float]] = []
+        """The backend's step_timings of each step of the current epoch."""
 
     def train(self) -> tuple[StopReason, int]:
         """Train until a stop; returns why and the last epoch. On SIGTERM, checkpoints before raising Terminated."""
@@ -86,6 +89,7 @@ class TrainingLoop:
                     # The next epoch's readers fill its shuffle buffer while this one is evaluated.
                     upcoming = train_data.epoch(epoch + 1)
                 self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
+                self._log_communication(epoch)
                 if not finished_epoch:
                     return StopReason.MAX_MINUTES, epoch
                 if epoch % self.workload.evaluation.every_epochs == 0:
@@ -142,6 +146,7 @@ class TrainingLoop:
                                self.clock.seconds(), loss, throughput, wait)
         timings = self.backend.step_timings()
         progress.statistics.record_communication(timings.get("communication"))
+        self.epoch_communication.append(timings)
         self.recorder.batch(report, step, batch.size, timings)
         evaluation = self.workload.evaluation
         if progress.batch_index % evaluation.log_sentences_every == 0:
@@ -151,6 +156,16 @@ class TrainingLoop:
                                             progress.resume_state(self.clock.seconds()))
             self._log_checkpoint(path, {constants.EPOCH_NUM: epoch})
         self.hook.batch_completed(progress=report)
+
+    def _log_communication(self, epoch: int) -> None:
+        """What this learner's backend communicated in the epoch's steps (a distributed run's), per step."""
+        steps, self.epoch_communication = self.epoch_communication, []
+        if not self.config.strategy or not self.inputs.plan.distributed or not steps:
+            return
+        self.log.event(own_keys.COMMUNICATION, metadata={constants.EPOCH_NUM: epoch}, value={
+            "bytes_per_step": round(sum(step.get("communication_bytes", 0.0) for step in steps) / len(steps), 1),
+            "seconds_per_step": round(sum(step.get("communication", 0.0) for step in steps) / len(steps), 6),
+            "steps": len(steps)})
 
     def _log_startup(self, wait: float, step: float) -> None:
         """Where the clock went between run_start (or a resume) and the end of the first step."""

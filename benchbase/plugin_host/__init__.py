@@ -31,6 +31,7 @@ ENTRY_POINT_GROUP = "benchbase"
 DEFAULT_PLUGINS = (
     "benchbase.plugin_host.builtins.workloads",
     "benchbase.plugin_host.builtins.hardware_profiles",
+    "benchbase.plugin_host.builtins.strategies",
 )
 
 

@@ -11,6 +11,7 @@ from benchbase.backend import Backend, BackendReference
 from benchbase.errors import InputError
 from benchbase.plugin_host import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
 from benchbase.specs import HardwareProfile, WorkloadSpec
+from benchbase.specs.strategy import StrategyDefinition, register_strategy_spec
 from benchbase.specs.yaml_files import load_spec_file, names_a_file
 from benchbase.telemetry.hardware_detect import AUTO_PROFILE, detect_profile
 
@@ -22,6 +23,7 @@ class Registry:
     backends: dict[str, type[Backend] | BackendReference] = field(default_factory=dict)
     workloads: dict[str, WorkloadSpec] = field(default_factory=dict)
     profiles: dict[str, HardwareProfile] = field(default_factory=dict)
+    strategies: dict[str, StrategyDefinition] = field(default_factory=dict)
 
     def backend_entry(self, name: str) -> type[Backend] | BackendReference:
         """What a plugin registered under ``name``, without importing a referenced backend's framework."""
@@ -31,6 +33,9 @@ class Registry:
         """The backend class; a registered reference is imported now."""
         backend = self.backend_entry(name)
         return backend.load() if isinstance(backend, BackendReference) else backend
+
+    def strategy(self, name: str) -> StrategyDefinition:
+        return _lookup(self.strategies, name, "strategy")
 
     def workload(self, name_or_path: str) -> WorkloadSpec:
         """A registered workload by name, or a YAML file when the argument is a path."""
@@ -65,7 +70,8 @@ def collect_registry(manager: pluggy.PluginManager) -> Registry:
     registry = Registry()
     tables = {"register_backends": (registry.backends, "backend"),
               "register_workloads": (registry.workloads, "workload"),
-              "register_hardware_profiles": (registry.profiles, "hardware profile")}
+              "register_hardware_profiles": (registry.profiles, "hardware profile"),
+              "register_strategies": (registry.strategies, "strategy")}
     for plugin_name, plugin in _plugins_builtin_first(manager):
         try:
             contributed = {hook: _contributions(manager, plugin, hook, *tables[hook]) for hook in tables}
@@ -74,6 +80,8 @@ def collect_registry(manager: pluggy.PluginManager) -> Registry:
             continue
         for hook, items in contributed.items():
             tables[hook][0].update(items)
+    for definition in registry.strategies.values():
+        register_strategy_spec(definition)  # a plugin's strategy now reads in config.json like a built-in
     return registry
 
 

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from benchbase.specs._base import Spec
 
-__all__ = ["OPTIMIZER_NAMES", "AdaDeltaSpec", "AdamWSpec", "OptimizerSpec", "validate_optimizer"]
+__all__ = ["OPTIMIZER_NAMES", "AdaDeltaSpec", "AdamWSpec", "OptimizerSpec", "SGDSpec", "validate_optimizer"]
 
 
 class OptimizerSpec(Spec):
@@ -79,7 +79,19 @@ class AdamWSpec(OptimizerSpec):
         return max(decayed, self.min_learning_rate)
 
 
-_OPTIMIZERS: dict[str, type[OptimizerSpec]] = {"adadelta": AdaDeltaSpec, "adamw": AdamWSpec}
+class SGDSpec(OptimizerSpec):
+    """Stochastic gradient descent with heavy-ball momentum and L2 weight decay (PyTorch's SGD, Keras's
+    SGD, optax.sgd with add_decayed_weights). Its update is linear in the gradient, which makes it the
+    optimizer under which periodic model averaging every step and gradient averaging are one algorithm."""
+
+    name: Literal["sgd"] = Field("sgd", description="SGD with momentum.")
+    learning_rate: float = Field(0.01, gt=0.0, le=100.0, description="Learning rate.")
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="Heavy-ball momentum (PyTorch's convention: "
+                            "buffer = momentum * buffer + gradient; step = learning_rate * buffer).")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="L2 penalty added to the gradient.")
+
+
+_OPTIMIZERS: dict[str, type[OptimizerSpec]] = {"adadelta": AdaDeltaSpec, "adamw": AdamWSpec, "sgd": SGDSpec}
 OPTIMIZER_NAMES: tuple[str, ...] = tuple(_OPTIMIZERS)
 
 

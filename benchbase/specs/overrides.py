@@ -27,7 +27,7 @@ from benchbase.errors import InputError, describe_validation_error
 __all__ = ["CLOSED_RUN_CHOICES", "MISSING", "SPEC_ROOTS", "apply_overrides", "division_of", "field_at", "open_changes",
            "parse_override", "set_field_at"]
 
-SPEC_ROOTS = ("workload", "hardware")
+SPEC_ROOTS = ("workload", "hardware", "strategy")
 CLOSED_RUN_CHOICES = ("max_minutes", "max_epochs", "model.precision")
 """What a closed run may choose: its time and epoch limits (which never change a TTA that is
 reached) and the arithmetic precision, which `benchbase check` pins to what the run states."""
@@ -41,8 +41,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     path, separator, raw = text.partition("=")
     root, _, inner = path.strip().partition(".")
     if not separator or root not in SPEC_ROOTS or not inner or "" in inner.split("."):
-        raise InputError(f"--set {text!r}: expected workload.PATH=VALUE or hardware.PATH=VALUE, "
-                         "e.g. workload.evaluation.beam_width=64")
+        raise InputError(f"--set {text!r}: expected workload.PATH=VALUE, hardware.PATH=VALUE or "
+                         "strategy.PATH=VALUE, e.g. workload.evaluation.beam_width=64")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, SerializeAsAny
 
 from benchbase.specs._base import Spec
 from benchbase.specs.hardware import HardwareProfile
+from benchbase.specs.strategy import StrategySpec, SyncSpec, validate_strategy
 from benchbase.specs.workload import WorkloadSpec
 
-__all__ = ["RunConfig"]
+__all__ = ["NamedStrategy", "RunConfig"]
+
+# The strategy is one of several spec classes, picked by its name (a config.json without one: sync).
+NamedStrategy = Annotated[SerializeAsAny[StrategySpec], BeforeValidator(validate_strategy)]
 
 
 class RunConfig(Spec):
@@ -28,6 +32,8 @@ class RunConfig(Spec):
                                "(--profile-steps; 0: none).")
     checkpoint_every: int | None = Field(None, ge=1, le=10_000_000, description="Batches between checkpoints "
                                          "instead of the workload's (--checkpoint-every; not part of the score).")
+    strategy: NamedStrategy = Field(default_factory=SyncSpec,
+                                    description="How the learners combine their work (--strategy; sync: the paper's).")
     overrides: tuple[str, ...] = Field((), max_length=200, description="The --set overrides, as given.")
     division: Literal["closed", "open"] = Field("open", description="MLPerf's division: closed when the workload "
                                                 "is the registered one but for its run choices.")

@@ -1,16 +1,16 @@
-"""The PyTorch backend: builds the model, runs AdaDelta steps with CTC, returns log-probs.
+"""The PyTorch backend: builds the model, runs optimizer steps on CTC or the transducer loss, predicts.
 
-On several devices it is DistributedDataParallel, one process per device (torch's launcher
-starts them; the harness has initialized the default process group: gloo on CPUs, NCCL on
-GPUs). Each process trains its slice of the global batch; DDP averages the gradients, and the
-BatchNorm layers all-reduce their statistics, so that a step on N processes is the step on the
-global batch that one process would take (up to the all-reduce's rounding).
+On several devices it trains one process per device (torch's launcher starts them; the harness
+has initialized the default process group: gloo on CPUs, NCCL on GPUs), each on its slice of the
+global batch, combined as the run's training strategy says (``strategies``): under sync (the
+default) DistributedDataParallel averages the gradients and DS2's BatchNorm layers all-reduce
+their statistics, so that a step on N processes is the step on the global batch that one
+process would take (up to the all-reduce's rounding).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,10 +23,11 @@ from benchbase.backend import Backend, Batch, BuildContext, Capabilities, Device
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase.specs import OptimizerSpec
-from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec
+from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, SGDSpec
 from benchbase_torch_ds2 import weights
 from benchbase_torch_ds2.model import DeepSpeech2
 from benchbase_torch_ds2.rnnt import backend as rnnt
+from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy, synchronizes_statistics
 
 # torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core
 # machine, 4.4 s from a cold page cache): imported here, with torch itself, it stays in init, off
@@ -42,11 +43,11 @@ PINNED_COPY_BYTES = 1 << 20
 class TorchBackend(Backend):
     name = "torch"
     description = f"PyTorch {torch.__version__}: DS2 (CTC) and RNN-T (transducer loss) with cuDNN/oneDNN LSTMs"
-    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
+    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw", "sgd"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1024,
                                 precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
                                 family_precisions=(("rnnt", rnnt.TRANSDUCER_PRECISIONS),),
-                                process_model="process_per_device")
+                                strategies=IMPLEMENTED, process_model="process_per_device")
 
     @classmethod
     def visible_devices(cls, kind: str) -> int | None:
@@ -72,33 +73,23 @@ class TorchBackend(Backend):
             self.network = rnnt.build_network(context).to(self.device)
         else:
             self.network = DeepSpeech2(context.model, context.feature_dimension,
-                                       distributed=context.plan.distributed).to(self.device)
+                                       distributed=synchronizes_statistics(context)).to(self.device)
         self.network.train()
-        self.communication = CommunicationClock()
-        self.model = self._data_parallel(self.network) if context.plan.distributed else self.network
+        if context.plan.distributed:
+            # DS2's synchronized BatchNorm uses torch.distributed.nn's differentiable all_reduce, which
+            # PyTorch marks deprecated in favour of a private module; it is the public one that works on gloo.
+            warnings.filterwarnings("ignore", message="torch.distributed.nn.functional.all_reduce is deprecated")
+        self.strategy = build_strategy(context, self.network, self.device)
+        self.model = self.strategy.model  # what training runs forward through: the network, or DDP around it
         if context.plan.rank:
             # Every rank starts from the same weights (the seed above; DDP also broadcasts rank 0's),
             # but draws its own dropout masks: the same masks on every slice would correlate them.
             torch.manual_seed(context.seed + DROPOUT_SEED_STRIDE * context.plan.rank)
         self.optimizer = _optimizer([p for p in self.network.parameters() if p.requires_grad], context.optimizer)
 
-    def _data_parallel(self, network: torch.nn.Module) -> torch.nn.Module:
-        """DDP over the default process group; its gradient all-reduce timed by a communication hook."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        # The BatchNorm layers use torch.distributed.nn's differentiable all_reduce, which PyTorch
-        # marks deprecated in favour of a private module; it is the public one that works on gloo.
-        warnings.filterwarnings("ignore", message="torch.distributed.nn.functional.all_reduce is deprecated")
-
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        # BatchNorm's running statistics are identical on every rank (computed from all-reduced
-        # batch statistics), so DDP need not synchronize buffers before each forward pass.
-        model = DistributedDataParallel(network, device_ids=device_ids, forward_sync_buffers=False)
-        model.register_comm_hook(self.communication, timed_allreduce)
-        return model
-
     def train_step(self, batch: Batch) -> float:
-        self.communication.seconds = 0.0
+        self.strategy.meter.reset()
+        self.strategy.before_step()
         if self.spec.family == "rnnt":
             loss = rnnt.training_loss(self.model, batch, self._tensor)
         else:
@@ -118,6 +109,7 @@ class TorchBackend(Backend):
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.scaler.step(self.optimizer)  # skipped when a gradient overflowed
             self.scaler.update()
+        self.strategy.after_step()
         if self.world_size > 1:
             # This slice's loss is its own mean; the global batch's is the mean of the equal slices'.
             loss = loss.detach().clone()
@@ -140,7 +132,10 @@ class TorchBackend(Backend):
         ) / batch.size
 
     def step_timings(self) -> dict[str, float]:
-        return {"communication": self.communication.seconds} if self.world_size > 1 else {}
+        if self.world_size == 1:
+            return {}
+        meter = self.strategy.meter
+        return {"communication": meter.seconds, "communication_bytes": float(meter.bytes)}
 
     def start_profiler(self, directory: Path) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -236,29 +231,6 @@ class TorchBackend(Backend):
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
 
-class CommunicationClock:
-    """Seconds of gradient all-reduce in the current step, summed over DDP's buckets."""
-
-    seconds = 0.0
-
-
-def timed_allreduce(clock: CommunicationClock, bucket):
-    """DDP's own all-reduce hook, timed from the moment a bucket's gradients are ready to the
-    moment they are averaged: communication that may overlap the rest of the backward pass.
-
-    No return annotation: DDP accepts only the evaluated Future[Tensor] type there, and this
-    module's annotations are strings."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    started = time.perf_counter()
-
-    def finished(future: torch.futures.Future) -> torch.Tensor:
-        clock.seconds += time.perf_counter() - started
-        return future.value()
-
-    return allreduce_hook(None, bucket).then(finished)
-
-
 def _optimizer(parameters: list[torch.nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
     """The spec's optimizer with every field of it; the learning rate is set before each step."""
     if isinstance(spec, AdamWSpec):
@@ -267,6 +239,9 @@ def _optimizer(parameters: list[torch.nn.Parameter], spec: OptimizerSpec) -> tor
                                  eps=spec.epsilon, weight_decay=spec.weight_decay)
     if isinstance(spec, AdaDeltaSpec):
         return torch.optim.Adadelta(parameters, lr=spec.learning_rate, rho=spec.rho, eps=spec.epsilon)
+    if isinstance(spec, SGDSpec):
+        return torch.optim.SGD(parameters, lr=spec.learning_rate, momentum=spec.momentum,
+                               weight_decay=spec.weight_decay)
     raise BenchbaseError(f"the torch backend has no optimizer {spec.name!r}")
 
 
