@@ -99,6 +99,21 @@ def test_every_example_sweep_plans_and_its_overrides_fit_the_registered_specs(pa
     check_resolvable(spec, path, registry)
 
 
+def test_a_variant_trains_with_its_strategy_and_an_unknown_one_is_refused_naming_the_file(tmp_path):
+    grid = {**GRID, "backends": ["torch"], "profiles": ["cpu2"],
+            "variants": [{"name": "sync"}, {"name": "local", "strategy": "local_sgd", "set": ["strategy.period=8"]}]}
+    plan = plan_sweep(SweepSpec.model_validate(grid))
+    assert "--strategy" not in plan[0].options
+    assert plan[-1].options[-4:] == ("--set", "strategy.period=8", "--strategy", "local_sgd")
+    registry = collect_registry(get_plugin_manager())
+    check_resolvable(SweepSpec.model_validate(grid), tmp_path / "grid.yaml", registry)
+    for variant, message in (({"name": "x", "strategy": "gossip"}, "variant x: unknown strategy 'gossip'"),
+                             ({"name": "x", "strategy": "local_sgd", "set": ["strategy.periode=2"]},
+                              "strategy has no field 'periode'")):
+        with pytest.raises(InputError, match=message):
+            check_resolvable(SweepSpec.model_validate({**grid, "variants": [variant]}), tmp_path / "g.yaml", registry)
+
+
 def test_one_unnamed_variant_by_default():
     spec = SweepSpec.model_validate({key: value for key, value in GRID.items() if key != "variants"})
     assert [run.configuration for run in plan_sweep(spec)] == ["torch-cpu"] * 2 + ["tf-cpu"] * 2

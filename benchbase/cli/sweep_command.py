@@ -107,7 +107,8 @@ def _plan_view(spec: SweepSpec, plan: list[PlannedRun], out: Path,
     next and (a dry run) whether `benchbase run` would refuse it, then the options: the ones
     every run shares and each variant's own."""
     shared = " ".join(spec.common_options()) or "(the workload as registered)"
-    variants = [f"variant {variant.name}: {' '.join(variant.settings) or '(no overrides)'}"
+    variants = [f"variant {variant.name}: "
+                f"{' '.join(_variant_options(variant.strategy, variant.settings)) or '(no overrides)'}"
                 for variant in spec.variants if variant.name]
     runs = f"{len(plan)} run{'' if len(plan) == 1 else 's'}"
     table = Table(title=escape(f"sweep {spec.name}: {runs} of {spec.workload} into {out}"), title_justify="left")
@@ -225,3 +226,7 @@ class SweepStopped(BenchbaseError):
         where = f" at {stopped_at.name}" if stopped_at is not None else ""
         super().__init__(f"sweep interrupted ({how}){where}; to go on, run it again: {again}")
         self.exit_code = 130 if number == signal.SIGINT else Terminated.exit_code
+
+
+def _variant_options(strategy: str | None, settings: tuple[str, ...]) -> list[str]:
+    return ([f"--strategy {strategy}"] if strategy else []) + list(settings)

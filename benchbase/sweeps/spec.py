@@ -31,6 +31,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from benchbase.errors import InputError
 from benchbase.specs._base import Spec
 from benchbase.specs.overrides import apply_overrides, parse_override
+from benchbase.specs.strategy import DEFAULT_STRATEGY
 from benchbase.specs.tta import parse_target
 from benchbase.specs.workload import PRECISIONS
 from benchbase.specs.yaml_files import load_spec_file, names_a_file
@@ -74,6 +75,8 @@ class Variant(Spec):
                              "are several variants.")
     settings: tuple[str, ...] = Field((), alias="set", max_length=200,
                                       description="SPEC.PATH=VALUE overrides of this variant (after the sweep's own).")
+    strategy: str | None = Field(None, min_length=1, max_length=64,
+                                 description="The variant's training strategy (benchbase run --strategy); none: sync.")
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -213,6 +216,8 @@ def plan_sweep(spec: SweepSpec) -> list[PlannedRun]:
             for variant in spec.variants:
                 configuration = "-".join(part for part in (backend, profile_label(profile), variant.name) if part)
                 variant_options = [option for setting in variant.settings for option in ("--set", setting)]
+                if variant.strategy is not None:
+                    variant_options += ["--strategy", variant.strategy]
                 for seed in spec.seeds:
                     options = ("--workload", spec.workload, "--backend", backend, "--hw", profile,
                                "--seed", str(seed), *common, *variant_options)
@@ -247,3 +252,9 @@ def check_resolvable(spec: SweepSpec, source: Path, registry) -> None:
             except InputError as error:
                 where = f"profile {name}" + (f", variant {variant.name}" if variant.name else "")
                 raise InputError(f"{source}: {where}: {error}") from None
+        try:
+            strategy = registry.strategy(variant.strategy or DEFAULT_STRATEGY)
+            apply_overrides(strategy.spec(), [(path, value) for root, path, value in parsed if root == "strategy"],
+                            "strategy")
+        except InputError as error:
+            raise InputError(f"{source}: variant {variant.name or '(the only one)'}: {error}") from None
