@@ -14,14 +14,25 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 from cli_helpers import benchbase_in_process, run_benchbase
+from pydantic import Field
 
+import benchbase
 from benchbase.errors import InputError
+from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
-from benchbase.specs.strategy import LocalSGDSpec, SyncSpec, UnknownStrategySpec, validate_strategy
+from benchbase.specs.strategy import (
+    LocalSGDSpec,
+    StrategyDefinition,
+    StrategySpec,
+    SyncSpec,
+    UnknownStrategySpec,
+    validate_strategy,
+)
 from benchbase.testing.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, after_steps
 
 WORKERS = Path(__file__).parent / "workers"
@@ -57,6 +68,31 @@ def test_a_backend_that_does_not_carry_a_strategy_out_refuses_it_before_the_cloc
     code, _, err = benchbase_in_process(capsys, "run", "--workload", "ds2-mini", "--backend", "tf", "--hw", "cpu2",
                                         "--strategy", "powersgd", "--dry-run")
     assert code == 2 and "backend 'tf' does not implement training strategy 'powersgd' (it declares sync)" in err
+
+
+class StalenessBoundedSpec(StrategySpec):
+    name: Literal["bounded-async"] = "bounded-async"
+    staleness: int = Field(2, ge=1, le=64, description="Steps a learner may run ahead.")
+
+
+class ThirdPartyStrategy:
+    @benchbase.hookimpl
+    def register_strategies(self, register):
+        register(StrategyDefinition("bounded-async", StalenessBoundedSpec, "a plugin's own strategy"))
+
+
+def test_a_plugins_strategy_registers_reads_back_and_is_refused_by_a_backend_that_does_not_declare_it():
+    from benchbase.cli.run_plan import RunRequest, resolve_run
+    from benchbase.plugin_host import get_plugin_manager
+
+    pm = get_plugin_manager()  # the installed backends too
+    pm.register(ThirdPartyStrategy())
+    registry = collect_registry(pm)
+    assert registry.strategy("bounded-async").spec is StalenessBoundedSpec and not pm.failures
+    assert validate_strategy({"name": "bounded-async", "staleness": 3}) == StalenessBoundedSpec(staleness=3)
+    with pytest.raises(InputError, match="backend 'torch' does not implement training strategy 'bounded-async'"):
+        resolve_run(RunRequest(workload="ds2-mini", backend="torch", hardware="cpu2", strategy="bounded-async"),
+                    registry)
 
 
 def test_config_json_keeps_the_strategy_and_reads_one_it_does_not_know(tmp_path):

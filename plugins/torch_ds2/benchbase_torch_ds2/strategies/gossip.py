@@ -105,6 +105,9 @@ def hierarchical_adpsgd(context: BuildContext, network: torch.nn.Module, device:
     assert isinstance(strategy, HADPSGDSpec)
     world, rank = context.plan.world_size, context.plan.rank
     size = learner_groups(strategy.group_size, world)
+    if world // size < 2:
+        raise BenchbaseError(f"h-adpsgd: {world} learners make one group of {size}, with no other group to gossip "
+                             f"with; set strategy.group_size to a divisor of {world} below it")
     group, _ = dist.new_subgroups(group_size=size)  # every rank creates every group, in the same order
     device_ids = [device.index] if device.type == "cuda" else None
     model = DistributedDataParallel(network, device_ids=device_ids, forward_sync_buffers=False, process_group=group)
