@@ -1,4 +1,8 @@
-"""The TensorFlow backend: builds the model, runs AdaDelta steps with CTC, returns log-probs.
+"""The TensorFlow backend: builds the model, runs its optimizer's steps, returns per-frame outputs.
+
+Two model families: DS2 (CTC, log-probabilities), and the RNN transducer, whose family-specific
+parts live in benchbase_tf_ds2.rnnt (the transducer loss; ``predict`` returns the joint's
+encoder projection); everything below is shared.
 
 Training is data-parallel through tf.distribute. In one process (a plain ``benchbase run``), a
 MirroredStrategy has one replica per device the plan names, GPUs or logical CPU devices (a CPU
@@ -42,7 +46,11 @@ import tensorflow as tf
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
+from benchbase_tf_ds2 import ctc
+from benchbase_tf_ds2.devices import check_gpus, logical_cpus
 from benchbase_tf_ds2.model import DeepSpeech2
+from benchbase_tf_ds2.optimizers import keras_optimizer, schedule_learning_rate
+from benchbase_tf_ds2.rnnt import backend as rnnt
 from benchbase_tf_ds2.weights import neutral_variables
 
 __all__ = ["TensorFlowBackend"]
@@ -53,15 +61,19 @@ _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.Ca
 
 class TensorFlowBackend(Backend):
     name = "tf"
-    description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 with fused/cuDNN LSTMs, CTC, AdaDelta"
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=8,
+    description = (f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 (CTC) and RNN-T (transducer "
+                   f"loss) with fused/cuDNN LSTMs")
+    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
+                                devices=frozenset({"cpu", "cuda"}), max_devices=8,
                                 precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
+                                family_precisions=(("rnnt", rnnt.TRANSDUCER_PRECISIONS),),
                                 process_model="process_per_machine")
 
     def __init__(self, *, fused_lstm: bool | None = None) -> None:
         """``fused_lstm`` exists for benchmarks/backend_parity.py; a run takes the default.
 
-        None picks TensorFlow's fused LSTM kernel on a CPU and Keras's cuDNN path on GPUs;
+        None picks TensorFlow's fused LSTM kernel on a CPU and Keras's cuDNN path on GPUs for DS2,
+        Keras's LSTM everywhere for rnnt (benchbase_tf_ds2.rnnt.model says why);
         False forces Keras's own LSTM (a tf.while_loop on a CPU) to measure what fusing gains.
         """
         self.fused_lstm = fused_lstm
@@ -86,14 +98,15 @@ class TensorFlowBackend(Backend):
         self.spec = context.model
         self.optimizer_spec = context.optimizer
         self.strategy = _strategy(context.plan)
-        fused = context.plan.kind == "cpu" if self.fused_lstm is None else self.fused_lstm
-        optimizer = context.optimizer
+        self.transducer = context.model.family == "rnnt"
         with self.strategy.scope():
-            self.model = DeepSpeech2(context.model, context.feature_dimension, fused_lstm=fused)
-            self.model.build_weights()
-            self.optimizer = keras.optimizers.Adadelta(
-                learning_rate=optimizer.learning_rate, rho=optimizer.rho, epsilon=optimizer.epsilon,
-            )
+            if self.transducer:
+                self.model = rnnt.build_model(context, fused_lstm=self.fused_lstm)
+            else:
+                fused = context.plan.kind == "cpu" if self.fused_lstm is None else self.fused_lstm
+                self.model = DeepSpeech2(context.model, context.feature_dimension, fused_lstm=fused)
+                self.model.build_weights()
+            self.optimizer = keras_optimizer(context.optimizer)
             if context.model.precision == "fp16":
                 # fp16's dynamic loss scaling, with Keras's defaults (2**15, halved and the step
                 # skipped on an overflow, doubled after 2000 finite steps).
@@ -109,8 +122,10 @@ class TensorFlowBackend(Backend):
         replicas = self._local_replicas()
         if batch.size % replicas:
             raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
-        slices = [_replica_slices(array, replicas)
-                  for array in (batch.features, batch.output_lengths, batch.labels, batch.label_lengths)]
+        arrays = (rnnt.training_arrays(self.model.spec, batch) if self.transducer
+                  else (batch.features, batch.output_lengths, batch.labels, batch.label_lengths))
+        slices = [_replica_slices(array, replicas) for array in arrays]
+        schedule_learning_rate(self.optimizer, self.optimizer_spec)
         try:
             loss = self._train_function(*slices)
             return float(loss)  # .numpy() waits for the step: the update is complete
@@ -123,6 +138,8 @@ class TensorFlowBackend(Backend):
                                  f"({_status_line(error)})") from None
 
     def predict(self, inputs: Inputs) -> np.ndarray:
+        if self.transducer:
+            return rnnt.encoder_outputs(self._predict_function, self.model.spec, inputs)
         return self._predict_function(inputs.features).numpy()
 
     def save_checkpoint(self, path: Path) -> None:
@@ -153,10 +170,14 @@ class TensorFlowBackend(Backend):
         return int(sum(math.prod(v.shape) for v in self.model.trainable_variables))
 
     def export_weights(self) -> dict[str, np.ndarray]:
+        if self.transducer:
+            return rnnt.export_weights(self.model)
         return {name: np.asarray(variable.numpy(), dtype=np.float32)
                 for name, variable in neutral_variables(self.model).items()}
 
     def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        if self.transducer:
+            return rnnt.import_weights(self.model, weights, self.context.feature_dimension)
         validate_weights(weights, self.spec, self.context.feature_dimension)
         for name, variable in neutral_variables(self.model).items():
             variable.assign(np.asarray(weights[name], dtype=np.float32))
@@ -231,17 +252,9 @@ class TensorFlowBackend(Backend):
         return loss
 
     def _utterance_losses(self, features, output_lengths, labels, label_lengths):
-        log_probs = tf.cast(self.model(features, training=True), tf.float32)
-        # TensorFlow's CTC kernel raises on an utterance whose labels cannot fit its frames
-        # (the spec's ctc_impossible_alignments: zero). Such a row gets a one-label stand-in
-        # that always fits, and its loss is replaced by zero below, so it adds no gradient.
-        feasible = _alignable(output_lengths, labels, label_lengths)
-        fitting_lengths = tf.where(feasible, label_lengths, tf.ones_like(label_lengths))
-        # Sparse labels: TensorFlow then swaps in cuDNN's CTC kernel on a GPU.
-        losses = tf.nn.ctc_loss(labels=_sparse_labels(labels, fitting_lengths), logits=log_probs, label_length=None,
-                                logit_length=output_lengths, logits_time_major=False,
-                                blank_index=self.spec.ctc_blank_index)
-        return tf.where(feasible & tf.math.is_finite(losses), losses, tf.zeros_like(losses))
+        if self.transducer:
+            return rnnt.utterance_losses(self.model, features, output_lengths, labels, label_lengths)
+        return ctc.utterance_losses(self.model, self.spec, features, output_lengths, labels, label_lengths)
 
     def _clipped(self, gradients, context):
         clip = self.optimizer_spec.gradient_clip_norm
@@ -280,19 +293,6 @@ def _replica_slices(array: np.ndarray, replicas: int) -> list[np.ndarray]:
     """The plan's split: ``replicas`` equal runs of contiguous rows, slice i for replica i (views, no copy)."""
     rows = len(array) // replicas
     return [array[index * rows : (index + 1) * rows] for index in range(replicas)]
-
-
-def _alignable(output_lengths: tf.Tensor, labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
-    """Rows with a CTC alignment: a frame per label, plus a blank between each repeated pair."""
-    inside = tf.sequence_mask(label_lengths - 1, tf.shape(labels)[1] - 1)
-    repeats = tf.reduce_sum(tf.cast((labels[:, 1:] == labels[:, :-1]) & inside, tf.int32), axis=1)
-    return output_lengths >= label_lengths + repeats
-
-
-def _sparse_labels(labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.SparseTensor:
-    valid = tf.sequence_mask(label_lengths, tf.shape(labels)[1])
-    indices = tf.where(valid)
-    return tf.SparseTensor(indices, tf.gather_nd(labels, indices), tf.shape(labels, out_type=tf.int64))
 
 
 def _restore(variables, saved, group: str, path: Path) -> None:
@@ -335,9 +335,9 @@ def _one_process_strategy(plan: DevicePlan) -> tf.distribute.MirroredStrategy:
         # later strategy in the same process whose model differs (another precision, another
         # test) fails on its first all-reduce. Logical CPUs share the host's memory anyway: a sum
         # on the first device and a broadcast cost no more than a ring.
-        return tf.distribute.MirroredStrategy(_logical_cpus(plan.count),
+        return tf.distribute.MirroredStrategy(logical_cpus(plan.count),
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
-    _check_gpus(plan.count)
+    check_gpus(plan.count)
     # TensorFlow's default on GPUs, NCCL collectives, with the same shared numbering: one process
     # trains one model on several GPUs (the harness's --runs repeat the same model, whose
     # collectives have the same shapes).
@@ -360,7 +360,7 @@ def _multi_worker_strategy(plan: DevicePlan) -> tf.distribute.MultiWorkerMirrore
             f"of its {plan.world_size} processes {plan.process_devices} CPU devices; pass --devices "
             f"{plan.world_size} (one per machine)")
     if plan.kind == "cuda":
-        _check_gpus(plan.process_devices)
+        check_gpus(plan.process_devices)
     # RING on CPUs: TensorFlow's own all-reduce over the workers' gRPC connections, the only one
     # for CPU tensors (NCCL is GPU-only). NCCL on GPUs, named rather than left to AUTO, so that a
     # GPU cluster's gradients take NVIDIA's all-reduce over NVLink and InfiniBand instead of a
@@ -382,32 +382,3 @@ def _cluster_resolver(plan: DevicePlan) -> tf.distribute.cluster_resolver.Cluste
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec({"worker": list(plan.peer_addresses)}), task_type="worker", task_id=plan.rank,
         num_accelerators={"GPU": plan.process_devices} if plan.kind == "cuda" else {}, rpc_layer="grpc")
-
-
-def _check_gpus(needed: int) -> None:
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        raise BenchbaseError("the hardware profile asks for CUDA, but TensorFlow sees no GPU; pass --device cpu")
-    if len(gpus) < needed:
-        raise BenchbaseError(f"the hardware profile names {needed} GPUs, but TensorFlow sees {len(gpus)}")
-
-
-def _logical_cpus(count: int) -> list[str]:
-    """The first ``count`` logical CPU devices, the host CPU split into ``count`` if TensorFlow has not started.
-
-    TensorFlow creates its devices at its first operation and never changes them afterwards.
-    One device needs no split (a process that already has more uses the first). A second
-    build in the same process (``--runs N``) asks for the same split again, which is allowed.
-    """
-    if count > 1:
-        host = tf.config.list_physical_devices("CPU")[0]
-        try:
-            tf.config.set_logical_device_configuration(host, [tf.config.LogicalDeviceConfiguration()] * count)
-        except RuntimeError:
-            present = len(tf.config.list_logical_devices("CPU"))
-            if present < count:
-                raise BenchbaseError(
-                    f"TensorFlow already fixed this process's CPU devices at {present} logical device(s) before "
-                    f"the backend could split the CPU into {count}; run a {count}-device CPU plan in a fresh process"
-                ) from None
-    return [f"/cpu:{index}" for index in range(count)]

@@ -1,0 +1,197 @@
+"""The RNN transducer of ``RNNTModelSpec`` in Keras 3 on TensorFlow (``benchbase.families.rnnt.reference``'s model).
+
+    features -> input stacking -> [LSTM] x pre -> time stacking -> [LSTM] x post -> joint.encoder   f
+    blank, labels -> embedding -> [LSTM] x prediction_layers                                          g
+    joint: log_softmax(output(activation(f(t) + joint.prediction(g(u)))))
+
+It mirrors ``benchbase_torch_ds2.rnnt.model`` layer for layer. Inputs are right-padded and every
+LSTM is unidirectional, so an utterance's valid frames never see its padding: no mask is
+passed. Each LSTM is the DS2 model's ``SequenceLSTM``, whose weights are Keras's own and already
+in the neutral layout (kernels (inputs, outputs), gates i, f, c, o, one bias per gate). Unlike
+DS2 it runs as Keras's LSTM by default, on a CPU too (Keras's cuDNN path on a GPU): at
+rnnt-mini's widths (279 inputs, 128 units) Keras's loop trained faster, a median step of 32
+utterances of 0.65 to 0.85 s against the fused BlockLSTMV2 kernel's 0.80 to 1.28 s (one thread,
+three interleaved runs of 22 steps each, on a loaded 2-core machine; the fused kernel wins at
+DS2's 96 units). ``fused_lstm=True`` still selects it.
+
+Dropout (``spec.dropout``, training only) is applied to the input of every LSTM layer but the
+first of each network (so between consecutive layers, the encoder's time stacking included, and
+not before the joint's projections) and to the joint's hidden layer after its activation. It is
+``ReplicaDropout``: on several replicas each draws its own masks.
+
+Row gathers (the embedding, the packed joint's cells) go through ``gather_rows``, whose gradient
+is a dense segment sum: TensorFlow's own gather gradient is a sparse ``IndexedSlices`` that the
+optimizer and the gradient clip would densify anyway, with a warning per trace about its
+unknown shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from benchbase.families.rnnt.spec import RNNTModelSpec
+from benchbase_tf_ds2.cross_replica import ReplicaDropout
+from benchbase_tf_ds2.model import ForgetGateBias, SequenceLSTM
+
+__all__ = ["RNNTransducer", "gather_rows", "stack_frames"]
+
+_RowGradient = Callable[[tf.Tensor], tuple[tf.Tensor, None]]
+
+
+class RNNTransducer(keras.Model):  # type: ignore[misc]
+    """The encoder, the prediction network and the joint; ``lattice_of`` is the training pass."""
+
+    def __init__(self, spec: RNNTModelSpec, feature_dimension: int, fused_lstm: bool) -> None:
+        super().__init__(name="rnn_transducer")
+        self.spec = spec
+        self.feature_dimension = feature_dimension
+        units = spec.encoder_units
+        self.encoder_inputs = ([spec.encoder_input_dimension(feature_dimension)]
+                               + [units] * (spec.encoder_pre_layers - 1)
+                               + [spec.stack_time_factor * units] + [units] * (spec.encoder_post_layers - 1))
+        self.encoder = [_lstm(units, spec, fused_lstm, f"encoder_lstm_{index}")
+                        for index in range(len(self.encoder_inputs))]
+        # Xavier-uniform over the (symbols, embedding) table, as the layout holds it.
+        self.embedding = keras.layers.Embedding(spec.symbols, spec.prediction_embedding,
+                                                embeddings_initializer="glorot_uniform", name="embedding")
+        self.prediction_inputs = [spec.prediction_embedding] + [spec.prediction_units] * (spec.prediction_layers - 1)
+        self.prediction = [_lstm(spec.prediction_units, spec, fused_lstm, f"prediction_lstm_{index}")
+                           for index in range(spec.prediction_layers)]
+        self.joint_encoder = _dense(spec.joint_units, "joint_encoder")
+        self.joint_prediction = _dense(spec.joint_units, "joint_prediction")
+        self.joint_output = _dense(spec.symbols, "joint_output")
+        self.dropout = ReplicaDropout(spec.dropout, name="dropout")
+
+    def build_weights(self) -> None:
+        """Create every variable now, in a fixed order (Keras creates them lazily on the first call)."""
+        spec = self.spec
+        for lstm, inputs in zip(self.encoder, self.encoder_inputs):
+            lstm.build((None, None, inputs))
+        self.embedding.build((None, None))
+        for lstm, inputs in zip(self.prediction, self.prediction_inputs):
+            lstm.build((None, None, inputs))
+        self.joint_encoder.build((None, spec.encoder_units))
+        self.joint_prediction.build((None, spec.prediction_units))
+        self.joint_output.build((None, spec.joint_units))
+        self.built = True
+
+    def call(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.encode(features, training=training)
+
+    def encode(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """(batch, frames, features) -> the joint's encoder projection f, (batch, T', joint_units),
+        T' = ``spec.output_frames(frames)`` of the padded batch: what ``predict()`` returns.
+
+        The batch must have at least one encoder frame: the backend handles shorter ones itself.
+        """
+        spec = self.spec
+        x = stack_frames(features, spec.input_stack, spec.input_subsample)
+        for layer, lstm in enumerate(self.encoder):
+            if layer == spec.encoder_pre_layers:
+                x = stack_frames(x, spec.stack_time_factor, spec.stack_time_factor)
+            if layer > 0:
+                x = self.dropout(x, training=training)
+            x = lstm(x, training=training)
+        return self.joint_encoder(x)
+
+    def predict_net(self, labels: tf.Tensor, label_lengths: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """(batch, U) labels -> g, (batch, U + 1, prediction_units): the start symbol (the blank)
+        first; labels at or past ``label_lengths`` are read as the blank."""
+        blank = self.spec.blank_index
+        inside = tf.range(tf.shape(labels)[1])[None, :] < label_lengths[:, None]
+        padded = tf.pad(tf.where(inside, labels, blank), [[0, 0], [1, 0]], constant_values=blank)
+        x = gather_rows(tf.convert_to_tensor(self.embedding.embeddings), padded)
+        for layer, lstm in enumerate(self.prediction):
+            if layer > 0:
+                x = self.dropout(x, training=training)
+            x = lstm(x, training=training)
+        return x
+
+    def joint(self, encoded: tf.Tensor, predicted: tf.Tensor) -> tf.Tensor:
+        """f (batch, T', joint_units) and g (batch, U + 1, prediction_units) -> log-probabilities
+        (batch, T', U + 1, symbols), float32, over every cell of the padded lattice (inference
+        and tests; training computes only the cells within the lengths, ``lattice``)."""
+        return self._joint_output(encoded[:, :, None, :] + self.joint_prediction(predicted)[:, None, :, :], False)
+
+    def lattice(self, encoded: tf.Tensor, predicted: tf.Tensor, labels: tf.Tensor, output_lengths: tf.Tensor,
+                label_lengths: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        """What the transducer loss reads of the joint: (log P(blank | t, u), log P(y_{u+1} | t, u)),
+        each (batch, T', U + 1), -inf outside each utterance's lengths and for the emission at
+        u = U (``loss.transducer_lattice`` of ``joint``, within the lengths).
+
+        The joint runs on the cells within the lengths only, packed: its (cells, joint_units)
+        hidden layer is the step's largest tensor, and a batch of random lengths pads its lattice
+        to two or three times the cells it holds.
+        """
+        shape = tf.shape(encoded)
+        batch, frames, width = shape[0], shape[1], shape[2]
+        positions = tf.shape(predicted)[1]
+        inside = ((tf.range(frames)[None, :] < output_lengths[:, None])[:, :, None]
+                  & (tf.range(positions)[None, :] <= label_lengths[:, None])[:, None, :])
+        cells = tf.cast(tf.where(inside), tf.int32)  # (cells, 3): row, t, u
+        rows, t, u = cells[:, 0], cells[:, 1], cells[:, 2]
+        projected = tf.reshape(self.joint_prediction(predicted), tf.stack([-1, width]))
+        hidden = (gather_rows(tf.reshape(encoded, tf.stack([-1, width])), rows * frames + t)
+                  + gather_rows(projected, rows * positions + u))
+        log_probs = self._joint_output(hidden, training)  # (cells, symbols)
+        blank = self.spec.blank_index
+        cell_label_lengths = tf.gather(label_lengths, rows)
+        label_index = tf.stack([rows, tf.minimum(u, tf.shape(labels)[1] - 1)], axis=1)
+        next_label = tf.where(u < cell_label_lengths, tf.gather_nd(labels, label_index), blank)
+        emit = tf.gather(log_probs, next_label, batch_dims=1)
+        never = tf.constant(float("-inf"), log_probs.dtype)
+        emit = tf.where(u == cell_label_lengths, never, emit)  # no label left to emit
+        dense = tf.stack([batch, frames, positions])
+        return (tf.where(inside, tf.scatter_nd(cells, log_probs[:, blank], dense), never),
+                tf.where(inside, tf.scatter_nd(cells, emit, dense), never))
+
+    def lattice_of(self, features: tf.Tensor, labels: tf.Tensor, output_lengths: tf.Tensor,
+                   label_lengths: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        """The training pass: ``lattice`` of the batch; ``labels`` (batch, U >= 1) right-padded."""
+        encoded = self.encode(features, training=training)
+        predicted = self.predict_net(labels, label_lengths, training=training)
+        return self.lattice(encoded, predicted, labels, output_lengths, label_lengths, training=training)
+
+    def _joint_output(self, hidden: tf.Tensor, training: bool) -> tf.Tensor:
+        """activation -> dropout -> joint.output -> log-softmax over the last axis."""
+        hidden = tf.nn.relu(hidden) if self.spec.joint_activation == "relu" else tf.tanh(hidden)
+        return tf.nn.log_softmax(self.joint_output(self.dropout(hidden, training=training)), axis=-1)
+
+
+def stack_frames(x: tf.Tensor, width: int, stride: int) -> tf.Tensor:
+    """(batch, frames, features) -> (batch, windows, width * features): whole windows of ``width``
+    frames, ``stride`` apart, each window's frames side by side in time order (the reference's
+    ``stack_frames``). Where windows do not overlap (stride = width, MLPerf's) a reshape of the
+    frames the windows cover; otherwise a gather of each window's frames."""
+    shape = tf.shape(x)
+    batch, frames, features = shape[0], shape[1], x.shape[2]
+    windows = tf.maximum((frames - width) // stride + 1, 0)
+    if stride == width:
+        return tf.reshape(x[:, : windows * width], tf.stack([batch, windows, width * features]))
+    index = tf.range(windows)[:, None] * stride + tf.range(width)[None, :]  # (windows, width)
+    return tf.reshape(tf.gather(x, index, axis=1), tf.stack([batch, windows, width * features]))
+
+
+@tf.custom_gradient  # type: ignore[untyped-decorator]
+def gather_rows(table: tf.Tensor, indices: tf.Tensor) -> tuple[tf.Tensor, _RowGradient]:
+    """``tf.gather(table, indices)`` along the first axis, with a dense gradient (a segment sum)."""
+    rows = tf.gather(table, indices)
+
+    def gradient(upstream: tf.Tensor) -> tuple[tf.Tensor, None]:
+        return tf.math.unsorted_segment_sum(upstream, indices, tf.shape(table)[0]), None
+
+    return rows, gradient
+
+
+def _lstm(units: int, spec: RNNTModelSpec, fused: bool, name: str) -> SequenceLSTM:
+    """The spec's init: Xavier-uniform over each whole matrix (Keras's fans are the layout's rows
+    and columns, the four gates together), zero biases but the forget gate's."""
+    return SequenceLSTM(units, fused, kernel_initializer="glorot_uniform", recurrent_initializer="glorot_uniform",
+                        bias_initializer=ForgetGateBias(spec.lstm_forget_bias), unit_forget_bias=False, name=name)
+
+
+def _dense(units: int, name: str) -> keras.layers.Dense:
+    return keras.layers.Dense(units, kernel_initializer="glorot_uniform", bias_initializer="zeros", name=name)

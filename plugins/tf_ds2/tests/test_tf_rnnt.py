@@ -1,0 +1,502 @@
+"""The TensorFlow backend's RNN-T family against benchbase's NumPy reference (benchbase.families.rnnt), on the
+same weights, with tolerances from the error model (benchbase.testing.tolerances); and its training, optimizer,
+checkpoint and predict contract on a tiny model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
+from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.store import FeatureStore
+from benchbase.errors import BenchbaseError
+from benchbase.families.rnnt import loss as reference_loss
+from benchbase.families.rnnt import reference
+from benchbase.families.rnnt.parts import PARTS
+from benchbase.families.rnnt.spec import RNNTModelSpec
+from benchbase.families.rnnt.weight_layout import weight_layout
+from benchbase.plugin_host.builtins.workloads import builtin_workload
+from benchbase.specs.optimizer import AdamWSpec
+from benchbase.testing.reference_model import RoundedArithmetic
+from benchbase.testing.rnnt_rules import bounded_transducer_loss, rounded_prediction
+from benchbase.testing.tolerances import (
+    BOTH_SIDES,
+    ELEMENTWISE_ULPS,
+    FLOAT32_UNIT_ROUNDOFF,
+    FLOAT64_UNIT_ROUNDOFF,
+    INJECTION_DRAWS,
+    accumulation_bound,
+    after_steps,
+    ctc_recursion_bounds,
+    rounding_bound,
+    same_kernels,
+)
+
+pytest.importorskip("tensorflow")
+tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from benchbase_tf_ds2.optimizers import SpecAdamW  # noqa: E402
+from benchbase_tf_ds2.rnnt import backend as rnnt  # noqa: E402
+from benchbase_tf_ds2.rnnt.loss import lattice_losses, mean_over_batch, transducer_lattice, transducer_losses  # noqa: E402
+from benchbase_tf_ds2.rnnt.model import RNNTransducer  # noqa: E402
+
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
+FEATURES = 13  # the small store's MFCCs
+TINY = RNNTModelSpec(symbols=30, input_stack=3, input_subsample=3, encoder_pre_layers=1, stack_time_factor=2,
+                     encoder_post_layers=2, encoder_units=12, prediction_embedding=8, prediction_layers=2,
+                     prediction_units=10, joint_units=16, dropout=0.1)
+NO_DROPOUT = TINY.model_copy(update={"dropout": 0.0})
+ADAMW = AdamWSpec(learning_rate=3e-3, warmup_steps=3, hold_steps=2, decay_every_steps=4, decay_factor=0.5,
+                  weight_decay=1e-3, gradient_clip_norm=5.0)
+CPU = DevicePlan(kind="cpu", count=1, batch_per_device=4, threads=1)
+
+
+def build(model=TINY, optimizer=ADAMW, seed=0, features=FEATURES):
+    backend = tf_backend.TensorFlowBackend()
+    backend.build(BuildContext(model=model, optimizer=optimizer, feature_dimension=features, plan=CPU, seed=seed,
+                               max_frames=600, max_label_length=100))
+    return backend
+
+
+def random_batch(seed=0, rows=4, frames=47, labels=6, model=TINY):
+    """Random features and labels; the last row has too few frames for an encoder frame (an impossible alignment)."""
+    rng = np.random.default_rng(seed)
+    feature_lengths = np.array([frames, frames - 9, frames - 20, model.input_stack], dtype=np.int32)[:rows]
+    label_lengths = np.array([labels, 2, labels - 1, 3], dtype=np.int32)[:rows]
+    label_values = rng.integers(1, model.symbols, (rows, labels)).astype(np.int32)
+    label_values[np.arange(labels) >= label_lengths[:, None]] = model.blank_index
+    return Batch(features=rng.normal(size=(rows, frames, FEATURES)).astype(np.float32), feature_lengths=feature_lengths,
+                 output_lengths=model.output_frames(feature_lengths), labels=label_values, label_lengths=label_lengths,
+                 utterance_ids=tuple(f"u{i}" for i in range(rows)), transcripts=("",) * rows)
+
+
+def network_on(weights, model=NO_DROPOUT, fused=False):
+    network = RNNTransducer(model, FEATURES, fused_lstm=fused)
+    network.build_weights()
+    rnnt.import_weights(network, weights, FEATURES)
+    return network
+
+
+def forward(network, batch):
+    """(f, g) of the network, eager."""
+    encoded = network.encode(tf.constant(batch.features))
+    predicted = network.predict_net(tf.constant(batch.labels), tf.constant(batch.label_lengths))
+    return encoded, predicted
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return reference.random_weights(NO_DROPOUT, FEATURES, np.random.default_rng(3))
+
+
+# --- the forward pass, the loss and its gradient against the reference -------------------------
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["keras-lstm", "fused-lstm"])
+def test_the_encoder_projection_equals_the_reference_within_its_rounding_bound(weights, fused):
+    batch = random_batch()
+    encoded = network_on(weights, fused=fused).encode(tf.constant(batch.features)).numpy().astype(np.float64)
+    exact, bound = PARTS.bounded_outputs(weights, NO_DROPOUT, batch.features, batch.feature_lengths,
+                                         operand_roundoff=0.0, draws=INJECTION_DRAWS)
+    assert encoded.shape == exact.shape == (4, NO_DROPOUT.output_frames(47), NO_DROPOUT.joint_units)
+    assert np.all(np.abs(encoded - exact) <= bound)
+
+
+def test_the_prediction_network_equals_the_reference(weights):
+    batch = random_batch()
+    _, predicted = forward(network_on(weights), batch)
+    w = {name: value.astype(np.float64) for name, value in weights.items()}
+    exact, bound = rounding_bound(
+        lambda rounding: {"g": rounded_prediction(w, NO_DROPOUT, batch, RoundedArithmetic(rounding))})
+    assert predicted.shape == (4, batch.labels.shape[1] + 1, NO_DROPOUT.prediction_units)
+    assert np.allclose(exact["g"], reference.prediction_forward(weights, NO_DROPOUT, batch.labels, batch.label_lengths))
+    assert np.all(np.abs(predicted.numpy() - exact["g"]) <= bound["g"])
+
+
+def test_the_joint_log_probabilities_equal_the_reference_within_their_rounding_bound(weights):
+    """On the network's own float32 f and g, so that only the joint's roundings are compared."""
+    batch = random_batch()
+    network = network_on(weights)
+    encoded, predicted = forward(network, batch)
+    log_probs = network.joint(encoded, predicted).numpy().astype(np.float64)
+    f, g = encoded.numpy().astype(np.float64), predicted.numpy().astype(np.float64)
+    exact = reference.joint(weights, NO_DROPOUT, f, g)
+    assert np.all(np.abs(log_probs - exact) <= _joint_bound(weights, f, g))
+
+
+def test_training_computes_the_joint_on_the_cells_within_the_lengths_only(weights):
+    """``lattice`` (training's packed joint) reads what the loss reads of the full ``joint``."""
+    batch = random_batch()
+    network = network_on(weights)
+    encoded, predicted = forward(network, batch)
+    packed = network.lattice(encoded, predicted, tf.constant(batch.labels), tf.constant(batch.output_lengths),
+                             tf.constant(batch.label_lengths))
+    full = transducer_lattice(network.joint(encoded, predicted), batch.labels, batch.label_lengths, 0)
+    bound = _joint_bound(weights, encoded.numpy().astype(np.float64), predicted.numpy().astype(np.float64))
+    inside = ((np.arange(packed[0].shape[1]) < batch.output_lengths[:, None])[:, :, None]
+              & (np.arange(packed[0].shape[2]) <= batch.label_lengths[:, None])[:, None, :])
+    emits = inside & (np.arange(packed[0].shape[2]) < batch.label_lengths[:, None])[:, None, :]
+    for found, expected, cells in zip(packed, full, (inside, emits)):
+        found, expected = found.numpy().astype(np.float64), expected.numpy().astype(np.float64)
+        assert np.isneginf(found[~cells]).all() and np.isfinite(found[cells]).all()
+        assert np.all(np.abs(found[cells] - expected[cells]) <= 2 * bound.max(axis=-1)[cells])  # two float32 sides
+
+
+def test_the_packed_joint_gives_the_full_joints_gradients(weights):
+    """Every variable's gradient through training's packed lattice equals that through the full
+    joint, in float64: any order of the same float64 sums agrees far within float32's unit roundoff
+    of the gradient's magnitude, which a wrong or missing cell exceeds."""
+    batch = random_batch()
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float64")
+    try:
+        network = network_on(weights)  # Keras's LSTM (BlockLSTM has no float64 kernel)
+    finally:
+        keras.config.set_dtype_policy(policy)
+    labels, label_lengths = tf.constant(batch.labels), tf.constant(batch.label_lengths)
+    output_lengths, features = tf.constant(batch.output_lengths), tf.constant(batch.features, tf.float64)
+    variables = network.trainable_variables
+
+    with tf.GradientTape(persistent=True) as tape:
+        packed = mean_over_batch(lattice_losses(*network.lattice_of(features, labels, output_lengths, label_lengths),
+                                                output_lengths, label_lengths))
+        log_probs = network.joint(network.encode(features), network.predict_net(labels, label_lengths))
+        full = mean_over_batch(transducer_losses(log_probs, labels, output_lengths, label_lengths, 0))
+    assert packed.dtype == tf.float64 and abs(packed.numpy() - full.numpy()) <= 1e-12 * abs(full.numpy())
+    for variable, through_packed, through_full in zip(variables, tape.gradient(packed, variables),
+                                                      tape.gradient(full, variables)):
+        difference = np.abs(through_packed.numpy() - through_full.numpy()).max()
+        assert difference <= FLOAT32_UNIT_ROUNDOFF * np.abs(through_full.numpy()).max(), variable.path
+        assert np.abs(through_full.numpy()).max() > 0, variable.path
+
+
+@pytest.mark.parametrize("dtype", [tf.float64, tf.float32])
+def test_the_loss_and_its_gradient_equal_the_reference(weights, dtype):
+    """Per utterance, on the very same log-probabilities. float64 checks the algorithm to float64's
+    roundoff; float32 is what training computes, within the recursion's rounding bound."""
+    batch = random_batch()
+    encoded, _ = reference.encoder_forward(weights, NO_DROPOUT, batch.features, batch.feature_lengths)
+    predicted = reference.prediction_forward(weights, NO_DROPOUT, batch.labels, batch.label_lengths)
+    log_probs = reference.joint(weights, NO_DROPOUT, encoded, predicted)
+    if dtype == tf.float32:
+        log_probs = log_probs.astype(np.float32).astype(np.float64)  # both sides read the same values
+    arguments = (batch.labels, batch.output_lengths, batch.label_lengths, NO_DROPOUT.blank_index)
+    expected = reference_loss.transducer_loss(log_probs, *arguments)
+    expected_gradient = reference_loss.transducer_loss_gradient(log_probs, *arguments)
+    leaf = tf.constant(log_probs, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(leaf)
+        losses = transducer_losses(leaf, *arguments)
+    gradient = tape.gradient(losses, leaf).numpy().astype(np.float64)  # of the losses' sum
+    losses = losses.numpy().astype(np.float64)
+    assert batch.output_lengths[-1] == 0 and np.isinf(expected[-1])  # the impossible alignment
+    assert losses[-1] == 0.0 and not gradient[-1].any()  # counts zero, with zero gradient
+    unit_roundoff = FLOAT64_UNIT_ROUNDOFF if dtype == tf.float64 else FLOAT32_UNIT_ROUNDOFF
+    steps = batch.output_lengths + batch.label_lengths + 1  # the anti-diagonals, then the final blank
+    bound = ctc_recursion_bounds(steps, expected, unit_roundoff)
+    assert np.all(np.abs(losses - np.where(np.isinf(expected), 0.0, expected)) <= bound)
+    assert np.all(np.abs(gradient - expected_gradient) <= _gradient_bound(expected_gradient, expected, steps,
+                                                                          unit_roundoff))
+    assert np.abs(expected_gradient).max() > 0.1  # a gradient to compare, not zeros
+
+
+def test_the_mean_loss_is_summed_over_utterances_and_divided_by_the_batch(weights):
+    batch = random_batch()
+    encoded, _ = reference.encoder_forward(weights, NO_DROPOUT, batch.features, batch.feature_lengths)
+    predicted = reference.prediction_forward(weights, NO_DROPOUT, batch.labels, batch.label_lengths)
+    log_probs = reference.joint(weights, NO_DROPOUT, encoded, predicted)
+    arguments = (batch.labels, batch.output_lengths, batch.label_lengths)
+    mean = mean_over_batch(transducer_losses(tf.constant(log_probs), *arguments, 0))
+    assert mean.numpy() == pytest.approx(reference_loss.mean_transducer_loss(log_probs, *arguments, 0), rel=1e-12)
+
+
+def test_the_loss_gradient_against_finite_differences():
+    """The custom backward against TensorFlow's numerical differentiation, in float64, through a log-softmax."""
+    rng = np.random.default_rng(5)
+    logits = tf.constant(rng.normal(size=(2, 4, 3, 5)))
+    labels, output_lengths, label_lengths = np.array([[1, 3], [2, 0]]), np.array([4, 2]), np.array([2, 1])
+
+    def loss(x):
+        return transducer_losses(tf.nn.log_softmax(x, axis=-1), labels, output_lengths, label_lengths, 0)
+
+    theoretical, numerical = tf.test.compute_gradient(loss, [logits])
+    assert np.abs(theoretical[0] - numerical[0]).max() <= 1e-6 * max(np.abs(numerical[0]).max(), 1.0)
+
+
+def _gradient_bound(gradient, losses, steps, unit_roundoff):
+    """A gradient entry is -exp(x), x = alpha + log p + beta - log P, each term from a recursion of at
+    most ``steps`` log-add-exps, so |dx| <= (ELEMENTWISE_ULPS + 2) u steps (|alpha| + |log p| + |beta| +
+    |log P|). The three terms are log-probabilities (<= 0) summing to log P + log|g|, so the sum of
+    magnitudes is 2 |log P| + |log|g||, and the entry moves by |g| (|dx| + the exp's own ulps)."""
+    magnitude = np.abs(gradient)
+    log_likelihood = np.abs(np.where(np.isinf(losses), 0.0, losses))[:, None, None, None]
+    with np.errstate(divide="ignore"):
+        log_magnitude = np.where(magnitude > 0, np.abs(np.log(np.where(magnitude > 0, magnitude, 1.0))), 0.0)
+    exponent = (ELEMENTWISE_ULPS + 2) * unit_roundoff * steps[:, None, None, None] * (2 * log_likelihood
+                                                                                      + log_magnitude)
+    # expm1(|dx|) <= 2 |dx| while |dx| < 1; the floor: a float32 entry that underflows to a subnormal
+    return magnitude * (2 * exponent + ELEMENTWISE_ULPS * unit_roundoff) + np.finfo(np.float32).tiny
+
+
+def _joint_bound(weights, encoded, predicted):
+    """One float32 side's error bound of ``reference.joint``, worst case per operation and carried
+    forward by each step's Lipschitz constant (rules 2 to 4 of the error model, first order):
+    rounding_bound's random signs can cancel within one element, which a worst case cannot."""
+    u = FLOAT32_UNIT_ROUNDOFF
+    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
+    kernel, bias = w["joint.prediction.kernel"], w["joint.prediction.bias"]
+    projected = predicted @ kernel + bias
+    projected_error = accumulation_bound(kernel.shape[0] + 1) * (np.abs(predicted) @ np.abs(kernel) + np.abs(bias))
+    before = encoded[:, :, None, :] + projected[:, None, :, :]
+    hidden = np.maximum(before, 0.0)  # ReLU moves nothing by more than its input moved
+    hidden_error = u * np.abs(before) + projected_error[:, None, :, :]
+    kernel, bias = w["joint.output.kernel"], w["joint.output.bias"]
+    logits = hidden @ kernel + bias
+    logits_error = (accumulation_bound(kernel.shape[0] + 1) * (np.abs(hidden) @ np.abs(kernel) + np.abs(bias))
+                    + hidden_error @ np.abs(kernel))
+    # z_k - logsumexp(z) moves by at most z_k's move plus the largest one; then its own roundings:
+    # the shift, each exp, the sum of the symbols (relative), the log, the subtraction.
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_total = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    own = (u * (np.abs(shifted - log_total) + 2 * np.abs(shifted).max(axis=-1, keepdims=True))
+           + accumulation_bound(logits.shape[-1]) + (ELEMENTWISE_ULPS + 1) * u * (1 + np.abs(log_total)))
+    return logits_error + logits_error.max(axis=-1, keepdims=True) + own
+
+
+# --- weights: init, the neutral layout ----------------------------------------------------------
+
+
+def test_export_and_import_round_trip_exactly(weights):
+    exported = rnnt.export_weights(network_on(weights))
+    layout = weight_layout(NO_DROPOUT, FEATURES)
+    assert list(exported) == list(layout)
+    assert all(exported[name].shape == shape and exported[name].dtype == np.float32 for name, shape in layout.items())
+    assert all(np.array_equal(exported[name], weights[name]) for name in layout)
+    backend = build(NO_DROPOUT)
+    backend.import_weights(exported)
+    assert all(np.array_equal(value, exported[name]) for name, value in backend.export_weights().items())
+    with pytest.raises(BenchbaseError, match="missing"):
+        backend.import_weights({name: value for name, value in exported.items() if name != "joint.output.bias"})
+
+
+def test_init_is_the_specs_and_the_seed_decides_it():
+    first, again, other = (build(seed=seed).export_weights() for seed in (0, 0, 1))
+    assert all(np.array_equal(first[name], again[name]) for name in first)
+    assert not np.array_equal(first["encoder.lstm.0.input_kernel"], other["encoder.lstm.0.input_kernel"])
+    for name, value in first.items():
+        if value.ndim == 2:
+            limit = np.sqrt(6.0 / sum(value.shape))  # Xavier-uniform over the layout's whole matrix
+            assert np.abs(value).max() <= limit and np.abs(value).max() > 0.8 * limit, name
+        elif ".lstm." in name:
+            units = value.shape[0] // 4
+            assert (value[units : 2 * units] == TINY.lstm_forget_bias).all()
+            assert not np.delete(value, np.s_[units : 2 * units]).any()
+        else:
+            assert not value.any(), name
+    assert build().parameter_count() == TINY.parameter_count(FEATURES)
+
+
+# --- the backend contract ------------------------------------------------------------------------
+
+
+def test_the_backend_declares_both_families_both_optimizers_and_rnnts_precisions():
+    capabilities = tf_backend.TensorFlowBackend.capabilities
+    assert {"ds2", "rnnt"} <= capabilities.families and {"adadelta", "adamw"} <= capabilities.optimizers
+    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32"}
+    assert "int8-emulated" in capabilities.precisions_of("ds2")
+
+
+def test_adamw_settings_and_the_schedule_reach_the_framework():
+    backend = build()
+    optimizer = backend.optimizer
+    assert isinstance(optimizer, SpecAdamW)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon, optimizer.weight_decay) == (0.9, 0.999, 1e-8, 1e-3)
+    batch = random_batch()
+    for step in range(7):
+        backend.train_step(batch)
+        assert optimizer.learning_rate.numpy() == np.float32(ADAMW.learning_rate_at(step))
+        assert int(optimizer.iterations.numpy()) == step + 1
+
+
+def test_adamw_adds_epsilon_to_the_root_of_the_bias_corrected_second_moment():
+    """Two steps of SpecAdamW against PyTorch's and optax's AdamW written out in float64; Keras's
+    own AdamW ("epsilon hat") misses the first step by far more at a gradient this small."""
+    spec = AdamWSpec(learning_rate=0.1, epsilon=1e-3, weight_decay=0.5)
+    start, gradients = np.array([1.0, -2.0, 0.5]), [np.array([1e-4, -3e-4, 2e-3]), np.array([2e-4, 1e-4, -1e-3])]
+    variable = tf.Variable(start.astype(np.float32))
+    optimizer = SpecAdamW(learning_rate=spec.learning_rate, beta_1=spec.beta1, beta_2=spec.beta2,
+                          epsilon=spec.epsilon, weight_decay=spec.weight_decay)
+    expected, first, second = start.copy(), np.zeros(3), np.zeros(3)
+    for step, gradient in enumerate(gradients, start=1):
+        optimizer.apply([tf.constant(gradient, tf.float32)], [variable])
+        expected *= 1 - spec.learning_rate * spec.weight_decay
+        first = spec.beta1 * first + (1 - spec.beta1) * gradient
+        second = spec.beta2 * second + (1 - spec.beta2) * gradient**2
+        denominator = np.sqrt(second / (1 - spec.beta2**step)) + spec.epsilon
+        expected -= spec.learning_rate / (1 - spec.beta1**step) * first / denominator
+        assert np.abs(variable.numpy() - expected).max() <= 1e-6 * np.abs(expected).max()
+
+
+def test_ds2_trains_with_adamw_too(small_store):
+    workload = builtin_workload("ds2-mini")
+    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 4, model=workload.model, seed=0).epoch(0)))
+    backend = build(workload.model, features=batch.features.shape[2])
+    assert isinstance(backend.optimizer, SpecAdamW)
+    assert np.isfinite(backend.train_step(batch))
+    assert backend.optimizer.learning_rate.numpy() == np.float32(ADAMW.learning_rate_at(0))
+
+
+def test_same_seed_same_first_losses_and_training_lowers_the_loss(small_store):
+    batch = next(iter(BatchPipeline(FeatureStore(small_store), ("train",), 4, model=TINY, seed=0).epoch(0)))
+    features = batch.features.shape[2]
+    assert (batch.output_lengths > 0).all()
+    optimizer = AdamWSpec(learning_rate=0.02)
+    first = build(optimizer=optimizer, features=features)
+    losses = [first.train_step(batch) for _ in range(12)]
+    again = build(optimizer=optimizer, features=features)  # build() seeds Keras's generators, dropout's too
+    assert [again.train_step(batch) for _ in range(3)] == losses[:3]  # same kernels, same dropout masks
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_a_checkpoint_continues_training_exactly(tmp_path):
+    batch = random_batch(seed=1)
+    backend = build()
+    for _ in range(3):  # into the warm-up's fourth step: the schedule must resume too
+        backend.train_step(batch)
+    backend.save_checkpoint(tmp_path / "ckpt")
+    following = [backend.train_step(batch) for _ in range(3)]
+    restored = build(seed=99)
+    restored.load_checkpoint(tmp_path / "ckpt")
+    resumed = [restored.train_step(batch) for _ in range(3)]
+    assert np.abs(np.subtract(resumed, following)).max() <= same_kernels(following)
+    with pytest.raises(BenchbaseError, match="do not fit this model"):
+        build(TINY.model_copy(update={"joint_units": 8})).load_checkpoint(tmp_path / "ckpt")
+
+
+def test_predict_returns_the_encoder_projection_and_changes_no_state():
+    batch = random_batch(seed=2)
+    expected = build().train_step(batch)
+    backend = build()
+    outputs = backend.predict(batch.inputs())
+    assert outputs.dtype == np.float32
+    assert outputs.shape == (4, TINY.output_frames(batch.features.shape[1]), TINY.joint_units)
+    # Inference: no dropout, so the same as the model's own encoder outside training.
+    assert np.array_equal(outputs, backend.model.encode(tf.constant(batch.features), training=False).numpy())
+    assert np.array_equal(backend.predict(batch.inputs()), outputs)
+    # Nothing a later step sees moved: not the weights, not the optimizer, not the dropout generator.
+    assert backend.train_step(batch) == expected
+    short = Inputs(batch.features[:, :4], np.full(4, 4, np.int32), np.zeros(4, np.int32))  # no encoder frame
+    assert backend.predict(short).shape == (4, 0, TINY.joint_units)
+
+
+def test_a_batch_without_an_encoder_frame_trains_with_zero_loss():
+    """Every utterance impossible: loss 0, and only the decoupled weight decay moves the weights."""
+    batch = random_batch(seed=3)
+    short = Batch(features=batch.features[:, :4], feature_lengths=np.full(4, 4, np.int32),
+                  output_lengths=np.zeros(4, np.int32), labels=batch.labels, label_lengths=batch.label_lengths,
+                  utterance_ids=batch.utterance_ids, transcripts=batch.transcripts)
+    backend = build(NO_DROPOUT, optimizer=ADAMW.model_copy(update={"weight_decay": 0.0}))
+    before = backend.export_weights()
+    assert backend.train_step(short) == 0.0
+    assert all(np.array_equal(before[name], value) for name, value in backend.export_weights().items())
+
+
+def test_the_training_step_is_traced_once_for_batches_of_every_shape():
+    backend = build()
+    batches = [random_batch(seed=seed, frames=frames, labels=labels)
+               for seed, frames, labels in ((0, 47, 6), (1, 60, 9), (2, 33, 4))]
+    for batch in batches:
+        backend.train_step(batch)
+        backend.predict(batch.inputs())
+    assert backend._train_function.experimental_get_tracing_count() == 1
+    assert backend._predict_function.experimental_get_tracing_count() == 1
+
+
+def test_the_dropout_is_inverted_dropout_at_the_specs_rate_in_training_only():
+    network = RNNTransducer(TINY.model_copy(update={"dropout": 0.2}), FEATURES, fused_lstm=True)
+    ones = tf.ones([1000, 1000])
+    dropped = network.dropout(ones, training=True).numpy()
+    kept = (dropped != 0).mean()
+    spread = 5 * np.sqrt(0.2 * 0.8 / ones.shape.num_elements())  # five binomial standard deviations
+    assert abs(kept - 0.8) <= spread and np.all((dropped == 0) | np.isclose(dropped, 1.25))
+    assert np.array_equal(network.dropout(ones, training=False).numpy(), ones.numpy())
+
+
+def test_the_lstms_are_keras_own_and_stay_eligible_for_cudnn():
+    model = build().model
+    for lstm in (*model.encoder, *model.prediction):
+        cell = lstm.cell
+        assert not lstm.fused  # Keras's loop on a CPU: faster than BlockLSTMV2 at the family's widths
+        assert cell.activation.__name__ == "tanh" and cell.recurrent_activation.__name__ == "sigmoid"
+        assert (lstm.unroll, cell.recurrent_dropout, cell.use_bias, lstm.use_cudnn) == (False, 0, True, "auto")
+    fused = tf_backend.TensorFlowBackend(fused_lstm=True)
+    fused.build(BuildContext(model=TINY, optimizer=ADAMW, feature_dimension=FEATURES, plan=CPU, seed=0,
+                             max_frames=600, max_label_length=100))
+    assert all(lstm.fused for lstm in (*fused.model.encoder, *fused.model.prediction))
+
+
+def test_an_rnnt_run_in_a_precision_it_lacks_is_refused():
+    with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or tf32 only, not bf16"):
+        build(TINY.model_copy(update={"precision": "bf16"}))
+
+
+TWO_REPLICAS = r"""
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+import test_tf_rnnt as case
+from benchbase.backend import BuildContext, DevicePlan
+from benchbase_tf_ds2.backend import TensorFlowBackend
+
+def build(count):
+    backend = TensorFlowBackend()
+    plan = DevicePlan(kind="cpu", count=count, batch_per_device=4 // count, threads=1)
+    backend.build(BuildContext(model=case.NO_DROPOUT, optimizer=case.ADAMW, feature_dimension=case.FEATURES,
+                               plan=plan, seed=0, max_frames=600, max_label_length=100))
+    return backend
+
+two = build(2)  # first: TensorFlow splits the CPU into two logical devices before its runtime starts
+one = build(1)  # a MirroredStrategy of one replica on the first of them
+initial = two.export_weights()
+one.import_weights(initial)
+batch = case.random_batch(seed=1)
+losses = {name: [backend.train_step(batch) for _ in range(int(sys.argv[3]))] for name, backend in
+          (("two", two), ("one", one))}
+np.savez(sys.argv[1], **losses, **{f"initial/{k}": v for k, v in initial.items()},
+         **{f"one/{k}": v for k, v in one.export_weights().items()},
+         **{f"two/{k}": v for k, v in two.export_weights().items()})
+"""
+"""Trains the same global batch on two logical CPUs and on one, from the same weights, in a fresh
+interpreter (the CPU can be split only before TensorFlow's first operation, which this process
+has long passed)."""
+
+
+@pytest.mark.slow  # a fresh interpreter that imports TensorFlow
+def test_two_replicas_train_the_global_batch_as_one_does(tmp_path):
+    """Each replica takes half the batch (the second half holds the utterance without an encoder
+    frame); the replicas' losses and gradients add up to the whole batch's. Bounds as the torch
+    backend's two-rank test: the first loss within both sides' rounding bound of the reference
+    loss, compounded over the later steps (``after_steps``), the final weights as a share of how
+    far training moved them. Measured: the losses agree to the last bit for four steps."""
+    steps, saved = 4, tmp_path / "two-replicas.npz"
+    subprocess.run([sys.executable, "-c", TWO_REPLICAS, str(saved), str(Path(__file__).parent), str(steps)],
+                   check=True, capture_output=True, timeout=300)
+    with np.load(saved) as found:
+        two, one = found["two"], found["one"]
+        initial, final_one, final_two = ({name.split("/", 1)[1]: found[name] for name in found.files
+                                          if name.startswith(prefix)} for prefix in ("initial/", "one/", "two/"))
+    batch = random_batch(seed=1)
+    first = BOTH_SIDES * bounded_transducer_loss(initial, NO_DROPOUT, batch).bound / abs(one[0])
+    relative = np.abs(one - two) / np.abs(one)
+    assert (relative <= np.array([after_steps(first, step) for step in range(steps)])).all(), (relative, first)
+    moved = np.sqrt(sum(np.sum((final_one[name] - initial[name]) ** 2) for name in initial))
+    drift = np.sqrt(sum(np.sum((final_two[name] - final_one[name]) ** 2) for name in initial))
+    assert drift <= after_steps(first, steps - 1) * moved, (drift, moved)
