@@ -3,40 +3,45 @@
 The whole training state is one immutable pytree that each jitted step replaces (donating
 the old one), so predict() can never disturb training, and a checkpoint is that pytree
 written out.
+
+Two model families: DS2 (``model``, ``training``) and the RNN transducer (``rnnt``), parallel
+pure functions over the same state, optimizers, buckets and checkpoints. What differs by family
+is the batch the step takes, what ``predict()`` returns (log-probabilities; the joint's encoder
+projection) and the neutral weight layout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 import jax
 import numpy as np
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
+from benchbase.families.ds2 import weight_layout as ds2_layout
+from benchbase.families.rnnt import weight_layout as rnnt_layout
+from benchbase_jax_ds2 import training as ds2
 from benchbase_jax_ds2.checkpoint import read_state, write_state
 from benchbase_jax_ds2.model import split_weights
+from benchbase_jax_ds2.rnnt import training as transducer
 from benchbase_jax_ds2.shapes import Buckets
 from benchbase_jax_ds2.threads import limit_cpu_threads
-from benchbase_jax_ds2.training import (
-    PaddedBatch,
-    TrainState,
-    initial_state,
-    make_optimizer,
-    make_predict,
-    make_train_step,
-)
+from benchbase_jax_ds2.training import PaddedBatch, TrainState, make_optimizer, next_learning_rate
 
 __all__ = ["JaxBackend"]
 
 
 class JaxBackend(Backend):
     name = "jax"
-    description = f"JAX {jax.__version__}: DS2 compiled with XLA, scanned LSTMs, optax CTC and AdaDelta"
-    capabilities = Capabilities(devices=frozenset({"cpu", "cuda"}), max_devices=1,
+    description = (f"JAX {jax.__version__}: DS2 (optax CTC) and RNN-T (transducer loss) compiled with XLA, "
+                   "scanned LSTMs, AdaDelta and AdamW")
+    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
+                                devices=frozenset({"cpu", "cuda"}), max_devices=1,
                                 precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
+                                family_precisions=(("rnnt", transducer.TRANSDUCER_PRECISIONS),),
                                 process_model="single_process")
 
     def __init__(self) -> None:
@@ -50,22 +55,35 @@ class JaxBackend(Backend):
         self.buckets = Buckets(rows=context.plan.batch_per_device * context.plan.count,
                                max_frames=context.max_frames, max_label_length=context.max_label_length)
         optimizer = make_optimizer(context.optimizer)
-        self._state = initial_state(context.model, context.feature_dimension, optimizer, context.seed, self.device)
-        self._train_step = make_train_step(context.model, optimizer, self.device.platform)
-        self._predict = make_predict(context.model, self.device.platform)
+        self._transducer = context.model.family == "rnnt"
+        family = transducer if self._transducer else ds2  # each: initial_state, make_train_step, make_predict
+        self._state = family.initial_state(context.model, context.feature_dimension, optimizer, context.seed,
+                                           self.device)
+        self._train_step = family.make_train_step(context.model, optimizer, self.device.platform)
+        self._predict = family.make_predict(context.model, self.device.platform)
 
     def train_step(self, batch: Batch) -> float:
-        arrays = self.buckets.training_arrays(batch, self.context.model)
-        self._state, loss = self._train_step(self._state, PaddedBatch(**jax.device_put(arrays, self.device)))
+        model = self.context.model
+        padded: transducer.TransducerBatch | PaddedBatch
+        if self._transducer:
+            padded = transducer.TransducerBatch(**jax.device_put(self.buckets.transducer_arrays(batch, model),
+                                                                 self.device))
+        else:
+            padded = PaddedBatch(**jax.device_put(self.buckets.training_arrays(batch, model), self.device))
+        learning_rate = next_learning_rate(self.context.optimizer, self._state.optimizer)
+        self._state, loss = self._train_step(self._state, padded, learning_rate)
         jax.block_until_ready(self._state)
         return float(loss)
 
     def predict(self, inputs: Inputs) -> np.ndarray:
         features = jax.device_put(self.buckets.features(inputs), self.device)
         frames = self.context.model.output_frames(inputs.features.shape[1])
-        log_probs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
-                                             np.int32(inputs.size), np.int32(frames)))
-        return log_probs[: inputs.size, :frames].copy()
+        if self._transducer:  # the joint's encoder projection; the harness runs the search on exported weights
+            outputs = np.asarray(self._predict(self._state.parameters, features))
+        else:
+            outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
+                                               np.int32(inputs.size), np.int32(frames)))
+        return outputs[: inputs.size, :frames].copy()
 
     def save_checkpoint(self, path: Path) -> None:
         write_state(path, self._state)
@@ -78,14 +96,20 @@ class JaxBackend(Backend):
 
     def export_weights(self) -> dict[str, np.ndarray]:
         weights = self._state.parameters | self._state.statistics
-        layout = weight_layout(self.context.model, self.context.feature_dimension)
+        layout = self._layout().weight_layout(self.context.model, self.context.feature_dimension)
         return {name: np.array(weights[name], dtype=np.float32) for name in layout}
 
     def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        validate_weights(weights, self.context.model, self.context.feature_dimension)
-        parameters, statistics = split_weights({name: np.asarray(value, np.float32) for name, value in weights.items()})
+        self._layout().validate_weights(weights, self.context.model, self.context.feature_dimension)
+        neutral = {name: np.asarray(value, np.float32) for name, value in weights.items()}
+        # The transducer has no running statistics: every weight is a parameter.
+        parameters, statistics = (neutral, {}) if self._transducer else split_weights(neutral)
         placed = jax.device_put((parameters, statistics), self.device)
         self._state = self._state._replace(parameters=placed[0], statistics=placed[1])
+
+    def _layout(self) -> ModuleType:
+        """The family's neutral weight layout module (names, shapes, validation)."""
+        return rnnt_layout if self._transducer else ds2_layout
 
     def devices_in_use(self) -> tuple[str, ...]:
         if self._state is None:

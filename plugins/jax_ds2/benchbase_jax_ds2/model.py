@@ -28,7 +28,7 @@ from benchbase.specs import ModelSpec
 from benchbase.specs.workload import QuantizationSpec
 from benchbase_jax_ds2.quantization import quantize_activation, quantize_state, quantize_weight, updated_range
 
-__all__ = ["STATISTICS", "forward", "initial_weights", "split_weights"]
+__all__ = ["STATISTICS", "counter_hash", "forward", "initial_weights", "split_weights"]
 
 STATISTICS = ("mean", "variance", "input_range")
 """Weights that are running statistics, not trainable parameters: BatchNorm's, and int8-emulated's
@@ -204,7 +204,7 @@ class _Layer:
         if self.keys is None or rate == 0.0:
             return x
         threshold = min(round((1.0 - rate) * 2**32), 2**32 - 1)
-        keep = _counter_hash(x.shape, jax.random.key_data(next(self.keys))) < jnp.uint32(threshold)
+        keep = counter_hash(x.shape, jax.random.key_data(next(self.keys))) < jnp.uint32(threshold)
         return jnp.where(keep, x / (1.0 - rate), 0.0)
 
     def _weight(self, prefix: str, part: str) -> jax.Array:
@@ -212,7 +212,7 @@ class _Layer:
         return self.statistics[name] if part in STATISTICS else self.parameters[name]
 
 
-def _counter_hash(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
+def counter_hash(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
     """32 random bits per element: each element's index through two rounds of MurmurHash3's
     finalizer (a bijection), keyed by two words of ``key``.
 

@@ -4,7 +4,8 @@ optax's CTC returns a large finite loss (not infinity) for an utterance whose la
 be aligned within its frames, with gradients that are meaningless; the spec pins zero loss
 and zero gradient for those (PyTorch's zero_infinity), so they are found and masked here.
 optax's AdaDelta is PyTorch's (sq, delta, acc in that order); plugins/jax_ds2/tests/test_jax_backend.py
-checks it against the formula.
+checks it against the formula. AdamW's learning rate follows ``OptimizerSpec.learning_rate_at``,
+which the host evaluates for each step (``make_optimizer``).
 """
 
 from __future__ import annotations
@@ -13,25 +14,30 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from benchbase.errors import BenchbaseError
 from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec
 from benchbase_jax_ds2.model import arithmetic, forward, initial_weights, split_weights
 
 __all__ = [
     "PaddedBatch",
     "TrainState",
     "ctc_per_utterance",
+    "in_precision",
     "initial_state",
     "make_optimizer",
     "make_predict",
     "make_train_step",
+    "next_learning_rate",
 ]
 
 
 DROPOUT_RNG = "rbg"
 """The key that the state carries and each step splits; the masks themselves come from
-``model._counter_hash``. rbg keys split without threefry's unrolled rounds, which would add to
+``model.counter_hash``. rbg keys split without threefry's unrolled rounds, which would add to
 every compilation (one per batch shape, on the run clock)."""
 
 
@@ -63,16 +69,48 @@ class PaddedBatch(NamedTuple):
     frames: jax.Array
 
 
-def make_optimizer(spec: OptimizerSpec) -> optax.GradientTransformation:
-    """AdaDelta (and the clip), over all parameters as one vector.
+def make_optimizer(spec: OptimizerSpec) -> optax.GradientTransformationExtraArgs:
+    """The spec's optimizer (and the clip), over all parameters as one vector.
 
     One vector: a handful of fused kernels instead of a few per weight, which takes seconds
     off every compilation (elementwise, so the numbers are the same).
+
+    AdamW takes each step's learning rate as the extra argument ``learning_rate``
+    (``update(grads, state, params, learning_rate=...)``), from ``next_learning_rate(spec, state)``:
+    the schedule is then the spec's own formula, evaluated in float64 by the host and rounded
+    once, where optax's schedules would evaluate their own float32 version of it on the device.
+    It counts the optimizer's steps (Adam's ``count``, in the state and so in a checkpoint), so a
+    restored checkpoint resumes the schedule. AdaDelta's rate is constant and built in; it
+    ignores the argument.
     """
-    adadelta = optax.adadelta(spec.learning_rate, rho=spec.rho, eps=spec.epsilon)
+    if isinstance(spec, AdamWSpec):
+        # optax's AdamW is this chain; its decay is decoupled, lr * weight_decay * w, as PyTorch's.
+        transform = optax.chain(optax.scale_by_adam(b1=spec.beta1, b2=spec.beta2, eps=spec.epsilon),
+                                optax.add_decayed_weights(spec.weight_decay), _scale_by_given_learning_rate())
+    elif isinstance(spec, AdaDeltaSpec):
+        transform = optax.adadelta(spec.learning_rate, rho=spec.rho, eps=spec.epsilon)
+    else:
+        raise BenchbaseError(f"the JAX backend has no optimizer {spec.name!r}")
     if spec.gradient_clip_norm is not None:
-        adadelta = optax.chain(optax.clip_by_global_norm(spec.gradient_clip_norm), adadelta)
-    return optax.flatten(adadelta)
+        transform = optax.chain(optax.clip_by_global_norm(spec.gradient_clip_norm), transform)
+    return optax.flatten(transform)
+
+
+def next_learning_rate(spec: OptimizerSpec, optimizer_state: optax.OptState) -> np.float32:
+    """The learning rate of the optimizer's next step: ``spec.learning_rate_at`` of the steps it has taken."""
+    steps = optax.tree_utils.tree_get(optimizer_state, "count", 0)
+    return np.float32(spec.learning_rate_at(int(steps)))
+
+
+def _scale_by_given_learning_rate() -> optax.GradientTransformationExtraArgs:
+    """-learning_rate * updates, the rate given to ``update`` (optax.scale_by_learning_rate's sign)."""
+
+    def update(updates: optax.Updates, state: optax.EmptyState, params: optax.Params | None = None, *,
+               learning_rate: jax.Array, **extra_args: object) -> tuple[optax.Updates, optax.EmptyState]:
+        del params, extra_args
+        return jax.tree_util.tree_map(lambda update: -learning_rate * update, updates), state
+
+    return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
 
 
 def initial_state(spec: ModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
@@ -107,7 +145,8 @@ def _alignable(output_lengths: jax.Array, labels: jax.Array, label_lengths: jax.
 
 
 def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, platform: str = "cpu"):
-    """A jitted (state, batch) -> (state, loss) that donates the old state, for a device of ``platform``."""
+    """A jitted (state, batch, learning_rate) -> (state, loss) that donates the old state, for a device of
+    ``platform``; ``learning_rate``: see ``make_optimizer``."""
     math = arithmetic(spec, platform)
 
     def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key, scale):
@@ -119,14 +158,15 @@ def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, pl
         loss = jnp.sum(jnp.where(real, losses, 0.0)) / batch.rows
         return loss * scale, (loss, statistics)
 
-    def step(state: TrainState, batch: PaddedBatch) -> tuple[TrainState, jax.Array]:
+    def step(state: TrainState, batch: PaddedBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
         next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
         gradient = jax.value_and_grad(loss_and_statistics, has_aux=True)
         scale = jnp.float32(1.0) if state.loss_scale is None else state.loss_scale["scale"]
         (_, (loss, statistics)), grads = gradient(state.parameters, state, batch, key, scale)
         if state.loss_scale is not None:
             grads = jax.tree_util.tree_map(lambda g: g / scale, grads)
-        updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters)
+        updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
+                                                    learning_rate=learning_rate)
         parameters = optax.apply_updates(state.parameters, updates)
         loss_scale = state.loss_scale
         if loss_scale is not None:
@@ -140,7 +180,7 @@ def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, pl
             loss_scale = _next_loss_scale(loss_scale, finite)
         return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
 
-    return jax.jit(_in_precision(spec, step), donate_argnums=0)
+    return jax.jit(in_precision(spec, step), donate_argnums=0)
 
 
 LOSS_SCALE_INITIAL = 2.0**15
@@ -170,7 +210,7 @@ def make_predict(spec: ModelSpec, platform: str = "cpu"):
 
     math = arithmetic(spec, platform)
 
-    return jax.jit(_in_precision(spec, predict))
+    return jax.jit(in_precision(spec, predict))
 
 
 def _frame_mask(spec: ModelSpec, batch: PaddedBatch) -> jax.Array:
@@ -179,7 +219,7 @@ def _frame_mask(spec: ModelSpec, batch: PaddedBatch) -> jax.Array:
     return (jnp.arange(rows)[:, None] < batch.rows) & (jnp.arange(frames)[None] < batch.frames)
 
 
-def _in_precision(spec: ModelSpec, function):
+def in_precision(spec: ModelSpec, function):
     """Runs ``function`` (while it is traced) with float32 matmuls everywhere the model does not
     set its own, optax's CTC included: true float32, or TF32 for the spec's tf32."""
     precision = "tensorfloat32" if spec.precision == "tf32" else "highest"
