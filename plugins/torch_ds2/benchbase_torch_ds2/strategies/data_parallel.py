@@ -60,6 +60,10 @@ def _full(state: Any, bucket: dist.GradBucket) -> int:
     return bucket.buffer().nbytes
 
 
+def _nothing(state: Any, bucket: dist.GradBucket) -> int:
+    return 0
+
+
 def _half(state: Any, bucket: dist.GradBucket) -> int:
     return bucket.buffer().numel() * 2
 
@@ -91,7 +95,8 @@ class DataParallel(TrainingStrategy):
 
 def metered_allreduce(model: DistributedDataParallel, meter: CommunicationMeter, group: dist.ProcessGroup) -> None:
     """DDP's own all-reduce over ``group``, metered (the groups of hierarchical ADPSGD)."""
-    model.register_comm_hook(_MeteredHook(meter, default_hooks.allreduce_hook, group, _full), _metered)
+    payload = _full if group.size() > 1 else _nothing  # a group of one learner all-reduces nothing
+    model.register_comm_hook(_MeteredHook(meter, default_hooks.allreduce_hook, group, payload), _metered)
 
 
 def synchronous(context: BuildContext, network: torch.nn.Module, device: torch.device) -> DataParallel:
