@@ -222,6 +222,14 @@ def test_an_adpsgd_run_logs_its_strategy_and_communication_and_passes_check_as_o
 
 
 @pytest.mark.slow
+def test_verify_rebuilds_a_strategy_runs_backend_as_one_process_that_predicts(adpsgd_run):
+    out, _ = adpsgd_run
+    verified = run_benchbase("verify", str(out), "--with-backend")
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    assert "verified against the last evaluation" in verified.stdout
+
+
+@pytest.mark.slow
 def test_a_closed_run_with_another_strategy_fails_check(adpsgd_run, tmp_path):
     """The log and config.json doctored to claim the closed division: the strategy gives it away;
     a config.json that states another strategy than the log does fails too."""

@@ -38,7 +38,7 @@ def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> B
     return BuildContext(
         model=workload.model, optimizer=workload.optimizer, feature_dimension=store.feature_dimension, plan=plan,
         seed=config.seed, max_frames=workload.data.pad_to_frames or longest_frames, max_label_length=longest_labels,
-        strategy=config.strategy if plan.distributed or plan.count > 1 else SyncSpec(),
+        strategy=config.strategy,
     )
 
 

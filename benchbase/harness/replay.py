@@ -7,6 +7,7 @@ replay sees the batches, the build context and the device plan the run itself ha
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
+from benchbase.specs.strategy import SyncSpec
 
 __all__ = ["DevOutputs", "dev_outputs", "load_checkpoint", "load_run_config", "newest_checkpoint",
            "replay_pipeline", "restored_backend"]
@@ -74,7 +76,9 @@ def restored_backend(config: RunConfig, store: FeatureStore, checkpoint: Path) -
     """The run's backend, built as the run built it and holding the checkpoint's weights; closed on exit."""
     backend = collect_registry(get_plugin_manager()).backend(config.backend)()
     try:
-        backend.build(build_context(config, store, device_plan(config.hardware, config.device)))
+        # One process that predicts: whatever strategy its learners trained with, there is nothing to combine.
+        context = build_context(config, store, device_plan(config.hardware, config.device))
+        backend.build(dataclasses.replace(context, strategy=SyncSpec()))
         load_checkpoint(backend, checkpoint)
         yield backend
     finally:

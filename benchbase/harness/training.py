@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pluggy
@@ -35,6 +34,22 @@ __all__ = ["SENTENCES_PER_LOG", "TrainingLoop"]
 SENTENCES_PER_LOG = 3
 
 
+@dataclass
+class EpochCommunication:
+    """An epoch's communication as the backend measured it (step_timings), summed over its steps."""
+
+    sent_bytes: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, sent_bytes: float, seconds: float) -> None:
+        self.sent_bytes, self.seconds, self.steps = self.sent_bytes + sent_bytes, self.seconds + seconds, self.steps + 1
+
+    def per_step(self) -> dict[str, float]:
+        return {"bytes_per_step": round(self.sent_bytes / self.steps, 1),
+                "seconds_per_step": round(self.seconds / self.steps, 6), "steps": self.steps}
+
+
 class TrainingLoop:
     """Epochs of batches on the clock: every batch trained and recorded, a checkpoint and decoded
     sentences every so many, an evaluation every so many epochs, until a stop."""
@@ -60,8 +75,7 @@ class TrainingLoop:
         self.build_seconds = build_seconds
         self.started_up = False
         """Whether this process's first training step is on the record (benchbase_startup)."""
-        self.epoch_communication: list[Mapping[str, float]] = []
-        """The backend's step_timings of each step of the current epoch."""
+        self.epoch_communication = EpochCommunication()
 
     def train(self) -> tuple[StopReason, int]:
         """Train until a stop; returns why and the last epoch. On SIGTERM, checkpoints before raising Terminated."""
@@ -146,7 +160,8 @@ class TrainingLoop:
                                self.clock.seconds(), loss, throughput, wait)
         timings = self.backend.step_timings()
         progress.statistics.record_communication(timings.get("communication"))
-        self.epoch_communication.append(timings)
+        if "communication_bytes" in timings:
+            self.epoch_communication.add(timings["communication_bytes"], timings.get("communication", 0.0))
         self.recorder.batch(report, step, batch.size, timings)
         evaluation = self.workload.evaluation
         if progress.batch_index % evaluation.log_sentences_every == 0:
@@ -158,14 +173,10 @@ class TrainingLoop:
         self.hook.batch_completed(progress=report)
 
     def _log_communication(self, epoch: int) -> None:
-        """What this learner's backend communicated in the epoch's steps (a distributed run's), per step."""
-        steps, self.epoch_communication = self.epoch_communication, []
-        if not self.config.strategy or not self.inputs.plan.distributed or not steps:
-            return
-        self.log.event(own_keys.COMMUNICATION, metadata={constants.EPOCH_NUM: epoch}, value={
-            "bytes_per_step": round(sum(step.get("communication_bytes", 0.0) for step in steps) / len(steps), 1),
-            "seconds_per_step": round(sum(step.get("communication", 0.0) for step in steps) / len(steps), 6),
-            "steps": len(steps)})
+        """What this learner's backend communicated in the epoch's steps, per step (where it counts bytes)."""
+        epoch_total, self.epoch_communication = self.epoch_communication, EpochCommunication()
+        if epoch_total.steps:
+            self.log.event(own_keys.COMMUNICATION, metadata={constants.EPOCH_NUM: epoch}, value=epoch_total.per_step())
 
     def _log_startup(self, wait: float, step: float) -> None:
         """Where the clock went between run_start (or a resume) and the end of the first step."""

@@ -27,15 +27,14 @@ from benchbase.specs.optimizer import AdamWSpec
 from benchbase.testing.reference_model import RoundedArithmetic
 from benchbase.testing.rnnt_rules import bounded_transducer_loss, rounded_prediction
 from benchbase.testing.tolerances import (
-    ELEMENTWISE_ULPS,
     FLOAT32_UNIT_ROUNDOFF,
     FLOAT64_UNIT_ROUNDOFF,
     INJECTION_DRAWS,
-    accumulation_bound,
     ctc_recursion_bounds,
     rounding_bound,
     same_kernels,
 )
+from benchbase.testing.transducer_bounds import joint_bound, transducer_gradient_bound
 
 jax = pytest.importorskip("jax")
 jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")
@@ -144,7 +143,7 @@ def test_the_joints_lattice_equals_the_reference_on_the_cells_within_the_lengths
     f, g = np.asarray(encoded, np.float64), np.asarray(predicted, np.float64)
     log_probs = reference.joint(weights, NO_DROPOUT, f, g)
     expected = lattice_of(log_probs, batch)
-    bound = _joint_bound(weights, f, g).max(axis=-1)
+    bound = joint_bound(weights, f, g).max(axis=-1)
     shape = log_probs.shape[:3]
     inside = ((np.arange(shape[1]) < batch.output_lengths[:, None])[:, :, None]
               & (np.arange(shape[2]) <= batch.label_lengths[:, None])[:, None, :])
@@ -209,7 +208,7 @@ def test_the_loss_and_its_gradient_equal_the_reference(weights, dtype):
     steps = batch.output_lengths + batch.label_lengths + 1  # the anti-diagonals, then the final blank
     bound = ctc_recursion_bounds(steps, expected, unit_roundoff)
     assert np.all(np.abs(losses - np.where(np.isinf(expected), 0.0, expected)) <= bound)
-    assert np.all(np.abs(gradient - expected_gradient) <= _gradient_bound(expected_gradient, expected, steps,
+    assert np.all(np.abs(gradient - expected_gradient) <= transducer_gradient_bound(expected_gradient, expected, steps,
                                                                           unit_roundoff))
     assert np.abs(expected_gradient).max() > 0.1  # a gradient to compare, not zeros
 
@@ -226,47 +225,6 @@ def test_the_first_steps_loss_is_the_reference_mean_over_the_harness_batch(weigh
         backend.close()
     expected = bounded_transducer_loss(weights, NO_DROPOUT, batch)
     assert isinstance(loss, float) and abs(loss - expected.loss) <= expected.bound
-
-
-def _gradient_bound(gradient, losses, steps, unit_roundoff):
-    """A gradient entry is -exp(x), x = alpha + log p + beta - log P, each term from a recursion of at
-    most ``steps`` log-add-exps, so |dx| <= (ELEMENTWISE_ULPS + 2) u steps (|alpha| + |log p| + |beta| +
-    |log P|). The three terms are log-probabilities (<= 0) summing to log P + log|g|, so the sum of
-    magnitudes is 2 |log P| + |log|g||, and the entry moves by |g| (|dx| + the exp's own ulps). Autodiff
-    through the forward recursion reaches the same entry as a product of each step's local weights
-    exp(a - logaddexp(a, b)), whose arguments carry the same roundings of the alphas."""
-    magnitude = np.abs(gradient)
-    log_likelihood = np.abs(np.where(np.isinf(losses), 0.0, losses))[:, None, None, None]
-    with np.errstate(divide="ignore"):
-        log_magnitude = np.where(magnitude > 0, np.abs(np.log(np.where(magnitude > 0, magnitude, 1.0))), 0.0)
-    exponent = (ELEMENTWISE_ULPS + 2) * unit_roundoff * steps[:, None, None, None] * (2 * log_likelihood
-                                                                                      + log_magnitude)
-    # expm1(|dx|) <= 2 |dx| while |dx| < 1; the floor: a float32 entry that underflows to a subnormal
-    return magnitude * (2 * exponent + ELEMENTWISE_ULPS * unit_roundoff) + np.finfo(np.float32).tiny
-
-
-def _joint_bound(weights, encoded, predicted):
-    """One float32 side's error bound of ``reference.joint``, worst case per operation and carried
-    forward by each step's Lipschitz constant (rules 2 to 4 of the error model, first order)."""
-    u = FLOAT32_UNIT_ROUNDOFF
-    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
-    kernel, bias = w["joint.prediction.kernel"], w["joint.prediction.bias"]
-    projected = predicted @ kernel + bias
-    projected_error = accumulation_bound(kernel.shape[0] + 1) * (np.abs(predicted) @ np.abs(kernel) + np.abs(bias))
-    before = encoded[:, :, None, :] + projected[:, None, :, :]
-    hidden = np.maximum(before, 0.0)  # ReLU moves nothing by more than its input moved
-    hidden_error = u * np.abs(before) + projected_error[:, None, :, :]
-    kernel, bias = w["joint.output.kernel"], w["joint.output.bias"]
-    logits = hidden @ kernel + bias
-    logits_error = (accumulation_bound(kernel.shape[0] + 1) * (np.abs(hidden) @ np.abs(kernel) + np.abs(bias))
-                    + hidden_error @ np.abs(kernel))
-    # z_k - logsumexp(z) moves by at most z_k's move plus the largest one; then its own roundings:
-    # the shift, each exp, the sum of the symbols (relative), the log, the subtraction.
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    log_total = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-    own = (u * (np.abs(shifted - log_total) + 2 * np.abs(shifted).max(axis=-1, keepdims=True))
-           + accumulation_bound(logits.shape[-1]) + (ELEMENTWISE_ULPS + 1) * u * (1 + np.abs(log_total)))
-    return logits_error + logits_error.max(axis=-1, keepdims=True) + own
 
 
 # --- weights, optimizer, the backend contract ----------------------------------------------------

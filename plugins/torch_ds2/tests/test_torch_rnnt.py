@@ -24,16 +24,15 @@ from benchbase.specs.optimizer import AdamWSpec
 from benchbase.testing.reference_model import RoundedArithmetic, lstm_layer
 from benchbase.testing.tolerances import (
     BOTH_SIDES,
-    ELEMENTWISE_ULPS,
     FLOAT32_UNIT_ROUNDOFF,
     FLOAT64_UNIT_ROUNDOFF,
     INJECTION_DRAWS,
-    accumulation_bound,
     after_steps,
     ctc_recursion_bounds,
     rounding_bound,
     same_kernels,
 )
+from benchbase.testing.transducer_bounds import joint_bound, transducer_gradient_bound
 
 torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
 from benchbase_torch_ds2.rnnt.loss import (  # noqa: E402
@@ -122,7 +121,7 @@ def test_the_joint_log_probabilities_equal_the_reference_within_their_rounding_b
         log_probs = network.joint(encoded, predicted).double().numpy()
     f, g = encoded.double().numpy(), predicted.double().numpy()
     exact = reference.joint(weights, NO_DROPOUT, f, g)
-    assert np.all(np.abs(log_probs - exact) <= _joint_bound(weights, f, g))
+    assert np.all(np.abs(log_probs - exact) <= joint_bound(weights, f, g))
 
 
 def test_training_computes_the_joint_on_the_cells_within_the_lengths_only(weights):
@@ -136,7 +135,7 @@ def test_training_computes_the_joint_on_the_cells_within_the_lengths_only(weight
         predicted = network.predict_net(labels, label_lengths)
         packed = network.lattice(encoded, predicted, labels, output_lengths, label_lengths)
         full = transducer_lattice(network.joint(encoded, predicted), labels, label_lengths, 0)
-    bound = _joint_bound(weights, encoded.double().numpy(), predicted.double().numpy())
+    bound = joint_bound(weights, encoded.double().numpy(), predicted.double().numpy())
     inside = ((np.arange(packed[0].shape[1]) < batch.output_lengths[:, None])[:, :, None]
               & (np.arange(packed[0].shape[2]) <= batch.label_lengths[:, None])[:, None, :])
     emits = inside & (np.arange(packed[0].shape[2]) < batch.label_lengths[:, None])[:, None, :]
@@ -192,7 +191,7 @@ def test_the_loss_and_its_gradient_equal_the_reference(weights, dtype):
     bound = ctc_recursion_bounds(steps, expected, unit_roundoff)
     assert np.all(np.abs(losses.detach().double().numpy() - np.where(np.isinf(expected), 0.0, expected)) <= bound)
     gradient = leaf.grad.double().numpy()
-    assert np.all(np.abs(gradient - expected_gradient) <= _gradient_bound(expected_gradient, expected, steps,
+    assert np.all(np.abs(gradient - expected_gradient) <= transducer_gradient_bound(expected_gradient, expected, steps,
                                                                           unit_roundoff))
     assert np.abs(expected_gradient).max() > 0.1  # a gradient to compare, not zeros
 
@@ -217,21 +216,6 @@ def _rounded_joint(w, encoded, predicted, rounded):
     return rounded.function(shifted - rounded.function(np.log(total))[..., None])
 
 
-def _gradient_bound(gradient, losses, steps, unit_roundoff):
-    """A gradient entry is -exp(x), x = alpha + log p + beta - log P, each term from a recursion of at
-    most ``steps`` log-add-exps, so |dx| <= (ELEMENTWISE_ULPS + 2) u steps (|alpha| + |log p| + |beta| +
-    |log P|). The three terms are log-probabilities (<= 0) summing to log P + log|g|, so the sum of
-    magnitudes is 2 |log P| + |log|g||, and the entry moves by |g| (|dx| + the exp's own ulps)."""
-    magnitude = np.abs(gradient)
-    log_likelihood = np.abs(np.where(np.isinf(losses), 0.0, losses))[:, None, None, None]
-    with np.errstate(divide="ignore"):
-        log_magnitude = np.where(magnitude > 0, np.abs(np.log(np.where(magnitude > 0, magnitude, 1.0))), 0.0)
-    exponent = (ELEMENTWISE_ULPS + 2) * unit_roundoff * steps[:, None, None, None] * (2 * log_likelihood
-                                                                                      + log_magnitude)
-    # expm1(|dx|) <= 2 |dx| while |dx| < 1; the floor: a float32 entry that underflows to a subnormal
-    return magnitude * (2 * exponent + ELEMENTWISE_ULPS * unit_roundoff) + np.finfo(np.float32).tiny
-
-
 def _rounded_prediction(w, batch, rounded):
     padded = np.where(np.arange(batch.labels.shape[1]) < batch.label_lengths[:, None], batch.labels, 0)
     x = w["prediction.embedding"][np.concatenate([np.zeros((len(padded), 1), np.int64), padded], axis=1)]
@@ -240,31 +224,6 @@ def _rounded_prediction(w, batch, rounded):
         x = lstm_layer(x, w[f"{prefix}.input_kernel"], w[f"{prefix}.recurrent_kernel"], w[f"{prefix}.bias"],
                        rounded=rounded)
     return x
-
-
-def _joint_bound(weights, encoded, predicted):
-    """One float32 side's error bound of ``reference.joint``, worst case per operation and carried
-    forward by each step's Lipschitz constant (rules 2 to 4 of the error model, first order):
-    rounding_bound's random signs can cancel within one element, which a worst case cannot."""
-    u = FLOAT32_UNIT_ROUNDOFF
-    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
-    kernel, bias = w["joint.prediction.kernel"], w["joint.prediction.bias"]
-    projected = predicted @ kernel + bias
-    projected_error = accumulation_bound(kernel.shape[0] + 1) * (np.abs(predicted) @ np.abs(kernel) + np.abs(bias))
-    before = encoded[:, :, None, :] + projected[:, None, :, :]
-    hidden = np.maximum(before, 0.0)  # ReLU moves nothing by more than its input moved
-    hidden_error = u * np.abs(before) + projected_error[:, None, :, :]
-    kernel, bias = w["joint.output.kernel"], w["joint.output.bias"]
-    logits = hidden @ kernel + bias
-    logits_error = (accumulation_bound(kernel.shape[0] + 1) * (np.abs(hidden) @ np.abs(kernel) + np.abs(bias))
-                    + hidden_error @ np.abs(kernel))
-    # z_k - logsumexp(z) moves by at most z_k's move plus the largest one; then its own roundings:
-    # the shift, each exp, the sum of the symbols (relative), the log, the subtraction.
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    log_total = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-    own = (u * (np.abs(shifted - log_total) + 2 * np.abs(shifted).max(axis=-1, keepdims=True))
-           + accumulation_bound(logits.shape[-1]) + (ELEMENTWISE_ULPS + 1) * u * (1 + np.abs(log_total)))
-    return logits_error + logits_error.max(axis=-1, keepdims=True) + own
 
 
 # --- weights: init, the neutral layout ----------------------------------------------------------

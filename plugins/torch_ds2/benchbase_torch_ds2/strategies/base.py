@@ -28,9 +28,9 @@ class TrainingStrategy:
     """One learner training alone: the network itself, nothing to communicate. Strategies of several
     learners override ``before_step`` (forward pass next) and ``after_step`` (the optimizer has stepped)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, meter: CommunicationMeter | None = None) -> None:
         self.model = model
-        self.meter = CommunicationMeter()
+        self.meter = meter or CommunicationMeter()
 
     def before_step(self) -> None:
         """Called before the forward pass of each training step."""

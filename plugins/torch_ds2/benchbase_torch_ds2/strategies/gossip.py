@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -40,6 +39,7 @@ from benchbase.backend import BuildContext
 from benchbase.errors import BenchbaseError
 from benchbase.specs.strategy import ADPSGDSpec, HADPSGDSpec
 from benchbase_torch_ds2.strategies.base import CommunicationMeter, TrainingStrategy, learner_groups
+from benchbase_torch_ds2.strategies.data_parallel import metered_allreduce
 
 __all__ = ["Gossip", "adpsgd", "hierarchical_adpsgd"]
 
@@ -80,9 +80,9 @@ class Gossip:
 
 
 class GossipStrategy(TrainingStrategy):
-    def __init__(self, model: torch.nn.Module, gossip_of: Callable[[CommunicationMeter], Gossip]) -> None:
-        super().__init__(model)
-        self.gossip: Gossip = gossip_of(self.meter)
+    def __init__(self, model: torch.nn.Module, gossip: Gossip) -> None:
+        super().__init__(model, gossip.meter)
+        self.gossip = gossip
 
     def before_step(self) -> None:
         self.gossip.start()
@@ -96,8 +96,8 @@ def adpsgd(context: BuildContext, network: torch.nn.Module, device: torch.device
     assert isinstance(strategy, ADPSGDSpec)
     world, rank = context.plan.world_size, context.plan.rank
     parameters = [p for p in network.parameters() if p.requires_grad]
-    return GossipStrategy(network, lambda meter: Gossip(parameters, list(range(world)), rank, strategy.peer,
-                                                         context.seed, meter))
+    return GossipStrategy(network, Gossip(parameters, list(range(world)), rank, strategy.peer, context.seed,
+                                          CommunicationMeter()))
 
 
 def hierarchical_adpsgd(context: BuildContext, network: torch.nn.Module, device: torch.device) -> GossipStrategy:
@@ -111,14 +111,8 @@ def hierarchical_adpsgd(context: BuildContext, network: torch.nn.Module, device:
     group, _ = dist.new_subgroups(group_size=size)  # every rank creates every group, in the same order
     device_ids = [device.index] if device.type == "cuda" else None
     model = DistributedDataParallel(network, device_ids=device_ids, forward_sync_buffers=False, process_group=group)
+    meter = CommunicationMeter()
+    metered_allreduce(model, meter, group)
     parameters = [p for p in network.parameters() if p.requires_grad]
-    local = rank % size
-    ring = [first + local for first in range(0, world, size)]  # learner `local` of every group
-
-    def gossip_of(meter: CommunicationMeter) -> Gossip:
-        from benchbase_torch_ds2.strategies.data_parallel import metered_allreduce
-
-        metered_allreduce(model, meter, group)
-        return Gossip(parameters, ring, rank // size, strategy.peer, context.seed, meter)
-
-    return GossipStrategy(model, gossip_of)
+    ring = [first + rank % size for first in range(0, world, size)]  # learner `rank % size` of every group
+    return GossipStrategy(model, Gossip(parameters, ring, rank // size, strategy.peer, context.seed, meter))
