@@ -1,10 +1,12 @@
-"""`benchbase backend-test NAME [--family FAMILY]`: prove a registered backend against contract v2.
+"""`benchbase backend-test NAME [--family FAMILY] [--precision P]`: prove a registered backend against contract v2.
 
 Runs the conformance kit (``benchbase.testing``) on the kit's small real-speech batches, for
 every model family the backend declares (``Capabilities.families``) or the one --family names,
-each family with its own rules (``RULE_SETS``): every rule, or those named with --rule. Exit
-codes: 0 every rule passes, 1 some rule fails, 2 an unknown backend, family or rule, or a
-family the backend does not declare.
+each family with its own rules (``RULE_SETS``): every rule, or those named with --rule. With
+--precision (int8-emulated), the family's rules for that precision instead
+(``PRECISION_RULE_SETS``), for the families the backend declares it for. Exit codes: 0 every
+rule passes, 1 some rule fails, 2 an unknown backend, family, precision or rule, or a family
+(or precision) the backend does not declare.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ __all__ = ["backend_test", "results_table"]
               help="Prove this model family only (ds2, rnnt); default: every family the backend declares.")
 @click.option("--rule", "rules", multiple=True, metavar="RULE",
               help="Run only this rule (repeatable); default: every rule of each family, in order.")
+@click.option("--precision", default="fp32", show_default=True, metavar="PRECISION",
+              help="Prove this precision: fp32 (the family's rules) or int8-emulated (its own rules, against the "
+              "quantized reference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
-def backend_test(name: str, family: str | None, rules: tuple[str, ...], as_json: bool) -> None:
+def backend_test(name: str, family: str | None, rules: tuple[str, ...], precision: str, as_json: bool) -> None:
     """Run the conformance kit on backend NAME (see `benchbase plugins`)."""
     # The kit imports NumPy-heavy modules; loaded here so that other commands stay fast.
     from benchbase.testing.conformance import (
@@ -42,10 +47,13 @@ def backend_test(name: str, family: str | None, rules: tuple[str, ...], as_json:
     from benchbase.testing.kit_data import load_kit_data
 
     # An unknown family or rule fails before any work.
-    rules_by_family(rules or None, [family] if family else list(RULE_SETS))
+    if family:
+        rules_by_family(rules or None, [family], precision)
+    elif precision == "fp32":
+        rules_by_family(rules or None, list(RULE_SETS))
     with filtered_native_logs():  # the framework's C++ start-up lines, not the kit's output
         backend_class = resolve_backend(name)
-    plan = rules_by_family(rules or None, families_to_test(backend_class, family))
+    plan = rules_by_family(rules or None, families_to_test(backend_class, family, precision), precision)
     progress = Console(stderr=True)
     results = []
     for tested, selected in plan.items():
@@ -53,24 +61,26 @@ def backend_test(name: str, family: str | None, rules: tuple[str, ...], as_json:
         on_result = None if as_json else (
             lambda r: progress.print(f"[dim]{r.name}: {'pass' if r.passed else 'FAIL'}[/]"))
         results += run_conformance(backend_class, [rule.name for rule in selected], family=tested, data=data,
-                                   on_result=on_result)
+                                   on_result=on_result, precision=precision)
     failed = [result.name for result in results if not result.passed]
     if as_json:
-        click.echo(json.dumps({"backend": name, "families": list(plan), "passed": not failed,
+        click.echo(json.dumps({"backend": name, "families": list(plan), "precision": precision, "passed": not failed,
                                "rules": [r.to_dict() for r in results]}, indent=2))
     else:
         for tested in plan:
-            Console().print(results_table(name, [result for result in results if result.family == tested], tested))
+            Console().print(results_table(name, [result for result in results if result.family == tested], tested,
+                                          precision))
     if failed:
         # A BenchbaseError (exit 1), as `benchbase check` does: main() drops a click Exit's code.
         raise BenchbaseError(f"backend {name!r} fails {len(failed)} of {len(results)} conformance rule(s): "
                              f"{', '.join(failed)}")
 
 
-def results_table(name: str, results, family: str = "ds2") -> Table:
+def results_table(name: str, results, family: str = "ds2", precision: str = "fp32") -> Table:
     passed = sum(result.passed for result in results)
     verdict = "[green]PASS[/]" if passed == len(results) else "[bold red]FAIL[/]"
-    table = Table(title=f"{verdict} backend {name}, {family} family: {passed}/{len(results)} conformance rules pass",
+    what = f"{family} family" if precision == "fp32" else f"{family} family in {precision}"
+    table = Table(title=f"{verdict} backend {name}, {what}: {passed}/{len(results)} conformance rules pass",
                   title_justify="left")
     table.add_column("rule")
     table.add_column("result")

@@ -14,6 +14,11 @@ unique across families; a backend is proven for every family it declares
     results = run_conformance(MyBackend)                 # every ds2 rule, in order
     results = run_conformance(MyBackend, ["ctc_loss"])   # some of them
     results = run_conformance(MyBackend, family="rnnt")  # every rnnt rule
+    results = run_conformance(MyBackend, family="rnnt", precision="int8-emulated")  # its int8 rules
+
+The family's rules run in fp32, which every backend implements. A precision the backend
+declares for a family (``Capabilities.precisions_of``) has rules of its own where a reference
+fixes its numbers (``PRECISION_RULE_SETS``: int8-emulated; reasons in ``precision_rules``).
 
 A rule failure never raises out of ``run_conformance``: an exception inside the backend is a
 failed rule showing its type and message. ``benchbase backend-test NAME`` runs the kit from
@@ -38,6 +43,13 @@ from benchbase.testing.model_rules import (
     check_predict_shapes,
     check_weight_round_trip,
 )
+from benchbase.testing.precision_rules import (
+    check_int8_forward,
+    check_int8_ranges,
+    check_rnnt_int8_checkpoint,
+    check_rnnt_int8_encoder,
+    check_rnnt_int8_training_step,
+)
 from benchbase.testing.rnnt_rules import (
     check_rnnt_checkpoint_round_trip,
     check_rnnt_forward_parity,
@@ -57,6 +69,7 @@ from benchbase.testing.training_rules import (
 )
 
 __all__ = [
+    "PRECISION_RULE_SETS",
     "RNNT_RULES",
     "RULES",
     "RULE_SETS",
@@ -143,11 +156,28 @@ RULE_SETS: dict[str, tuple[Rule, ...]] = {"ds2": RULES, "rnnt": RNNT_RULES}
 """Each model family's rules, run on that family's kit data (``KIT_FAMILIES``)."""
 assert tuple(RULE_SETS) == KIT_FAMILIES
 
+PRECISION_RULE_SETS: dict[tuple[str, str], tuple[Rule, ...]] = {
+    ("ds2", "int8-emulated"): (
+        Rule("int8_forward", "an int8-emulated model's predict matches the quantized reference within the "
+             "error model's grid-flip bound", check_int8_forward),
+        Rule("int8_ranges", "the activation ranges a training step leaves are the reference's", check_int8_ranges),
+    ),
+    ("rnnt", "int8-emulated"): (
+        Rule("rnnt_int8_encoder", "an int8-emulated transducer's encoder projection matches the quantized "
+             "reference within the error model's grid-flip bound", check_rnnt_int8_encoder),
+        Rule("rnnt_int8_training_step", "the loss of an int8 training step and the ranges it leaves are the "
+             "reference's", check_rnnt_int8_training_step),
+        Rule("rnnt_int8_checkpoint", "a checkpoint keeps every activation range and the predictions",
+             check_rnnt_int8_checkpoint),
+    ),
+}
+"""(family, precision) -> the rules that prove a backend in that precision (on the family's kit data)."""
 
-def select_rules(names: Iterable[str] | None = None, family: str = "ds2") -> list[Rule]:
-    """The named rules of ``family`` in the kit's order (every rule for None); an unknown name or
-    family, or another family's rule, is an InputError."""
-    rules = _rule_set(family)
+
+def select_rules(names: Iterable[str] | None = None, family: str = "ds2", precision: str = "fp32") -> list[Rule]:
+    """The named rules of ``family`` (in ``precision``) in the kit's order (every rule for None); an
+    unknown name, family or precision, or another family's rule, is an InputError."""
+    rules = _rule_set(family, precision)
     if names is None:
         return list(rules)
     wanted = list(names)
@@ -159,50 +189,61 @@ def select_rules(names: Iterable[str] | None = None, family: str = "ds2") -> lis
     return [rule for rule in rules if rule.name in wanted]
 
 
-def rules_by_family(names: Iterable[str] | None, families: Iterable[str]) -> dict[str, list[Rule]]:
-    """Each of ``families`` with the named rules it has (every rule for None); a family none of the
-    names belongs to is left out. A name in none of them is an InputError."""
+def rules_by_family(names: Iterable[str] | None, families: Iterable[str],
+                    precision: str = "fp32") -> dict[str, list[Rule]]:
+    """Each of ``families`` with the named rules it has in ``precision`` (every rule for None); a
+    family none of the names belongs to is left out. A name in none of them is an InputError."""
     families = list(families)
     if names is None:
-        return {family: select_rules(None, family) for family in families}
+        return {family: select_rules(None, family, precision) for family in families}
     wanted = list(names)
-    chosen = {family: [rule for rule in _rule_set(family) if rule.name in wanted] for family in families}
+    chosen = {family: [rule for rule in _rule_set(family, precision) if rule.name in wanted] for family in families}
     found = {rule.name for rules in chosen.values() for rule in rules}
     unknown = [name for name in wanted if name not in found]
     if unknown:
-        available = ", ".join(f"{family}: {', '.join(rule.name for rule in _rule_set(family))}"
+        available = ", ".join(f"{family}: {', '.join(rule.name for rule in _rule_set(family, precision))}"
                               for family in families)
-        raise InputError(f"unknown conformance rule {', '.join(map(repr, unknown))} for the families "
+        kind = "" if precision == "fp32" else f"{precision} "
+        raise InputError(f"unknown {kind}conformance rule {', '.join(map(repr, unknown))} for the families "
                          f"{', '.join(families)}{_elsewhere(unknown)}; available: {available}")
     return {family: rules for family, rules in chosen.items() if rules}
 
 
-def families_to_test(backend_class: type[Backend], family: str | None = None) -> list[str]:
-    """``family``, which the backend must declare, or every family it declares that the kit has
-    rules for, in the kit's order (an InputError when there is none)."""
-    declared = backend_class.capabilities.families
+def families_to_test(backend_class: type[Backend], family: str | None = None, precision: str = "fp32") -> list[str]:
+    """``family``, which the backend must declare (in ``precision``), or every family it declares
+    in ``precision`` that the kit has rules for, in the kit's order (an InputError when there is none)."""
+    capabilities = backend_class.capabilities
+    declared = capabilities.families
+    proved = sorted({name for _, name in PRECISION_RULE_SETS})
+    if precision != "fp32" and precision not in proved:
+        raise InputError(f"the conformance kit has no {precision} rules; it proves fp32 and {', '.join(proved)}")
     if family is not None:
-        _rule_set(family)
+        _rule_set(family, precision)
         if family not in declared:
             raise InputError(f"backend {backend_class.name!r} does not implement the {family} model family (it "
                              f"declares {', '.join(sorted(declared))})")
+        if precision != "fp32" and precision not in capabilities.precisions_of(family):
+            raise InputError(f"backend {backend_class.name!r} does not implement {family} in {precision} (it "
+                             f"declares {', '.join(sorted(capabilities.precisions_of(family)))})")
         return [family]
-    families = [known for known in RULE_SETS if known in declared]
+    families = [known for known in RULE_SETS if known in declared and (precision == "fp32" or (
+        (known, precision) in PRECISION_RULE_SETS and precision in capabilities.precisions_of(known)))]
     if not families:
-        raise InputError(f"the conformance kit has no rules for the families backend {backend_class.name!r} "
-                         f"declares ({', '.join(sorted(declared))}); it has rules for {', '.join(RULE_SETS)}")
+        raise InputError(f"backend {backend_class.name!r} declares {precision} for none of the families the kit "
+                         f"has {precision} rules for (it declares {', '.join(sorted(declared))})")
     return families
 
 
 def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = None, *, family: str = "ds2",
                     data: KitData | None = None, seed: int = 0, kit: Kit | None = None,
-                    on_result: Callable[[RuleResult], None] | None = None) -> list[RuleResult]:
+                    on_result: Callable[[RuleResult], None] | None = None,
+                    precision: str = "fp32") -> list[RuleResult]:
     """Run the named rules of ``family`` (all by default) on ``backend_class``; one result per rule, in order.
 
     ``data`` defaults to the kit's cached speech for the family (prepared on first use); ``kit``
     shares one kit, and what its rules computed, between calls. Either must be the family's.
     """
-    selected = select_rules(rules, family)
+    selected = select_rules(rules, family, precision)
     if kit is None:
         kit = Kit(backend_class, data or load_kit_data(family=family), seed)
     elif kit.backend_class is not backend_class:
@@ -231,11 +272,17 @@ def run_rule(rule: Rule, kit: Kit) -> RuleResult:
     return RuleResult(rule.name, True, note or "", time.perf_counter() - started, family)
 
 
-def _rule_set(family: str) -> tuple[Rule, ...]:
+def _rule_set(family: str, precision: str = "fp32") -> tuple[Rule, ...]:
     if family not in RULE_SETS:
         raise InputError(f"the conformance kit has no rules for model family {family!r}; it has rules for "
                          f"{', '.join(RULE_SETS)}")
-    return RULE_SETS[family]
+    if precision == "fp32":
+        return RULE_SETS[family]
+    if (family, precision) not in PRECISION_RULE_SETS:
+        known = ", ".join(sorted({name for _, name in PRECISION_RULE_SETS}))
+        raise InputError(f"the conformance kit has no {precision} rules for the {family} family (it proves fp32 and "
+                         f"{known})")
+    return PRECISION_RULE_SETS[(family, precision)]
 
 
 def resolve_backend(name: str) -> type[Backend]:
@@ -253,4 +300,6 @@ def resolve_backend(name: str) -> type[Backend]:
 def _elsewhere(names: list[str]) -> str:
     """"; 'x' is a rule of the rnnt family" for each name some family has."""
     owners = {rule.name: family for family, rules in RULE_SETS.items() for rule in rules}
+    owners |= {rule.name: f"{family} ({precision})" for (family, precision), rules in PRECISION_RULE_SETS.items()
+               for rule in rules}
     return "".join(f"; {name!r} is a rule of the {owners[name]} family" for name in names if name in owners)

@@ -39,6 +39,7 @@ from benchbase.backend import Batch, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.parts import family_parts
 from benchbase.families.rnnt.loss import transducer_loss
+from benchbase.families.rnnt.quantization import Quantizer
 from benchbase.families.rnnt.reference import random_weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import prediction_layer_names, weight_layout
@@ -246,27 +247,53 @@ def bounded_transducer_loss(weights: Mapping[str, np.ndarray], model: RNNTModelS
 
 
 def rounded_prediction(w: Mapping[str, np.ndarray], model: RNNTModelSpec, batch: Batch,
-                       rounded: RoundedArithmetic) -> np.ndarray:
-    """``reference.prediction_forward`` (fp32) with ``rounded``'s moves injected."""
+                       rounded: RoundedArithmetic, quantizer: Quantizer | None = None) -> np.ndarray:
+    """``reference.prediction_forward`` with ``rounded``'s moves injected; ``quantizer``: an
+    int8-emulated pass's fake quantization (none: fp32)."""
+    quantizer = quantizer or _FLOAT
     blank = model.blank_index
     labels = np.where(np.arange(batch.labels.shape[1]) < batch.label_lengths[:, None], batch.labels, blank)
     x = w["prediction.embedding"][np.concatenate([np.full((len(labels), 1), blank), labels], axis=1)]
     for prefix in prediction_layer_names(model):
-        x = lstm_layer(x, w[f"{prefix}.input_kernel"], w[f"{prefix}.recurrent_kernel"], w[f"{prefix}.bias"],
-                       rounded=rounded)
+        input_kernel = quantizer.kernel(f"{prefix}.input_kernel", w[f"{prefix}.input_kernel"])
+        recurrent_kernel = quantizer.kernel(f"{prefix}.recurrent_kernel", w[f"{prefix}.recurrent_kernel"])
+        x = lstm_layer(quantizer.input(prefix, x), input_kernel, recurrent_kernel, w[f"{prefix}.bias"],
+                       quantizer.recurrent_state(prefix), rounded=rounded)
     return x
 
 
 def rounded_joint(w: Mapping[str, np.ndarray], model: RNNTModelSpec, encoded: np.ndarray, predicted: np.ndarray,
-                  rounded: RoundedArithmetic) -> np.ndarray:
-    """``reference.joint`` (fp32) with ``rounded``'s moves injected."""
-    projected = rounded.dot(predicted, w["joint.prediction.kernel"], w["joint.prediction.bias"])
+                  rounded: RoundedArithmetic, quantizer: Quantizer | None = None,
+                  inside: np.ndarray | None = None) -> np.ndarray:
+    """``reference.joint`` with ``rounded``'s moves injected; ``quantizer`` as ``rounded_prediction``'s,
+    ``inside`` the lattice's cells within the lengths (joint.output's range in training)."""
+    quantizer = quantizer or _FLOAT
+    kernel = quantizer.kernel("joint.prediction.kernel", w["joint.prediction.kernel"])
+    projected = rounded.dot(quantizer.input("joint.prediction", predicted), kernel, w["joint.prediction.bias"])
     hidden = rounded.function(encoded[:, :, None, :] + projected[:, None, :, :])
     hidden = np.maximum(hidden, 0.0) if model.joint_activation == "relu" else rounded.function(np.tanh(hidden))
-    logits = rounded.dot(hidden, w["joint.output.kernel"], w["joint.output.bias"])
+    hidden = quantizer.input("joint.output", hidden, None if inside is None else inside[..., None])
+    logits = rounded.dot(hidden, quantizer.kernel("joint.output.kernel", w["joint.output.kernel"]),
+                         w["joint.output.bias"])
     shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
     total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
     return rounded.function(shifted - rounded.function(np.log(total))[..., None])
+
+
+class _Float:
+    """No fake quantization: the fp32 model's pass."""
+
+    def input(self, layer, x, inside=None):
+        return x
+
+    def kernel(self, name, kernel):
+        return kernel
+
+    def recurrent_state(self, layer):
+        return None
+
+
+_FLOAT = _Float()
 
 
 def _loss_hint(loss: float, reference: BoundedLoss, batch: Batch) -> str:

@@ -84,10 +84,11 @@ class RNNTParts:
 
 
 def rounded_encoder(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, features: np.ndarray,
-                    rounded: RoundedArithmetic) -> np.ndarray:
-    """``reference.encoder_forward``'s projection with ``rounded``'s moves injected (none: the same numbers)."""
+                    rounded: RoundedArithmetic, quantizer: Quantizer | None = None) -> np.ndarray:
+    """``reference.encoder_forward``'s projection with ``rounded``'s moves injected (none: the same
+    numbers); ``quantizer``: a training pass's (none: inference, the identity unless int8-emulated)."""
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
-    quantizer = Quantizer(weights, model, training=False)  # the identity unless int8-emulated
+    quantizer = quantizer or Quantizer(weights, model, training=False)
     x = stack_frames(np.asarray(features, dtype=np.float64), model.input_stack, model.input_subsample)
     for index, prefix in enumerate(encoder_layer_names(model)):
         if index == model.encoder_pre_layers:

@@ -13,8 +13,13 @@ input activation by a moving-average range, h(t-1) of every recurrent matmul by 
     joint.output.{input, kernel}       the joint's activation and the output kernel
 
 An input's range is over every element of the tensor as its layer receives it: the whole
-padded sequence of an LSTM layer (after input or time stacking, for the encoder's), the
-(batch, T', U + 1, joint_units) activation for joint.output. The embedding is a lookup, not
+padded sequence of an LSTM layer (after input or time stacking, for the encoder's, and of
+every U + 1 positions for the prediction network's), which every backend computes. The
+exception is joint.output: its range is over the cells of the lattice within each utterance's
+lengths (t < T'(b), u <= U(b)) only, the cells the transducer loss reads. The padded lattice
+is the step's largest tensor and a backend may compute only the cells inside (the torch
+backend packs them), and a range must not depend on how much padding a batch happens to have.
+The embedding is a lookup, not
 quantized; its rows enter prediction.lstm.0 as its input. Each range is model state in the
 weight layout, a float32 scalar:
 
@@ -71,13 +76,22 @@ class Quantizer:
     def quantizes(self, tensor: str) -> bool:
         return self.on and self.spec.quantizes(tensor_name(tensor))
 
-    def input(self, layer: str, x: np.ndarray) -> np.ndarray:
-        """``layer``'s input as the layer computes with it (values on the float32 grid, in ``x``'s dtype)."""
+    def input(self, layer: str, x: np.ndarray, inside: np.ndarray | None = None) -> np.ndarray:
+        """``layer``'s input as the layer computes with it (values on the float32 grid, in ``x``'s dtype).
+
+        ``inside``: a boolean mask broadcastable to ``x``; when given, a training pass takes its
+        range from those elements only (every element is quantized), and keeps the range as it
+        is when there are none."""
         if not self.quantizes(f"{layer}.input"):
             return x
         name = f"{layer}.input_range"
-        quantized, self.ranges[name] = primitives.fake_quantize_activation(x, self.ranges[name], self.spec,
-                                                                           self.training)
+        if self.training:
+            counted = x if inside is None else x[np.broadcast_to(inside, x.shape)]
+            if counted.size:
+                self.ranges[name] = primitives.updated_range(self.ranges[name], counted, self.spec)
+            scale = primitives.activation_scale(self.ranges[name], self.spec)
+            return primitives.fake_quantize(x, scale, self.spec.qmax).astype(x.dtype)
+        quantized, _ = primitives.fake_quantize_activation(x, self.ranges[name], self.spec, training=False)
         return quantized.astype(x.dtype)
 
     def kernel(self, name: str, kernel: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ __all__ = [
     "encoder_forward",
     "initial_weights",
     "joint",
+    "lattice_cells",
     "lstm_cell",
     "prediction_forward",
     "random_weights",
@@ -92,7 +93,8 @@ def prediction_forward(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, 
 
 
 def joint(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, encoded: np.ndarray,
-          predicted: np.ndarray, quantizer: Quantizer | None = None) -> np.ndarray:
+          predicted: np.ndarray, quantizer: Quantizer | None = None,
+          lengths: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Log-probabilities (batch, T', U + 1, symbols), float64, log-softmax over the symbols:
 
         log_softmax(activation(f(t) + g(u) @ joint.prediction.kernel + joint.prediction.bias)
@@ -104,13 +106,17 @@ def joint(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, encoded: np.n
     ``quantizer``: int8-emulated's fake quantization (``benchbase.families.rnnt.quantization``),
     one for a whole training step's encoder, prediction network and joint, whose ``ranges``
     then hold the ranges the step leaves; none: inference with the ranges in ``weights``. Every
-    other precision is computed as fp32 (in float64).
+    other precision is computed as fp32 (in float64). ``lengths``: (output_lengths,
+    label_lengths), which a training pass needs: joint.output's range is over the cells within
+    them (``benchbase.families.rnnt.quantization``); none: every cell.
     """
     w, quantizer = _float64(weights), quantizer or Quantizer(weights, model, training=False)
     projected = _dense(np.asarray(predicted, dtype=np.float64), w, "joint.prediction", quantizer)
     hidden = np.asarray(encoded, dtype=np.float64)[:, :, None, :] + projected[:, None, :, :]
     hidden = np.maximum(hidden, 0.0) if model.joint_activation == "relu" else np.tanh(hidden)
-    logits = _dense(hidden, w, "joint.output", quantizer)
+    inside = None if lengths is None else lattice_cells(lengths[0], lengths[1], hidden.shape[1],
+                                                        hidden.shape[2])[..., None]
+    logits = _dense(hidden, w, "joint.output", quantizer, inside)
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
@@ -133,9 +139,16 @@ def lstm_cell(z: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _sigmoid(o) * np.tanh(c), c
 
 
-def _dense(x: np.ndarray, w: Mapping[str, np.ndarray], prefix: str, quantizer: Quantizer) -> np.ndarray:
+def lattice_cells(output_lengths: np.ndarray, label_lengths: np.ndarray, frames: int, positions: int) -> np.ndarray:
+    """(batch, frames, positions) bool: the cells (t, u) of each utterance's lattice, t < T', u <= U."""
+    return ((np.arange(frames) < np.asarray(output_lengths)[:, None])[:, :, None]
+            & (np.arange(positions) <= np.asarray(label_lengths)[:, None])[:, None, :])
+
+
+def _dense(x: np.ndarray, w: Mapping[str, np.ndarray], prefix: str, quantizer: Quantizer,
+           inside: np.ndarray | None = None) -> np.ndarray:
     kernel = quantizer.kernel(f"{prefix}.kernel", w[f"{prefix}.kernel"])
-    return quantizer.input(prefix, x) @ kernel + w[f"{prefix}.bias"]
+    return quantizer.input(prefix, x, inside) @ kernel + w[f"{prefix}.bias"]
 
 
 def _lstm(x: np.ndarray, w: Mapping[str, np.ndarray], prefix: str, quantizer: Quantizer) -> np.ndarray:

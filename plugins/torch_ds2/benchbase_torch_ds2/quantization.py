@@ -63,9 +63,10 @@ class FakeQuantizer:
         clipped = torch.clamp(x, -used, used)
         return clipped + (fake_quantize(clipped.detach(), scale, self.qmax) - clipped).detach()
 
-    def state_quantizer(self):
-        """The fake quantization of h(t-1) before the recurrent matmul (fixed range), or None."""
-        if not self.spec.quantizes("lstm.recurrent_state"):
+    def state_quantizer(self, tensor: str = "lstm.recurrent_state"):
+        """The fake quantization of h(t-1) before the recurrent matmul (fixed range), or None.
+        ``tensor``: the state's name in the model family's quantization spec."""
+        if not self.spec.quantizes(tensor):
             return None
         scale = torch.tensor(self.spec.recurrent_state_range, dtype=torch.float32) / self.qmax
 

@@ -21,13 +21,14 @@ from benchbase.families.rnnt.weight_layout import validate_weights
 from benchbase_torch_ds2.rnnt import model as transducer
 from benchbase_torch_ds2.rnnt.loss import lattice_losses, mean_over_batch
 from benchbase_torch_ds2.rnnt.model import RNNTransducer
+from benchbase_torch_ds2.strategies import synchronizes_statistics
 
 __all__ = ["TRANSDUCER_PRECISIONS", "build_network", "encoder_outputs", "export_weights", "import_weights",
            "training_loss"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32"})
-"""What the torch backend implements for rnnt: IEEE float32, and TF32 matmuls on GPUs (the same
-code, with the matmul flag the backend sets). Mixed precision and int8-emulated are DS2's only."""
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
+"""What the torch backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the same code,
+with the matmul flag the backend sets) and int8-emulated (``model``). Mixed precision is DS2's only."""
 
 
 def build_network(context: BuildContext) -> RNNTransducer:
@@ -38,7 +39,7 @@ def build_network(context: BuildContext) -> RNNTransducer:
     if precision not in TRANSDUCER_PRECISIONS:
         raise BenchbaseError(f"the torch backend trains rnnt in {' or '.join(sorted(TRANSDUCER_PRECISIONS))} only, "
                              f"not {precision}")
-    network = RNNTransducer(spec, context.feature_dimension)
+    network = RNNTransducer(spec, context.feature_dimension, distributed=synchronizes_statistics(context))
     network.train()
     return network
 

@@ -13,6 +13,13 @@ is zeroed and frozen, as in the DS2 model: the layout's single bias per gate is 
 Dropout (``spec.dropout``, training only) is applied to the input of every LSTM layer but the
 first of each network (so between consecutive layers, the encoder's time stacking included, and
 not before the joint's projections) and to the joint's hidden layer after its activation.
+
+int8-emulated (``benchbase.families.rnnt.quantization``): every LSTM runs the DS2 model's
+quantized loop (``quantized_lstm``: fused kernels cannot quantize h(t-1) inside their loop) on
+its fake-quantized input and kernels, and the joint's three projections fake-quantize their
+inputs and kernels; each quantized input's moving-average range is an ``input_range`` buffer
+of its module, as in the DS2 model. joint.output's range in training is that of the lattice
+cells within the lengths, which is what ``lattice`` packs: its maximum is the spec's as it is.
 """
 
 from __future__ import annotations
@@ -23,8 +30,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from benchbase.families.ds2.quantization import is_quantized
+from benchbase.families.rnnt.quantization import input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
+from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm
 
 __all__ = ["RNNTransducer", "stack_frames"]
 
@@ -32,7 +42,9 @@ __all__ = ["RNNTransducer", "stack_frames"]
 class RNNTransducer(nn.Module):
     """The encoder, the prediction network and the joint; ``forward`` is the training lattice."""
 
-    def __init__(self, spec: RNNTModelSpec, feature_dimension: int) -> None:
+    def __init__(self, spec: RNNTModelSpec, feature_dimension: int, distributed: bool = False) -> None:
+        """``distributed``: one of several learners that keep one model (int8-emulated's ranges are
+        then the global batch's, a MAX all-reduce per range)."""
         super().__init__()
         self.spec = spec
         units = spec.encoder_units
@@ -47,7 +59,18 @@ class RNNTransducer(nn.Module):
         self.joint_prediction = nn.Linear(spec.prediction_units, spec.joint_units)
         self.joint_output = nn.Linear(spec.joint_units, spec.symbols)
         self.dropout = nn.Dropout(spec.dropout)
+        self.quantizer = FakeQuantizer(spec.quantization, global_max=distributed) if is_quantized(spec) else None
+        if self.quantizer is not None:  # 0 until the first training step sets them
+            for layer in self.range_layers().values():
+                layer.register_buffer("input_range", torch.zeros(()))
         self.reset_parameters()
+
+    def range_layers(self) -> dict[str, nn.Module]:
+        """Each layer of the neutral layout whose input may be quantized -> its module."""
+        return ({f"encoder.lstm.{i}": lstm for i, lstm in enumerate(self.encoder)}
+                | {f"prediction.lstm.{i}": lstm for i, lstm in enumerate(self.prediction)}
+                | {"joint.encoder": self.joint_encoder, "joint.prediction": self.joint_prediction,
+                   "joint.output": self.joint_output})
 
     def reset_parameters(self) -> None:
         """The spec's init: Xavier-uniform matrices (fan-in and fan-out of the whole matrix, the
@@ -72,8 +95,8 @@ class RNNTransducer(nn.Module):
                 x = stack_frames(x, spec.stack_time_factor, spec.stack_time_factor)
             if layer > 0:
                 x = self.dropout(x)
-            x = lstm(x)[0]
-        return self.joint_encoder(x)
+            x = self._lstm("encoder.lstm", lstm, x)
+        return self._dense("joint.encoder", self.joint_encoder, x)
 
     def predict_net(self, labels: torch.Tensor, label_lengths: torch.Tensor) -> torch.Tensor:
         """(batch, U) labels -> g, (batch, U + 1, prediction_units): the start symbol (the blank)
@@ -85,14 +108,15 @@ class RNNTransducer(nn.Module):
         for layer, lstm in enumerate(self.prediction):
             if layer > 0:
                 x = self.dropout(x)
-            x = lstm(x)[0]
+            x = self._lstm("prediction.lstm", lstm, x)
         return x
 
     def joint(self, encoded: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
         """f (batch, T', joint_units) and g (batch, U + 1, prediction_units) -> log-probabilities
         (batch, T', U + 1, symbols), float32, log-softmax over the symbols: every cell of the padded
         lattice (training computes only the cells within the lengths, ``lattice``)."""
-        return self._joint_output(encoded[:, :, None, :] + self.joint_prediction(predicted)[:, None, :, :])
+        return self._joint_output(encoded[:, :, None, :] + self._dense("joint.prediction", self.joint_prediction,
+                                                                      predicted)[:, None, :, :])
 
     def lattice(self, encoded: torch.Tensor, predicted: torch.Tensor, labels: torch.Tensor,
                 output_lengths: torch.Tensor, label_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +134,7 @@ class RNNTransducer(nn.Module):
         inside = ((torch.arange(frames, device=encoded.device) < output_lengths[:, None])[:, :, None]
                   & (torch.arange(positions, device=encoded.device) <= label_lengths[:, None])[:, None, :])
         rows, t, u = inside.nonzero(as_tuple=True)
-        projected = self.joint_prediction(predicted).reshape(-1, width)
+        projected = self._dense("joint.prediction", self.joint_prediction, predicted).reshape(-1, width)
         hidden = (encoded.reshape(-1, width).index_select(0, rows * frames + t)
                   + projected.index_select(0, rows * positions + u))
         log_probs = self._joint_output(hidden)  # (cells, symbols)
@@ -131,7 +155,27 @@ class RNNTransducer(nn.Module):
     def _joint_output(self, hidden: torch.Tensor) -> torch.Tensor:
         """activation -> dropout -> joint.output -> log-softmax (in float32) over the last axis."""
         hidden = torch.relu(hidden) if self.spec.joint_activation == "relu" else torch.tanh(hidden)
-        return torch.log_softmax(self.joint_output(self._joint_dropout(hidden)).float(), dim=-1)
+        return torch.log_softmax(self._dense("joint.output", self.joint_output, self._joint_dropout(hidden)).float(),
+                                 dim=-1)
+
+    def _lstm(self, network: str, lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
+        """One LSTM layer of ``network`` ("encoder.lstm", "prediction.lstm"): the fused kernel, or
+        int8-emulated's quantized loop."""
+        quantize = self.quantizer
+        if quantize is None:
+            return lstm(x)[0]
+        return quantized_lstm(quantize.activation(f"{network}.input", lstm, x),
+                              quantize.weight(f"{network}.input_kernel", lstm.weight_ih_l0),
+                              quantize.weight(f"{network}.recurrent_kernel", lstm.weight_hh_l0),
+                              lstm.bias_ih_l0 + lstm.bias_hh_l0, quantize.state_quantizer(f"{network}.recurrent_state"))
+
+    def _dense(self, name: str, linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """One of the joint's projections ("joint.encoder", ...), fake-quantized when int8-emulated."""
+        quantize = self.quantizer
+        if quantize is None:
+            return linear(x)
+        return nn.functional.linear(quantize.activation(f"{name}.input", linear, x),
+                                    quantize.weight(f"{name}.kernel", linear.weight), linear.bias)
 
     def _joint_dropout(self, hidden: torch.Tensor) -> torch.Tensor:
         """Inverted dropout of the joint's hidden layer, the same as ``self.dropout``'s.
@@ -206,7 +250,9 @@ def _torch_targets(model: RNNTransducer) -> dict[str, tuple[torch.Tensor, bool]]
                          ("output", model.joint_output)):
         targets[f"joint.{name}.kernel"] = (linear.weight, True)
         targets[f"joint.{name}.bias"] = (linear.bias, False)
-    return targets
+    layers = model.range_layers()  # int8-emulated's activation ranges, scalars
+    return targets | {name: (layers[name.removesuffix(".input_range")].input_range, False)
+                      for name in input_range_names(model.spec)}
 
 
 def _lstm_targets(prefix: str, lstm: nn.LSTM) -> dict[str, tuple[torch.Tensor, bool]]:

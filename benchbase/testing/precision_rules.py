@@ -1,0 +1,134 @@
+"""The kit's rules for a precision other than fp32: what `benchbase backend-test NAME --precision P` proves.
+
+fp32 is all a backend must implement, so the family's rules (``RULES``, ``RNNT_RULES``) run in
+fp32; a backend that declares another precision for a family (``Capabilities.precisions_of``)
+can be proved in it with these. int8-emulated is the one whose numbers a reference fixes: the
+fake quantization is bit for bit the NumPy reference's, and the error model bounds how far a
+grid step flipped by a rounding carries (``benchbase.testing.precision``). Mixed precisions
+(bf16, fp16) have tolerances from the error model too, but run on GPUs where they matter; the
+backends' own tests check them on the kit's data.
+
+Why each rule exists:
+
+- int8_forward / rnnt_int8_encoder: predict() of an int8-emulated model on random weights and
+  ranges is the quantized reference's within the flip bound, and its median difference within
+  float32's own (a backend that skipped an input or kernel quantizer is far beyond it). A
+  skipped h(t-1) quantizer moves values by less than a grid step, which the next layer's input
+  quantizer mostly snaps back: only the ranges of the next rule show it.
+- int8_ranges / rnnt_int8_training_step: the activation ranges one step leaves (from zero: the
+  first step sets them; and moving) are the reference's, and for the transducer the step's loss
+  is too; a range updated after quantizing instead of before, or joint.output's taken over the
+  padding, shows here.
+- rnnt_int8_checkpoint: a checkpoint keeps every range, so a resumed run quantizes as it did.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from benchbase.families.ds2.quantization import INT8_EMULATED
+from benchbase.testing.kit import ConformanceFailure, Kit
+from benchbase.testing.precision import (
+    QuantizedForward,
+    flip_bound,
+    in_precision,
+    median_bound,
+    quantized_forward,
+    quantized_ranges_after_step,
+    range_update_rounding,
+)
+from benchbase.testing.tolerances import BOTH_SIDES, same_kernels
+
+__all__ = ["check_int8_forward", "check_int8_ranges", "check_rnnt_int8_checkpoint", "check_rnnt_int8_encoder",
+           "check_rnnt_int8_training_step"]
+
+
+def check_int8_forward(kit: Kit) -> None:
+    """DS2's int8-emulated log-probabilities against the quantized reference."""
+    _expect_within_flips("int8_forward", "log-probabilities", quantized_forward(kit.backend_class, kit.data))
+
+
+def check_int8_ranges(kit: Kit) -> None:
+    """DS2's activation ranges after one int8 training step, from zero ranges and from stored ones."""
+    for first in (True, False):
+        found, expected, bound = quantized_ranges_after_step(kit.backend_class, kit.data, first=first)
+        _expect_ranges("int8_ranges", found, expected, bound, first)
+
+
+def check_rnnt_int8_encoder(kit: Kit) -> None:
+    """The transducer's int8-emulated encoder projection against the quantized reference."""
+    from benchbase.testing.rnnt_precision import quantized_encoder
+
+    _expect_within_flips("rnnt_int8_encoder", "encoder projection", quantized_encoder(kit.backend_class, kit.data))
+
+
+def check_rnnt_int8_training_step(kit: Kit) -> None:
+    """The loss of one int8 training step of the transducer and the ranges it leaves."""
+    from benchbase.testing.rnnt_precision import quantized_training_step
+
+    for first in (True, False):
+        step = quantized_training_step(kit.backend_class, kit.data, first=first)
+        if not abs(step.loss - step.expected_loss) <= BOTH_SIDES * step.loss_bound:
+            raise ConformanceFailure("rnnt_int8_training_step", f"train_step returned {step.loss:.6g}, the "
+                                     f"quantized reference's loss is {step.expected_loss:.6g} (bound "
+                                     f"{BOTH_SIDES * step.loss_bound:.3g}, {_start(first)})")
+        _expect_ranges("rnnt_int8_training_step", step.ranges, step.expected_ranges, step.range_bounds, first)
+
+
+def check_rnnt_int8_checkpoint(kit: Kit) -> None:
+    """A checkpoint of an int8 transducer after one step keeps its ranges and its predictions."""
+    from benchbase.families.rnnt.quantization import input_range_names
+
+    model = in_precision(kit.model, INT8_EMULATED)
+    with tempfile.TemporaryDirectory() as folder, kit.backend(model=model) as backend:
+        path = Path(folder) / "checkpoint"
+        backend.train_step(kit.data.batches[0])
+        backend.save_checkpoint(path)
+        saved, encoded = backend.export_weights(), backend.predict(kit.data.small_inputs)
+        with kit.backend(seed=kit.seed + 5, model=model) as restored:
+            restored.load_checkpoint(path)
+            weights, again = restored.export_weights(), restored.predict(kit.data.small_inputs)
+    unset = [name for name in input_range_names(model) if not saved[name] > 0]
+    if unset:
+        raise ConformanceFailure("rnnt_int8_checkpoint", f"after a training step the ranges {', '.join(unset)} "
+                                 "are still 0 (the first step sets each to its input's max|x|)")
+    lost = [name for name in input_range_names(model) if weights[name] != saved[name]]
+    if lost:
+        raise ConformanceFailure("rnnt_int8_checkpoint", f"a loaded checkpoint changed the ranges {', '.join(lost)}")
+    if not np.abs(again - encoded).max() <= same_kernels(encoded):
+        raise ConformanceFailure("rnnt_int8_checkpoint", f"the loaded checkpoint predicts up to "
+                                 f"{np.abs(again - encoded).max():.3g} away from the saved backend")
+
+
+def _expect_within_flips(rule: str, what: str, result: QuantizedForward) -> None:
+    mask = np.broadcast_to(result.mask, result.found.shape)
+    difference = np.abs(result.found - result.expected)[mask]
+    if difference.max() > flip_bound(result):
+        index = np.unravel_index(np.argmax(np.where(mask, np.abs(result.found - result.expected), -1)),
+                                 result.found.shape)
+        raise ConformanceFailure(rule, f"the int8-emulated {what} differs from the quantized reference by "
+                                 f"{difference.max():.3g} at {tuple(map(int, index))}, beyond the farthest a "
+                                 f"flipped grid step carries ({flip_bound(result):.3g})")
+    if np.median(difference) > median_bound(result):
+        raise ConformanceFailure(rule, f"the int8-emulated {what}'s median difference from the quantized "
+                                 f"reference is {np.median(difference):.3g}, beyond float32's own "
+                                 f"({median_bound(result):.3g}): is every tensor the spec names quantized?")
+
+
+def _expect_ranges(rule: str, found: dict[str, float], expected: dict[str, float], bound: dict[str, float],
+                   first: bool) -> None:
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        raise ConformanceFailure(rule, f"export_weights() has no {', '.join(missing)} after a training step")
+    for name, value in expected.items():
+        allowed = bound[name] + range_update_rounding(value)
+        if not abs(found[name] - value) <= allowed:
+            raise ConformanceFailure(rule, f"{name} is {found[name]:.7g} after one step ({_start(first)}), the "
+                                     f"reference's {value:.7g} (bound {allowed:.3g})")
+
+
+def _start(first: bool) -> str:
+    return "from zero ranges" if first else "from stored ranges"

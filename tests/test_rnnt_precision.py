@@ -1,0 +1,167 @@
+"""int8-emulated RNN-T in every backend that declares it, against the family's quantized reference
+(benchbase.testing.rnnt_precision): the encoder projection, the loss of a training step, the
+ranges it leaves, checkpoints, and what the harness's search does with the ranges."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from benchbase.families.rnnt.quantization import input_range_names
+from benchbase.families.rnnt.reference import encoder_forward
+from benchbase.testing.conformance import resolve_backend, run_conformance
+from benchbase.testing.kit import Kit
+from benchbase.testing.kit_data import load_kit_data
+from benchbase.testing.precision import flip_bound, in_precision, median_bound, range_update_rounding
+from benchbase.testing.rnnt_precision import int8_weights, quantized_encoder, quantized_training_step
+from benchbase.testing.tolerances import BOTH_SIDES, same_kernels
+
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
+MODULES = (("torch", "benchbase_torch_ds2"), ("tf", "benchbase_tf_ds2"), ("jax", "benchbase_jax_ds2"))
+
+
+def _declares_int8(name: str, module: str) -> bool:
+    if importlib.util.find_spec(module) is None:
+        return False
+    return "int8-emulated" in resolve_backend(name).capabilities.precisions_of("rnnt")
+
+
+BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not _declares_int8(name, module),
+                                                        reason=f"the {name} backend is not installed or does not "
+                                                        "declare int8-emulated for rnnt"))
+            for name, module in MODULES]
+
+
+@pytest.fixture(scope="module")
+def rnnt_data():
+    return load_kit_data(family="rnnt")
+
+
+_encoder_cache: dict[str, object] = {}
+
+
+def _quantized_encoder(name: str, data):
+    if name not in _encoder_cache:
+        _encoder_cache[name] = quantized_encoder(resolve_backend(name), data)
+    return _encoder_cache[name]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_backends_int8_encoder_matches_the_quantized_reference(name, rnnt_data):
+    # Bounds: benchbase.testing.precision (flip_bound, median_bound) from the error model.
+    result = _quantized_encoder(name, rnnt_data)
+    mask = np.broadcast_to(result.mask, result.found.shape)
+    difference = np.abs(result.found - result.expected)[mask]
+    assert difference.max() <= flip_bound(result), (difference.max(), flip_bound(result))
+    assert np.median(difference) <= median_bound(result), (np.median(difference), median_bound(result))
+    # Quantization is on, and the median bound could tell: the same weights' fp32 encoder lies
+    # far beyond it (a flip travels about as far as quantization's own error, so the max cannot).
+    weights = {key: value for key, value in int8_weights(rnnt_data).items() if not key.endswith("input_range")}
+    inputs = rnnt_data.batches[0].inputs()
+    fp32, _ = encoder_forward(weights, rnnt_data.model, inputs.features, inputs.feature_lengths)
+    assert np.median(np.abs(fp32[:, : result.expected.shape[1]] - result.expected)[mask]) > 100 * median_bound(result)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first step", "moving average"])
+@pytest.mark.parametrize("name", BACKENDS)
+def test_an_int8_training_step_matches_the_references_loss_and_ranges(name, first, rnnt_data):
+    step = quantized_training_step(resolve_backend(name), rnnt_data, first=first)
+    assert abs(step.loss - step.expected_loss) <= BOTH_SIDES * step.loss_bound, (step.loss, step.expected_loss,
+                                                                                 step.loss_bound)
+    assert set(step.ranges) == set(step.expected_ranges) and "joint.output.input_range" in step.ranges
+    for range_name, value in step.expected_ranges.items():
+        allowed = step.range_bounds[range_name] + range_update_rounding(value)
+        assert abs(step.ranges[range_name] - value) <= allowed, (range_name, step.ranges[range_name], value, allowed)
+
+
+def test_the_joints_range_counts_only_the_cells_within_the_lengths(rnnt_data):
+    # A padding cell's activation is quantized, but does not move the range; a row whose lattice
+    # has no cell inside leaves it as it was. (On the kit's batch the largest activation happens
+    # to lie inside the lengths, so the step check above would not tell the two apart.)
+    from benchbase.families.rnnt.quantization import Quantizer
+    from benchbase.families.rnnt.reference import lattice_cells
+
+    model = in_precision(rnnt_data.model, "int8-emulated")
+    weights = int8_weights(rnnt_data) | {"joint.output.input_range": np.zeros((), np.float32)}
+    inside = lattice_cells(np.array([2, 0]), np.array([1, 3]), 3, 4)[..., None]
+    hidden = np.full((2, 3, 4, 5), 0.5)
+    hidden[0, 2, 0, 0] = 4.0  # frame 2 of row 0 is padding
+    quantizer = Quantizer(weights, model, training=True)
+    quantized = quantizer.input("joint.output", hidden, inside)
+    assert quantizer.ranges["joint.output.input_range"] == np.float32(0.5)
+    assert quantized[0, 2, 0, 0] == np.float32(0.5)  # clipped to the range like every other element
+    quantizer.input("joint.output", hidden, np.zeros_like(inside))
+    assert quantizer.ranges["joint.output.input_range"] == np.float32(0.5)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_an_int8_transducer_checkpoint_keeps_the_ranges(name, rnnt_data, tmp_path):
+    model = in_precision(rnnt_data.model, "int8-emulated")
+    kit = Kit(resolve_backend(name), rnnt_data)
+    with kit.backend(model=model) as backend:
+        loss = backend.train_step(rnnt_data.batches[0])
+        backend.save_checkpoint(tmp_path / "checkpoint")
+        saved = backend.export_weights()
+        encoded = backend.predict(rnnt_data.small_inputs)
+    assert np.isfinite(loss) and all(saved[range_name] > 0 for range_name in input_range_names(model))
+    with kit.backend(seed=5, model=model) as backend:
+        backend.load_checkpoint(tmp_path / "checkpoint")
+        restored = backend.export_weights()
+        again = backend.predict(rnnt_data.small_inputs)
+    for range_name in input_range_names(model):
+        assert restored[range_name] == saved[range_name]
+    assert np.abs(again - encoded).max() <= same_kernels(encoded)
+
+
+# --- the kit's int8 rules (benchbase.testing.precision_rules) fail what they are for -------------------
+
+
+def _torch_backend():
+    pytest.importorskip("benchbase_torch_ds2")
+    return resolve_backend("torch")
+
+
+def _without(tensor: str):
+    """The torch backend with one of the spec's quantization points skipped."""
+
+    class SkipsOneQuantizer(_torch_backend()):
+        def build(self, context):
+            super().build(context)
+            quantizer = self.network.quantizer
+            if quantizer is not None:
+                tensors = [name for name in type(context.model).quantizable_tensors if name != tensor]
+                quantizer.spec = quantizer.spec.model_copy(update={"tensors": tuple(tensors)})
+
+    return SkipsOneQuantizer
+
+
+@pytest.mark.parametrize(("tensor", "rule"), [("encoder.lstm.input", "rnnt_int8_encoder"),
+                                              ("joint.encoder.kernel", "rnnt_int8_encoder"),
+                                              ("encoder.lstm.recurrent_state", "rnnt_int8_training_step"),
+                                              ("joint.output.input", "rnnt_int8_training_step"),
+                                              ("prediction.lstm.input_kernel", "rnnt_int8_training_step")])
+def test_the_int8_rules_fail_a_backend_that_skips_a_quantizer(tensor, rule, rnnt_data):
+    # A skipped h(t-1) quantizer moves the encoder's values by less than a grid step, which the
+    # next layer's input quantizer mostly snaps back: the encoder rule cannot see it, the ranges
+    # (maxima of the unsnapped activations) do.
+    [result] = run_conformance(_without(tensor), [rule], family="rnnt", precision="int8-emulated", data=rnnt_data)
+    assert not result.passed, result
+    assert run_conformance(_torch_backend(), [rule], family="rnnt", precision="int8-emulated",
+                           data=rnnt_data)[0].passed
+
+
+def test_backend_test_proves_a_declared_precision_and_refuses_an_unproved_one():
+    from cli_helpers import run_benchbase
+
+    pytest.importorskip("benchbase_torch_ds2")
+    proved = run_benchbase("backend-test", "torch", "--family", "rnnt", "--precision", "int8-emulated",
+                           "--rule", "rnnt_int8_checkpoint", "--json")
+    assert proved.returncode == 0, proved.stderr
+    assert '"precision": "int8-emulated"' in proved.stdout and '"rnnt_int8_checkpoint"' in proved.stdout
+    refused = run_benchbase("backend-test", "torch", "--precision", "bf16")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == ("benchbase: error: the conformance kit has no bf16 rules; "
+                                                       "it proves fp32 and int8-emulated")
