@@ -165,3 +165,11 @@ def test_backend_test_proves_a_declared_precision_and_refuses_an_unproved_one():
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1] == ("benchbase: error: the conformance kit has no bf16 rules; "
                                                        "it proves fp32 and int8-emulated")
+
+
+def test_every_bundled_backend_declares_int8_for_the_transducer():
+    # The checks above run for the backends that declare it: this keeps a bundled one from
+    # escaping them by dropping the declaration.
+    for name, module in MODULES:
+        if importlib.util.find_spec(module) is not None:
+            assert "int8-emulated" in resolve_backend(name).capabilities.precisions_of("rnnt"), name

@@ -66,8 +66,8 @@ class JaxBackend(Backend):
         model = self.context.model
         padded: transducer.TransducerBatch | PaddedBatch
         if self._transducer:
-            padded = transducer.TransducerBatch(**jax.device_put(self.buckets.transducer_arrays(batch, model),
-                                                                 self.device))
+            arrays = self.buckets.transducer_arrays(batch, model) | transducer.harness_extent(batch)
+            padded = transducer.TransducerBatch(**jax.device_put(arrays, self.device))
         else:
             padded = PaddedBatch(**jax.device_put(self.buckets.training_arrays(batch, model), self.device))
         learning_rate = next_learning_rate(self.context.optimizer, self._state.optimizer)
@@ -79,7 +79,8 @@ class JaxBackend(Backend):
         features = jax.device_put(self.buckets.features(inputs), self.device)
         frames = self.context.model.output_frames(inputs.features.shape[1])
         if self._transducer:  # the joint's encoder projection; the harness runs the search on exported weights
-            outputs = np.asarray(self._predict(self._state.parameters, features))
+            outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
+                                               np.int32(inputs.size), np.int32(inputs.features.shape[1])))
         else:
             outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
                                                np.int32(inputs.size), np.int32(frames)))
@@ -102,8 +103,8 @@ class JaxBackend(Backend):
     def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         self._layout().validate_weights(weights, self.context.model, self.context.feature_dimension)
         neutral = {name: np.asarray(value, np.float32) for name, value in weights.items()}
-        # The transducer has no running statistics: every weight is a parameter.
-        parameters, statistics = (neutral, {}) if self._transducer else split_weights(neutral)
+        # Running statistics (BatchNorm's, int8-emulated's ranges; the transducer has only ranges) are not parameters.
+        parameters, statistics = split_weights(neutral)
         placed = jax.device_put((parameters, statistics), self.device)
         self._state = self._state._replace(parameters=placed[0], statistics=placed[1])
 

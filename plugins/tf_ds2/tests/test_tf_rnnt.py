@@ -18,6 +18,7 @@ from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt import loss as reference_loss
 from benchbase.families.rnnt import reference
 from benchbase.families.rnnt.parts import PARTS
+from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import weight_layout
 from benchbase.plugin_host.builtins.workloads import builtin_workload
@@ -230,6 +231,56 @@ def test_the_loss_gradient_against_finite_differences():
     assert np.abs(theoretical[0] - numerical[0]).max() <= 1e-6 * max(np.abs(numerical[0]).max(), 1.0)
 
 
+INT8 = NO_DROPOUT.model_copy(update={"precision": "int8-emulated"})
+
+
+def reference_ranges(weights, features, feature_lengths, labels, label_lengths, within_lengths=True):
+    """The ranges the reference's int8 training pass leaves."""
+    quantizer = Quantizer(weights, INT8, training=True)
+    encoded, output_lengths = reference.encoder_forward(weights, INT8, features, feature_lengths, quantizer)
+    predicted = reference.prediction_forward(weights, INT8, labels, label_lengths, quantizer)
+    reference.joint(weights, INT8, encoded, predicted, quantizer,
+                    (output_lengths, label_lengths) if within_lengths else None)
+    return quantizer.ranges
+
+
+@pytest.mark.parametrize("case", ["padded", "no encoder frame", "no labels"])
+def test_int8_ranges_count_the_lattice_cells_within_the_lengths_and_none_of_the_backends_padding(case):
+    """joint.output's range is over the packed joint's cells; the frames or the label column that
+    ``lattice_of`` pads a degenerate batch with count in no range (the reference never sees them).
+    From zero ranges, so each range is its input's max|x|; the padding frames are large, so that
+    a range counting them would show. Tolerance: a grid step flipped upstream (1/127 of a range)."""
+    weights = reference.random_weights(INT8, FEATURES, np.random.default_rng(3))
+    weights |= {name: np.float32(0) for name in input_range_names(INT8)}
+    batch = random_batch(seed=5)
+    features, feature_lengths, labels, label_lengths = (batch.features.copy(), batch.feature_lengths, batch.labels,
+                                                        batch.label_lengths)
+    features[np.arange(features.shape[1])[None, :] >= feature_lengths[:, None]] = 8.0
+    if case == "no encoder frame":  # one input window (INT8.input_frames_for(1) is 6), no encoder frame
+        features, feature_lengths = features[:, :5], np.full(4, 5, np.int32)
+    elif case == "no labels":
+        labels, label_lengths = labels[:, :0], np.zeros(4, np.int32)
+    network = network_on(weights, model=INT8)
+    network.lattice_of(tf.constant(features), tf.constant(labels), tf.constant(INT8.output_frames(feature_lengths)),
+                       tf.constant(label_lengths), training=True)
+    found = rnnt.export_weights(network)
+    expected = reference_ranges(weights, features, feature_lengths, labels, label_lengths)
+    for name, value in expected.items():
+        assert found[name] == pytest.approx(value, rel=1e-2), name
+    # The batch tells the ranges apart from those of a backend that counted every cell or its padding.
+    if case == "padded":
+        wrong = reference_ranges(weights, features, feature_lengths, labels, label_lengths, within_lengths=False)
+        name = "joint.output.input_range"
+    elif case == "no encoder frame":
+        wrong = reference_ranges(weights, np.pad(features, ((0, 0), (0, 1), (0, 0))), np.full(4, 6, np.int32), labels,
+                                 label_lengths)
+        name = "joint.encoder.input_range"
+    else:
+        wrong = reference_ranges(weights, features, feature_lengths, np.zeros((4, 1), np.int32), label_lengths)
+        name = "joint.prediction.input_range"
+    assert abs(wrong[name] - expected[name]) > 0.03 * max(wrong[name], expected[name]), (name, wrong[name])
+
+
 # --- weights: init, the neutral layout ----------------------------------------------------------
 
 
@@ -269,7 +320,7 @@ def test_init_is_the_specs_and_the_seed_decides_it():
 def test_the_backend_declares_both_families_both_optimizers_and_rnnts_precisions():
     capabilities = tf_backend.TensorFlowBackend.capabilities
     assert {"ds2", "rnnt"} <= capabilities.families and {"adadelta", "adamw"} <= capabilities.optimizers
-    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32"}
+    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "int8-emulated"}
     assert "int8-emulated" in capabilities.precisions_of("ds2")
 
 
@@ -403,7 +454,7 @@ def test_the_lstms_are_keras_own_and_stay_eligible_for_cudnn():
 
 
 def test_an_rnnt_run_in_a_precision_it_lacks_is_refused():
-    with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or tf32 only, not bf16"):
+    with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or int8-emulated or tf32 only, not bf16"):
         build(TINY.model_copy(update={"precision": "bf16"}))
 
 

@@ -411,7 +411,7 @@ def test_the_joints_dropout_is_inverted_dropout_at_the_specs_rate_in_training_on
 
 
 def test_an_rnnt_run_in_a_precision_it_lacks_is_refused():
-    with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or tf32 only, not bf16"):
+    with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or int8-emulated or tf32 only, not bf16"):
         build(TINY.model_copy(update={"precision": "bf16"}))
 
 

@@ -5,6 +5,11 @@ the transducer has none of), the same optimizers, the same precision and donatio
 The batch loss is ``loss_reduction`` "mean_over_batch": each utterance's negative log-likelihood
 summed, divided by the harness's batch size. Rows the backend pads on have no output frame, so
 the loss counts them zero with zero gradient, as it counts an utterance too short for the encoder.
+
+int8-emulated keeps its activation ranges where DS2 keeps its running statistics, in the state's
+``statistics`` (so export, import and checkpoints carry them, and the optimizer never sees them);
+a training step returns the ranges its forward pass updated (``rnnt.model.Quantizer``). The backend
+trains on one device, so a batch's max|x| is the whole batch's.
 """
 
 from __future__ import annotations
@@ -17,19 +22,30 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchbase.backend import Batch
 from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase_jax_ds2.model import arithmetic
+from benchbase_jax_ds2.model import arithmetic, split_weights
 from benchbase_jax_ds2.rnnt.loss import transducer_losses
-from benchbase_jax_ds2.rnnt.model import Parameters, dropout_keys, encode, initial_weights, lattice, predict_labels
+from benchbase_jax_ds2.rnnt.model import (
+    Extent,
+    Parameters,
+    Quantizer,
+    dropout_keys,
+    encode,
+    initial_weights,
+    lattice,
+    predict_labels,
+)
 from benchbase_jax_ds2.training import DROPOUT_RNG, TrainState, in_precision
 
-__all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "initial_state", "make_predict",
-           "make_train_step"]
+__all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "harness_extent", "initial_state",
+           "make_predict", "make_train_step"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32"})
-"""What the JAX backend implements for rnnt: IEEE float32, and TF32 matmuls on GPUs (the model's
-matmuls at XLA's default precision). Mixed precision and int8-emulated are DS2's only."""
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
+"""What the JAX backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the model's
+matmuls at XLA's default precision), and int8-emulated (fake quantization, float32 arithmetic).
+Mixed precision is DS2's only."""
 
 
 class TransducerBatch(NamedTuple):
@@ -43,6 +59,16 @@ class TransducerBatch(NamedTuple):
     cells: jax.Array
     """The lattice cells the joint computes (``model.lattice``)."""
     rows: jax.Array
+    frames: jax.Array
+    """The feature frames of the harness's padded batch (``harness_extent``)."""
+    label_width: jax.Array
+    """U of the harness's padded labels."""
+
+
+def harness_extent(batch: Batch) -> dict[str, np.int32]:
+    """The ``TransducerBatch`` fields that say how far the harness padded ``batch``: int8-emulated's
+    ranges are over that padding, not the compiled shape's."""
+    return {"frames": np.int32(batch.features.shape[1]), "label_width": np.int32(batch.labels.shape[1])}
 
 
 def check_precision(spec: RNNTModelSpec) -> None:
@@ -53,26 +79,32 @@ def check_precision(spec: RNNTModelSpec) -> None:
 
 def initial_state(spec: RNNTModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
                   device: jax.Device) -> TrainState:
-    """The state before the first step, on ``device``: the parameters, no statistics, no loss scale."""
+    """The state before the first step, on ``device``: the parameters, as statistics int8-emulated's
+    ranges (0: the first step sets them; none in another precision), no loss scale."""
     check_precision(spec)
-    parameters = jax.device_put(initial_weights(spec, feature_dimension, seed), device)
+    parameters, statistics = jax.device_put(split_weights(initial_weights(spec, feature_dimension, seed)), device)
     with jax.default_device(device):
         dropout_key = jax.random.key_data(jax.random.key(seed, impl=DROPOUT_RNG))
-        state = TrainState(parameters, {}, jax.jit(optimizer.init)(parameters), dropout_key)
+        state = TrainState(parameters, statistics, jax.jit(optimizer.init)(parameters), dropout_key)
     # Committed to the device like every later state: jit compiles again for an uncommitted argument.
     committed: TrainState = jax.device_put(state, device)
     return committed
 
 
-def batch_loss(spec: RNNTModelSpec, parameters: Parameters, batch: TransducerBatch,
-               dropout_key: jax.Array | None = None, platform: str = "cpu") -> jax.Array:
-    """The mean transducer loss of ``batch``; dropout on when ``dropout_key`` is given."""
+def batch_loss(spec: RNNTModelSpec, parameters: Parameters, statistics: Parameters, batch: TransducerBatch,
+               dropout_key: jax.Array | None = None, platform: str = "cpu") -> tuple[jax.Array, Parameters]:
+    """(the mean transducer loss of ``batch``, the statistics after it: int8-emulated's ranges as
+    this training pass updated them); dropout on when ``dropout_key`` is given."""
     math = arithmetic(spec, platform)
     keys = dropout_keys(spec, dropout_key) if dropout_key is not None and spec.dropout > 0 else None
-    encoded = encode(spec, parameters, batch.features, math, keys)
-    predicted = predict_labels(spec, parameters, batch.labels, batch.label_lengths, math, keys)
-    joint = lattice(spec, parameters, encoded, predicted, batch.labels, batch.label_lengths, batch.cells, math, keys)
-    return jnp.sum(transducer_losses(joint, batch.output_lengths, batch.label_lengths)) / batch.rows
+    quantizer = Quantizer(spec, statistics, training=True,
+                          extent=Extent(batch.rows, batch.frames, batch.label_width))
+    encoded = encode(spec, parameters, batch.features, math, keys, quantizer)
+    predicted = predict_labels(spec, parameters, batch.labels, batch.label_lengths, math, keys, quantizer)
+    joint = lattice(spec, parameters, encoded, predicted, batch.labels, batch.label_lengths, batch.cells, math, keys,
+                    quantizer)
+    loss = jnp.sum(transducer_losses(joint, batch.output_lengths, batch.label_lengths)) / batch.rows
+    return loss, quantizer.updated
 
 
 def make_train_step(spec: RNNTModelSpec, optimizer: optax.GradientTransformationExtraArgs,
@@ -86,20 +118,28 @@ def make_train_step(spec: RNNTModelSpec, optimizer: optax.GradientTransformation
 
     def step(state: TrainState, batch: TransducerBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
         next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
-        loss, grads = jax.value_and_grad(batch_loss, argnums=1)(spec, state.parameters, batch, key, platform)
+        gradient = jax.value_and_grad(batch_loss, argnums=1, has_aux=True)
+        (loss, statistics), grads = gradient(spec, state.parameters, state.statistics, batch, key, platform)
         updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
                                                     learning_rate=learning_rate)
         parameters = optax.apply_updates(state.parameters, updates)
-        return TrainState(parameters, state.statistics, optimizer_state, jax.random.key_data(next_key)), loss
+        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key)), loss
 
     return jax.jit(in_precision(spec, step), donate_argnums=0)
 
 
-def make_predict(spec: RNNTModelSpec, platform: str = "cpu") -> Callable[[Parameters, jax.Array], jax.Array]:
-    """A jitted (parameters, features) -> the joint's encoder projection, in inference mode (no dropout)."""
+def make_predict(spec: RNNTModelSpec, platform: str = "cpu") -> Callable[..., jax.Array]:
+    """A jitted (parameters, statistics, features, rows, frames) -> the joint's encoder projection,
+    in inference mode (no dropout; int8-emulated's stored ranges).
+
+    ``rows`` and ``frames``: how much of the padded ``features`` is the caller's batch (its rows,
+    its feature frames), which an untrained int8-emulated model takes its ranges from.
+    """
     math = arithmetic(spec, platform)
 
-    def predict(parameters: Parameters, features: jax.Array) -> jax.Array:
-        return encode(spec, parameters, features, math)
+    def predict(parameters: Parameters, statistics: Parameters, features: jax.Array, rows: jax.Array,
+                frames: jax.Array) -> jax.Array:
+        quantizer = Quantizer(spec, statistics, extent=Extent(rows, frames, jnp.int32(0)))
+        return encode(spec, parameters, features, math, quantizer=quantizer)
 
     return jax.jit(in_precision(spec, predict))

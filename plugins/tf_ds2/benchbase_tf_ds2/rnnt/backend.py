@@ -4,8 +4,9 @@
 the seed, tf.distribute and its replica step, the optimizer and its schedule, gradient
 clipping, checkpoints, the profiler) and asks this module for what does: the model, the
 arrays a training step feeds it, the utterances' losses, what ``predict()`` returns and the
-neutral weight layout. The transducer has no BatchNorm and no int8 ranges, so a replica's step
-shares nothing with the other replicas but the gradient all-reduce.
+neutral weight layout. The transducer has no BatchNorm, so a replica's step shares nothing with
+the other replicas but the gradient all-reduce and, int8-emulated, each range's batch max (a MAX
+all-reduce, ``benchbase_tf_ds2.rnnt.quantization``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tensorflow as tf
 
 from benchbase.backend import Batch, BuildContext, Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.rnnt.quantization import input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names, validate_weights
 from benchbase_tf_ds2.model import SequenceLSTM
@@ -26,9 +28,10 @@ from benchbase_tf_ds2.rnnt.model import RNNTransducer
 __all__ = ["TRANSDUCER_PRECISIONS", "build_model", "encoder_outputs", "export_weights", "import_weights",
            "training_arrays", "utterance_losses"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32"})
-"""What the TensorFlow backend implements for rnnt: IEEE float32, and TF32 matmuls on GPUs (the
-same code, with the flag the backend sets). Mixed precision and int8-emulated are DS2's only."""
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
+"""What the TensorFlow backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the same
+code, with the flag the backend sets) and int8-emulated (``benchbase_tf_ds2.rnnt.quantization``).
+Mixed precision is DS2's only."""
 
 
 def build_model(context: BuildContext, fused_lstm: bool | None = None) -> RNNTransducer:
@@ -49,20 +52,9 @@ def build_model(context: BuildContext, fused_lstm: bool | None = None) -> RNNTra
 
 
 def training_arrays(spec: RNNTModelSpec, batch: Batch) -> tuple[np.ndarray, ...]:
-    """(features, output lengths, labels, label lengths) as the compiled step takes them.
-
-    Two degenerate batches are padded so that the step's graph never meets an empty axis: a
-    batch too short for one encoder frame gets zero frames up to one (every utterance still has
-    output length 0, so loss 0 and zero gradient), and a batch without labels one blank column
-    (every label length is still 0).
-    """
-    features, labels = batch.features, batch.labels
-    needed = spec.input_frames_for(1)
-    if features.shape[1] < needed:
-        features = np.pad(features, ((0, 0), (0, needed - features.shape[1]), (0, 0)))
-    if labels.shape[1] == 0:
-        labels = np.full((labels.shape[0], 1), spec.blank_index, dtype=labels.dtype)
-    return features, batch.output_lengths, labels, batch.label_lengths
+    """(features, output lengths, labels, label lengths) as the compiled step takes them, as they
+    are: the graph pads a degenerate batch itself (``RNNTransducer.lattice_of``)."""
+    return batch.features, batch.output_lengths, batch.labels, batch.label_lengths
 
 
 def utterance_losses(model: RNNTransducer, features: tf.Tensor, output_lengths: tf.Tensor, labels: tf.Tensor,
@@ -108,6 +100,10 @@ def neutral_variables(model: RNNTransducer) -> dict[str, tf.Variable]:
                         ("output", model.joint_output)):
         variables[f"joint.{name}.kernel"] = dense.kernel
         variables[f"joint.{name}.bias"] = dense.bias
+    # int8-emulated's activation ranges, in the layout's order (none for any other precision).
+    if model.int8 is not None:
+        variables |= {name: model.int8.ranges[name.removesuffix(".input_range")]
+                      for name in input_range_names(model.spec)}
     return variables
 
 

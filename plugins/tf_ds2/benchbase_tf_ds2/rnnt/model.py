@@ -19,6 +19,12 @@ first of each network (so between consecutive layers, the encoder's time stackin
 not before the joint's projections) and to the joint's hidden layer after its activation. It is
 ``ReplicaDropout``: on several replicas each draws its own masks.
 
+int8-emulated (``benchbase.families.rnnt.quantization``): ``TransducerQuantizer`` fake-quantizes
+each LSTM's input and kernels and h(t-1) in the DS2 model's frame-by-frame loop (neither cuDNN
+nor BlockLSTMV2 can quantize h(t-1) inside theirs), and the joint's three projections' inputs and
+kernels. joint.output's range in training is that of the cells within the lengths, which is
+what ``lattice`` packs: the maximum over its hidden layer is the spec's as it is.
+
 Row gathers (the embedding, the packed joint's cells) go through ``gather_rows``, whose gradient
 is a dense segment sum: TensorFlow's own gather gradient is a sparse ``IndexedSlices`` that the
 optimizer and the gradient clip would densify anyway, with a warning per trace about its
@@ -32,9 +38,12 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.spec import RNNTModelSpec
+from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
 from benchbase_tf_ds2.cross_replica import ReplicaDropout
 from benchbase_tf_ds2.model import ForgetGateBias, SequenceLSTM
+from benchbase_tf_ds2.rnnt.quantization import TransducerQuantizer
 
 __all__ = ["RNNTransducer", "gather_rows", "stack_frames"]
 
@@ -64,6 +73,8 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
         self.joint_prediction = _dense(spec.joint_units, "joint_prediction")
         self.joint_output = _dense(spec.symbols, "joint_output")
         self.dropout = ReplicaDropout(spec.dropout, name="dropout")
+        # int8-emulated's fake quantization and its ranges (none for any other precision).
+        self.int8 = TransducerQuantizer(self, spec) if is_quantized(spec) else None
 
     def build_weights(self) -> None:
         """Create every variable now, in a fixed order (Keras creates them lazily on the first call)."""
@@ -81,50 +92,58 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
     def call(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
         return self.encode(features, training=training)
 
-    def encode(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def encode(self, features: tf.Tensor, training: bool = False, own_frames: tf.Tensor | None = None) -> tf.Tensor:
         """(batch, frames, features) -> the joint's encoder projection f, (batch, T', joint_units),
         T' = ``spec.output_frames(frames)`` of the padded batch: what ``predict()`` returns.
 
         The batch must have at least one encoder frame: the backend handles shorter ones itself.
+        ``own_frames``: how many of the frames are the batch's own (``lattice_of``), the rest the
+        backend's padding, which no int8 range counts.
         """
         spec = self.spec
         x = stack_frames(features, spec.input_stack, spec.input_subsample)
-        for layer, lstm in enumerate(self.encoder):
+        extent = None if own_frames is None else _windows(own_frames, spec.input_stack, spec.input_subsample)
+        for layer, (name, lstm) in enumerate(zip(encoder_layer_names(spec), self.encoder)):
             if layer == spec.encoder_pre_layers:
                 x = stack_frames(x, spec.stack_time_factor, spec.stack_time_factor)
+                extent = None if extent is None else _windows(extent, spec.stack_time_factor, spec.stack_time_factor)
             if layer > 0:
                 x = self.dropout(x, training=training)
-            x = lstm(x, training=training)
-        return self.joint_encoder(x)
+            x = self._lstm(name, lstm, x, training, extent)
+        return self._dense("joint.encoder", self.joint_encoder, x, training, extent)
 
-    def predict_net(self, labels: tf.Tensor, label_lengths: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def predict_net(self, labels: tf.Tensor, label_lengths: tf.Tensor, training: bool = False,
+                    own_positions: tf.Tensor | None = None) -> tf.Tensor:
         """(batch, U) labels -> g, (batch, U + 1, prediction_units): the start symbol (the blank)
-        first; labels at or past ``label_lengths`` are read as the blank."""
+        first; labels at or past ``label_lengths`` are read as the blank. ``own_positions``: how many
+        of the U + 1 are the batch's own (``lattice_of``), as ``encode``'s ``own_frames``."""
         blank = self.spec.blank_index
         inside = tf.range(tf.shape(labels)[1])[None, :] < label_lengths[:, None]
         padded = tf.pad(tf.where(inside, labels, blank), [[0, 0], [1, 0]], constant_values=blank)
         x = gather_rows(tf.convert_to_tensor(self.embedding.embeddings), padded)
-        for layer, lstm in enumerate(self.prediction):
+        for layer, (name, lstm) in enumerate(zip(prediction_layer_names(self.spec), self.prediction)):
             if layer > 0:
                 x = self.dropout(x, training=training)
-            x = lstm(x, training=training)
+            x = self._lstm(name, lstm, x, training, own_positions)
         return x
 
     def joint(self, encoded: tf.Tensor, predicted: tf.Tensor) -> tf.Tensor:
         """f (batch, T', joint_units) and g (batch, U + 1, prediction_units) -> log-probabilities
         (batch, T', U + 1, symbols), float32, over every cell of the padded lattice (inference
         and tests; training computes only the cells within the lengths, ``lattice``)."""
-        return self._joint_output(encoded[:, :, None, :] + self.joint_prediction(predicted)[:, None, :, :], False)
+        projected = self._dense("joint.prediction", self.joint_prediction, predicted, False)
+        return self._joint_output(encoded[:, :, None, :] + projected[:, None, :, :], False)
 
     def lattice(self, encoded: tf.Tensor, predicted: tf.Tensor, labels: tf.Tensor, output_lengths: tf.Tensor,
-                label_lengths: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+                label_lengths: tf.Tensor, training: bool = False,
+                own_positions: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """What the transducer loss reads of the joint: (log P(blank | t, u), log P(y_{u+1} | t, u)),
         each (batch, T', U + 1), -inf outside each utterance's lengths and for the emission at
         u = U (``loss.transducer_lattice`` of ``joint``, within the lengths).
 
         The joint runs on the cells within the lengths only, packed: its (cells, joint_units)
         hidden layer is the step's largest tensor, and a batch of random lengths pads its lattice
-        to two or three times the cells it holds.
+        to two or three times the cells it holds. ``own_positions``: as ``predict_net``'s.
         """
         shape = tf.shape(encoded)
         batch, frames, width = shape[0], shape[1], shape[2]
@@ -133,7 +152,8 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
                   & (tf.range(positions)[None, :] <= label_lengths[:, None])[:, None, :])
         cells = tf.cast(tf.where(inside), tf.int32)  # (cells, 3): row, t, u
         rows, t, u = cells[:, 0], cells[:, 1], cells[:, 2]
-        projected = tf.reshape(self.joint_prediction(predicted), tf.stack([-1, width]))
+        projected = self._dense("joint.prediction", self.joint_prediction, predicted, training, own_positions)
+        projected = tf.reshape(projected, tf.stack([-1, width]))
         hidden = (gather_rows(tf.reshape(encoded, tf.stack([-1, width])), rows * frames + t)
                   + gather_rows(projected, rows * positions + u))
         log_probs = self._joint_output(hidden, training)  # (cells, symbols)
@@ -150,15 +170,43 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
 
     def lattice_of(self, features: tf.Tensor, labels: tf.Tensor, output_lengths: tf.Tensor,
                    label_lengths: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
-        """The training pass: ``lattice`` of the batch; ``labels`` (batch, U >= 1) right-padded."""
-        encoded = self.encode(features, training=training)
-        predicted = self.predict_net(labels, label_lengths, training=training)
-        return self.lattice(encoded, predicted, labels, output_lengths, label_lengths, training=training)
+        """The training pass: ``lattice`` of the batch; ``labels`` (batch, U) right-padded.
+
+        Two degenerate batches are padded here so that the graph never meets an empty axis: a
+        batch too short for one encoder frame gets zero frames up to one (every utterance still
+        has output length 0, so loss 0 and zero gradient), and a batch without labels one blank
+        column (every label length is still 0). In the graph, not on the host, so that the
+        int8 ranges know which frames and positions are the batch's own.
+        """
+        frames, columns = tf.shape(features)[1], tf.shape(labels)[1]
+        missing = tf.maximum(self.spec.input_frames_for(1) - frames, 0)
+        features = tf.cond(missing > 0, lambda: tf.pad(features, [[0, 0], [0, missing], [0, 0]]), lambda: features)
+        labels = tf.cond(columns > 0, lambda: labels,
+                         lambda: tf.fill(tf.stack([tf.shape(labels)[0], 1]), tf.constant(self.spec.blank_index,
+                                                                                         labels.dtype)))
+        encoded = self.encode(features, training=training, own_frames=frames)
+        predicted = self.predict_net(labels, label_lengths, training=training, own_positions=columns + 1)
+        return self.lattice(encoded, predicted, labels, output_lengths, label_lengths, training=training,
+                            own_positions=columns + 1)
 
     def _joint_output(self, hidden: tf.Tensor, training: bool) -> tf.Tensor:
         """activation -> dropout -> joint.output -> log-softmax over the last axis."""
         hidden = tf.nn.relu(hidden) if self.spec.joint_activation == "relu" else tf.tanh(hidden)
-        return tf.nn.log_softmax(self.joint_output(self.dropout(hidden, training=training)), axis=-1)
+        hidden = self.dropout(hidden, training=training)
+        return tf.nn.log_softmax(self._dense("joint.output", self.joint_output, hidden, training), axis=-1)
+
+    def _lstm(self, name: str, lstm: SequenceLSTM, x: tf.Tensor, training: bool, extent: tf.Tensor | None) -> tf.Tensor:
+        """The LSTM layer ``name`` of the layout: its own call, or int8-emulated's quantized loop."""
+        if self.int8 is None:
+            return lstm(x, training=training)
+        return self.int8.lstm(name, lstm, x, training, extent)
+
+    def _dense(self, name: str, dense: keras.layers.Dense, x: tf.Tensor, training: bool,
+               extent: tf.Tensor | None = None) -> tf.Tensor:
+        """One of the joint's projections, fake-quantized when int8-emulated."""
+        if self.int8 is None:
+            return dense(x)
+        return self.int8.dense(name, dense, x, training, extent)
 
 
 def stack_frames(x: tf.Tensor, width: int, stride: int) -> tf.Tensor:
@@ -173,6 +221,11 @@ def stack_frames(x: tf.Tensor, width: int, stride: int) -> tf.Tensor:
         return tf.reshape(x[:, : windows * width], tf.stack([batch, windows, width * features]))
     index = tf.range(windows)[:, None] * stride + tf.range(width)[None, :]  # (windows, width)
     return tf.reshape(tf.gather(x, index, axis=1), tf.stack([batch, windows, width * features]))
+
+
+def _windows(frames: tf.Tensor, width: int, stride: int) -> tf.Tensor:
+    """How many windows ``stack_frames`` makes of ``frames`` frames (``spec.stacked_frames``)."""
+    return tf.maximum((frames - width) // stride + 1, 0)
 
 
 @tf.custom_gradient  # type: ignore[untyped-decorator]
