@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from benchbase.specs.workload import QuantizationSpec
+from benchbase_torch_ds2.quantized_recurrence import StateQuantizer, quantized_recurrence
 
 __all__ = ["FakeQuantizer", "fake_quantize", "quantized_lstm"]
 
@@ -63,38 +64,20 @@ class FakeQuantizer:
         clipped = torch.clamp(x, -used, used)
         return clipped + (fake_quantize(clipped.detach(), scale, self.qmax) - clipped).detach()
 
-    def state_quantizer(self, tensor: str = "lstm.recurrent_state"):
+    def state_quantizer(self, tensor: str = "lstm.recurrent_state") -> StateQuantizer | None:
         """The fake quantization of h(t-1) before the recurrent matmul (fixed range), or None.
         ``tensor``: the state's name in the model family's quantization spec."""
         if not self.spec.quantizes(tensor):
             return None
-        scale = torch.tensor(self.spec.recurrent_state_range, dtype=torch.float32) / self.qmax
-
-        def quantize(h: torch.Tensor) -> torch.Tensor:
-            return h + (fake_quantize(h.detach(), scale.to(h.device), self.qmax) - h).detach()
-
-        return quantize
+        return StateQuantizer(torch.tensor(self.spec.recurrent_state_range, dtype=torch.float32) / self.qmax,
+                              self.qmax)
 
 
 def quantized_lstm(x: torch.Tensor, input_kernel: torch.Tensor, recurrent_kernel: torch.Tensor, bias: torch.Tensor,
-                   quantize_state) -> torch.Tensor:
-    """An LSTM (gates i, f, g, o; zero initial state) over (batch, frames, inputs), frame by frame.
-
-    The fused cuDNN and oneDNN kernels cannot quantize h(t-1) inside their loop, so the
-    emulation steps through time in Python, with autograd through the loop; kernels are in
-    PyTorch's (outputs, inputs) layout.
-    """
-    batch, frames, _ = x.shape
-    units = recurrent_kernel.shape[1]
-    projected = nn.functional.linear(x, input_kernel, bias)  # every frame's input part at once
-    h = x.new_zeros(batch, units)
-    c = x.new_zeros(batch, units)
-    outputs = []
-    for frame in range(frames):
-        state = h if quantize_state is None else quantize_state(h)
-        z = projected[:, frame] + nn.functional.linear(state, recurrent_kernel)
-        i, f, g, o = z.chunk(4, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1)
+                   quantize_state: StateQuantizer | None) -> torch.Tensor:
+    """An LSTM (gates i, f, g, o; zero initial state) over (batch, frames, inputs): every frame's
+    input part at once, then the recurrence with h(t-1) quantized (``quantized_recurrence``: the
+    fused cuDNN and oneDNN kernels cannot quantize inside their loop). Kernels are in PyTorch's
+    (outputs, inputs) layout."""
+    projected = nn.functional.linear(x, input_kernel, bias)
+    return quantized_recurrence(projected, recurrent_kernel, quantize_state)

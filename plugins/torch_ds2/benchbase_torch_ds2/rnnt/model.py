@@ -15,7 +15,7 @@ first of each network (so between consecutive layers, the encoder's time stackin
 not before the joint's projections) and to the joint's hidden layer after its activation.
 
 int8-emulated (``benchbase.families.rnnt.quantization``): every LSTM runs the DS2 model's
-quantized loop (``quantized_lstm``: fused kernels cannot quantize h(t-1) inside their loop) on
+quantized recurrence (``quantized_lstm``: fused kernels cannot quantize h(t-1) inside their loop) on
 its fake-quantized input and kernels, and the joint's three projections fake-quantize their
 inputs and kernels; each quantized input's moving-average range is an ``input_range`` buffer
 of its module, as in the DS2 model. joint.output's range in training is that of the lattice
