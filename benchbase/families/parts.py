@@ -2,8 +2,9 @@
 
 The harness knows no family: it asks ``family_parts(model)`` for the family's parts and uses
 only what this module's protocols name. A family's package holds a ``parts`` module with a
-``PARTS`` object; benchbase's own are found by name (``benchbase.families.<family>.parts``),
-a plugin's family by ``ModelSpec.parts_module``.
+``PARTS`` object: the module its spec class names in ``ModelSpec.parts_module`` (a plugin's
+family, whose package is not benchbase's), or by default ``benchbase.families.<family>.parts``
+(benchbase's own).
 
 What ``predict()`` returns is the family's choice, stated in its package: per-frame
 log-probabilities for CTC (ds2), the joint network's encoder projection for a transducer
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from benchbase.errors import BenchbaseError
 from benchbase.specs import ModelSpec
 
 if TYPE_CHECKING:
@@ -70,7 +72,16 @@ class FamilyParts(Protocol):
 
 
 def family_parts(model: ModelSpec) -> FamilyParts:
-    """The parts of ``model``'s family (imported on first use: a family may bring NumPy-heavy code)."""
-    module = importlib.import_module(f"benchbase.families.{model.family}.parts")
-    parts: FamilyParts = module.PARTS
+    """The parts of ``model``'s family (imported on first use: a family may bring NumPy-heavy code);
+    a one-line ``BenchbaseError`` when the module its spec names does not exist or has no ``PARTS``."""
+    name = type(model).parts_module or f"benchbase.families.{model.family}.parts"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not (name == error.name or name.startswith(error.name + ".")):
+            raise  # the module exists and an import of its own failed: its traceback says where
+        raise BenchbaseError(f"model family {model.family!r}: its parts module {name!r} is not installed") from None
+    parts: FamilyParts | None = getattr(module, "PARTS", None)
+    if parts is None:
+        raise BenchbaseError(f"model family {model.family!r}: its parts module {name!r} has no PARTS")
     return parts

@@ -3,6 +3,10 @@
 Plugins are found through the entry-point group ``benchbase``. The environment variable
 BENCHBASE_LOAD_PLUGINS restricts which ones load: a comma-separated list of entry-point or
 distribution names; set but empty, no third-party plugin loads.
+
+A plugin may bring a model family (its spec is defined when its module is imported): importing
+this package makes the installed plugins a family source of ``benchbase.specs.model``, so a
+workload of a plugin's family reads wherever one is read (config.json too, with no registry).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from importlib import metadata
 import pluggy
 
 from benchbase import hookspecs
+from benchbase.specs.model import add_family_source
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -130,3 +135,11 @@ def entry_point_distributions() -> dict[str, str]:
         if entry_point.dist is not None:
             found[entry_point.name] = f"{entry_point.dist.name} {entry_point.dist.version}"
     return found
+
+
+def _import_plugin_families() -> list[str]:
+    """The installed plugins imported (their families defined); each one skipped, one line."""
+    return [failure.describe() for failure in get_plugin_manager().failures]
+
+
+add_family_source(_import_plugin_families)

@@ -3,8 +3,15 @@
 A workload's ``model`` names its family (``family: ds2``, ``family: rnnt``; a spec without the key
 is DS2, as every spec was before families existed). Each family's spec is a subclass of
 ``ModelSpec`` that lives in the family's package and registers itself when its class is
-defined, so a family brought by a plugin validates like a built-in one once the plugin is
-imported. Specs are data: the registry maps a name to a class, nothing more.
+defined. Specs are data: the registry maps a name to a class, nothing more.
+
+A family brought by a plugin is defined when the plugin's entry-point module is imported (it
+imports its spec). Every command that collects the registry imports the plugins first, but a
+workload is also read where no registry is needed (config.json, by `benchbase verify`,
+`decode-sweep` and `run --resume`), so a name that is neither defined nor benchbase's own makes
+``model_spec_class`` ask its family sources before it calls the family unknown: the plugin host
+adds one that imports the installed plugins (entry points, as ``BENCHBASE_LOAD_PLUGINS``
+allows). Specs import no plugin code themselves.
 
 What is common to every family is what the harness reads without knowing the family: the
 number of output symbols and the blank among them, the precision, the quantization scheme,
@@ -15,6 +22,7 @@ the loss's conventions) are the family's own fields.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, get_args, overload
 
 import numpy as np
@@ -29,6 +37,7 @@ __all__ = [
     "ModelSpec",
     "Precision",
     "QuantizationSpec",
+    "add_family_source",
     "model_families",
     "model_spec_class",
     "validate_model",
@@ -120,9 +129,14 @@ class ModelSpec(Spec):
         description="The fake-quantization scheme of precision int8-emulated (ignored by the other precisions).")
 
     quantizable_tensors: ClassVar[tuple[str, ...]] = ()
-    """Every tensor of the family that ``int8-emulated`` can fake-quantize, by name."""
+    """Every tensor of the family that ``int8-emulated`` can fake-quantize, by name (none: the family
+    has no int8-emulated, and ``quantization.tensors`` stays None)."""
     evaluation_decoders: ClassVar[tuple[str, ...] | None] = None
     """The evaluation decoders (``EvalSpec.decoder``) the family's outputs can be decoded with; None: all."""
+    parts_module: ClassVar[str | None] = None
+    """The module whose ``PARTS`` are the family's parts (``benchbase.families.parts.family_parts``);
+    None: ``benchbase.families.<family>.parts``, where benchbase's own families keep theirs. A
+    plugin's family names its own module here."""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -138,11 +152,13 @@ class ModelSpec(Spec):
     @classmethod
     def _quantization_names_the_familys_tensors(cls, quantization: QuantizationSpec) -> QuantizationSpec:
         if quantization.tensors is None:
+            if not cls.quantizable_tensors:  # a family with nothing to quantize keeps none (() would not read back)
+                return quantization
             return quantization.model_copy(update={"tensors": cls.quantizable_tensors})
         unknown = [name for name in quantization.tensors if name not in cls.quantizable_tensors]
         if unknown:
             raise ValueError(f"quantization.tensors: {', '.join(unknown)} not among this family's "
-                             f"({', '.join(cls.quantizable_tensors)})")
+                             f"({', '.join(cls.quantizable_tensors) or 'it has none'})")
         return quantization
 
     @property
@@ -203,14 +219,47 @@ def model_families() -> tuple[str, ...]:
 
 
 def model_spec_class(family: str) -> type[ModelSpec]:
-    """The spec class of ``family``; ``ValueError`` naming the known ones if none is defined."""
+    """The spec class of ``family``; ``ValueError`` naming the known ones if none is defined once
+    benchbase's own families are and the family sources (the installed plugins) were asked."""
     if family not in _FAMILIES:
         _define_builtin_families()
+    skipped: list[str] = []
+    if family not in _FAMILIES:
+        skipped = _ask_family_sources()
     try:
         return _FAMILIES[family]
     except KeyError:
-        raise ValueError(f"model family {family!r} is unknown (known: {', '.join(model_families())}; a family "
-                         "from a plugin is known once the plugin is installed)") from None
+        more = f" (and {len(skipped) - 1} more: `benchbase plugins` lists them)" if len(skipped) > 1 else ""
+        broken = f"; {skipped[0]}{more}" if skipped else ""
+        raise ValueError(f"model family {family!r} is unknown (known: {', '.join(model_families())}): no installed "
+                         f"plugin defines it; install the plugin that brings it{broken}") from None
+
+
+FamilySource = Callable[[], list[str]]
+"""Imports what may define more families; returns what it skipped (a broken plugin), one line each."""
+_FAMILY_SOURCES: list[FamilySource] = []
+_asking = False
+
+
+def add_family_source(source: FamilySource) -> None:
+    """Have ``model_spec_class`` call ``source`` before it calls a family unknown. The plugin host
+    adds the installed plugins' (``benchbase.plugin_host``), so a plugin's family reads wherever a
+    workload is read, with or without a registry."""
+    if source not in _FAMILY_SOURCES:
+        _FAMILY_SOURCES.append(source)
+
+
+def _ask_family_sources() -> list[str]:
+    """Every source's skipped lines. Nothing while a source runs: a plugin whose import asks for a
+    family it has not defined yet must not import every plugin again from inside itself."""
+    global _asking
+    if _asking:
+        return []
+    _asking = True
+    try:
+        return [line for source in _FAMILY_SOURCES for line in source()]
+    finally:
+        _asking = False
 
 
 def validate_model(value: object) -> object:

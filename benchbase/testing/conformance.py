@@ -228,6 +228,9 @@ def families_to_test(backend_class: type[Backend], family: str | None = None, pr
         return [family]
     families = [known for known in RULE_SETS if known in declared and (precision == "fp32" or (
         (known, precision) in PRECISION_RULE_SETS and precision in capabilities.precisions_of(known)))]
+    if not families and precision == "fp32":
+        raise InputError(f"the conformance kit has no rules for the families backend {backend_class.name!r} "
+                         f"declares ({', '.join(sorted(declared))}); it has rules for {', '.join(RULE_SETS)}")
     if not families:
         raise InputError(f"backend {backend_class.name!r} declares {precision} for none of the families the kit "
                          f"has {precision} rules for (it declares {', '.join(sorted(declared))})")
