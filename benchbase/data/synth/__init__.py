@@ -3,7 +3,7 @@
 It has LibriSpeech's subsets: train, dev-clean, dev-other, test-clean and test-other.
 `synthesize_corpus` is the entry point; the submodules hold the sentence grammar
 (`sentences`), the ctypes eSpeak binding (`espeak`), what sets clean and other apart
-(`conditions`), the noise and reverberation that "other" gets (`acoustics`), the speaker
+(`conditions`), the noise and reverberation a split can get (`acoustics`), the speaker
 set (`voices`) and the reproducible, atomic writer (`corpus`).
 """
 

@@ -44,12 +44,16 @@ __all__ = [
     "CorpusSummary",
     "UtteranceJob",
     "plan_corpus",
+    "plan_split",
     "render_audio",
     "synthesize_corpus",
+    "write_utterances",
 ]
 
 # 2: five LibriSpeech subsets (dev/test split into clean and other) instead of train/dev/test.
-GENERATOR_VERSION = 2
+# 3: "other" calibrated on trained models (conditions.py): unseen accents at 185-225 wpm, no
+#    noise or room.  train, dev-clean and test-clean are byte-identical to version 2's.
+GENERATOR_VERSION = 3
 SAMPLE_RATE = 16_000
 CHAPTER_SIZE = 25
 PEAK_LEVEL = 0.7          # about -3 dBFS: evens out voices without touching dynamics;
@@ -107,7 +111,8 @@ def _plan_voice(split: str, voice: Voice, texts: Sequence[str]) -> list[Utteranc
     return jobs
 
 
-def _plan_split(split: str, voices: Sequence[Voice], texts: Sequence[str]) -> list[UtteranceJob]:
+def plan_split(split: str, voices: Sequence[Voice], texts: Sequence[str]) -> list[UtteranceJob]:
+    """`texts` shared evenly among `voices` in order, in chapters of about CHAPTER_SIZE (seeds unset)."""
     voices = voices[: len(texts)]  # never a voice without utterances
     jobs: list[UtteranceJob] = []
     for voice, share in zip(voices, _even_shares(len(texts), len(voices)), strict=True):
@@ -122,10 +127,11 @@ def plan_corpus(transcripts: Sequence[str], seed: int) -> list[UtteranceJob]:
     jobs: list[UtteranceJob] = []
     for split in SPLITS:
         start = sum(sizes[earlier] for earlier in SPLITS[: SPLITS.index(split)])
-        jobs += _plan_split(split, cast[split], transcripts[start: start + sizes[split]])
-    # Each utterance gets its own breath noise and (for "other") its own room and background
-    # noise, fixed by the corpus seed and its position.  Clean jobs draw an acoustic seed too,
-    # unused, so that one split's conditions never shift another split's seeds.
+        jobs += plan_split(split, cast[split], transcripts[start: start + sizes[split]])
+    # Each utterance gets its own breath noise and its own room and background noise (used
+    # where its split's acoustics have them), fixed by the corpus seed and its position.  Every
+    # job draws an acoustic seed, used or not, so that one split's conditions never shift
+    # another split's seeds.
     noise = random.Random(f"noise:{seed}")
     acoustic = random.Random(f"acoustics:{seed}")
     return [
@@ -287,12 +293,22 @@ def _publish(partial_root: Path, out: Path, parameters: dict) -> CorpusSummary |
     return None
 
 
+def write_utterances(jobs: Sequence[UtteranceJob], root: Path, workers: int,
+                     progress: ProgressCallback | None = None) -> list[int]:
+    """Render `jobs` into `root` in LibriSpeech's layout (audio and transcripts); samples per job.
+
+    Public so that benchmarks/other_calibration.py renders its grid exactly as the corpus does.
+    """
+    for chapter_dir in sorted({job.chapter_dir for job in jobs}):
+        (root / chapter_dir).mkdir(parents=True)
+    lengths = _render_all(jobs, root, workers, progress)
+    _write_transcripts(jobs, root)
+    return lengths
+
+
 def _build(partial_root: Path, jobs: Sequence[UtteranceJob], parameters: dict, source_name: str,
            workers: int, progress: ProgressCallback | None) -> dict:
-    for chapter_dir in sorted({job.chapter_dir for job in jobs}):
-        (partial_root / chapter_dir).mkdir(parents=True)
-    lengths = _render_all(jobs, partial_root, workers, progress)
-    _write_transcripts(jobs, partial_root)
+    lengths = write_utterances(jobs, partial_root, workers, progress)
     _write_json(partial_root / VOICES_FILE, _voices_record(jobs))
     record = {
         "generator": "benchbase.data.synth", "parameters": parameters, "text_source": source_name,
