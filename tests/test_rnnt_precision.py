@@ -157,10 +157,14 @@ def test_backend_test_proves_a_declared_precision_and_refuses_an_unproved_one():
     from cli_helpers import run_benchbase
 
     pytest.importorskip("benchbase_torch_ds2")
-    proved = run_benchbase("backend-test", "torch", "--family", "rnnt", "--precision", "int8-emulated",
+    proved = run_benchbase("backend-test", "torch", "--workload", "rnnt-mini", "--precision", "int8-emulated",
                            "--rule", "rnnt_int8_checkpoint", "--json")
     assert proved.returncode == 0, proved.stderr
     assert '"precision": "int8-emulated"' in proved.stdout and '"rnnt_int8_checkpoint"' in proved.stdout
+    disagreeing = run_benchbase("backend-test", "torch", "--workload", "rnnt-mini", "--family", "ds2")
+    assert disagreeing.returncode == 2
+    assert disagreeing.stderr.strip() == ("benchbase: error: --family ds2 and --workload rnnt-mini (family rnnt) "
+                                          "disagree")
     refused = run_benchbase("backend-test", "torch", "--precision", "bf16")
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1] == ("benchbase: error: the conformance kit has no bf16 rules; "

@@ -1,7 +1,8 @@
-"""`benchbase backend-test NAME [--family FAMILY] [--precision P]`: prove a registered backend against contract v2.
+"""`benchbase backend-test NAME [--family FAMILY | --workload W] [--precision P]`: prove a backend against contract v2.
 
 Runs the conformance kit (``benchbase.testing``) on the kit's small real-speech batches, for
-every model family the backend declares (``Capabilities.families``) or the one --family names,
+every model family the backend declares (``Capabilities.families``) or the one --family names
+(or --workload's family: the kit proves a family on its own small model, not the workload's sizes),
 each family with its own rules (``RULE_SETS``): every rule, or those named with --rule. With
 --precision (int8-emulated), the family's rules for that precision instead
 (``PRECISION_RULE_SETS``), for the families the backend declares it for. Exit codes: 0 every
@@ -19,7 +20,7 @@ from rich.table import Table
 
 from benchbase.cli.app import cli
 from benchbase.cli.framework_logs import filtered_native_logs
-from benchbase.errors import BenchbaseError
+from benchbase.errors import BenchbaseError, InputError
 
 __all__ = ["backend_test", "results_table"]
 
@@ -28,14 +29,20 @@ __all__ = ["backend_test", "results_table"]
 @click.argument("name")
 @click.option("--family", default=None, metavar="FAMILY",
               help="Prove this model family only (ds2, rnnt); default: every family the backend declares.")
+@click.option("--workload", default=None, metavar="WORKLOAD",
+              help="Prove the model family of this workload (a name or a YAML file), e.g. rnnt-mini: the same as "
+              "--family with its family.")
 @click.option("--rule", "rules", multiple=True, metavar="RULE",
               help="Run only this rule (repeatable); default: every rule of each family, in order.")
 @click.option("--precision", default="fp32", show_default=True, metavar="PRECISION",
               help="Prove this precision: fp32 (the family's rules) or int8-emulated (its own rules, against the "
               "quantized reference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
-def backend_test(name: str, family: str | None, rules: tuple[str, ...], precision: str, as_json: bool) -> None:
+def backend_test(name: str, family: str | None, workload: str | None, rules: tuple[str, ...], precision: str,
+                 as_json: bool) -> None:
     """Run the conformance kit on backend NAME (see `benchbase plugins`)."""
+    if workload is not None:
+        family = _workload_family(workload, family)
     # The kit imports NumPy-heavy modules; loaded here so that other commands stay fast.
     from benchbase.testing.conformance import (
         RULE_SETS,
@@ -74,6 +81,17 @@ def backend_test(name: str, family: str | None, rules: tuple[str, ...], precisio
         # A BenchbaseError (exit 1), as `benchbase check` does: main() drops a click Exit's code.
         raise BenchbaseError(f"backend {name!r} fails {len(failed)} of {len(results)} conformance rule(s): "
                              f"{', '.join(failed)}")
+
+
+def _workload_family(workload: str, family: str | None) -> str:
+    """The model family of ``workload`` (registered name or YAML file); --family, if given too, must agree."""
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
+
+    found = collect_registry(get_plugin_manager()).workload(workload).model.family
+    if family is not None and family != found:
+        raise InputError(f"--family {family} and --workload {workload} (family {found}) disagree")
+    return found
 
 
 def results_table(name: str, results, family: str = "ds2", precision: str = "fp32") -> Table:
