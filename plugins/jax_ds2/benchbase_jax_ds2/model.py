@@ -26,6 +26,7 @@ from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS, weight_layout
 from benchbase.specs import ModelSpec
 from benchbase.specs.workload import QuantizationSpec
+from benchbase_jax_ds2.cpu_bf16 import native_bf16_dots
 from benchbase_jax_ds2.quantization import quantize_activation, quantize_state, quantize_weight, updated_range
 
 __all__ = ["STATISTICS", "counter_hash", "forward", "initial_weights", "split_weights"]
@@ -46,14 +47,22 @@ class Arithmetic(NamedTuple):
     as cuDNN's half-precision RNNs do; tf32 keeps float32 operands at XLA's default
     (TF32 tensor-core) precision; fp32 and int8-emulated compute in true float32.
 
-    ``rounded``: XLA's CPU has no half-precision dot with a float32 result, so there the
-    operands are rounded to the half type and multiplied in float32. That is the same number:
-    the product of two bf16 (fp16) values is exact in float32, and the sum is float32 either way.
+    On XLA's CPU, bf16 multiplies bfloat16 operands natively (YNNPACK's bf16 dot, float32 result)
+    where ``benchbase_jax_ds2.cpu_bf16.native_bf16_dots`` finds that this jaxlib and CPU can, with
+    ``ordered`` on: each dot is computed with its result's indices in operand order (the canonical
+    (M, K) x (K, N) form that path takes) and transposed afterwards, behind an optimization
+    barrier, which keeps XLA's simplifier from folding the transpose back into the dot as swapped
+    operands, a form XLA's own dot kernel cannot run in bf16 x bf16 -> f32.
+
+    ``rounded``: elsewhere on a CPU (fp16, or no native bf16 dot) the operands are rounded to the
+    half type and multiplied in float32. That is the same number: the product of two bf16 (fp16)
+    values is exact in float32, and the sum is float32 either way.
     """
 
     operands: Any
     precision: lax.Precision
     rounded: bool = False
+    ordered: bool = False
 
     def operand(self, x: jax.Array) -> jax.Array:
         """``x`` as a matmul operand: in the half type, or rounded to it (``rounded``)."""
@@ -61,14 +70,22 @@ class Arithmetic(NamedTuple):
         return low.astype(jnp.float32) if self.rounded else low
 
     def dot(self, subscripts: str, x: jax.Array, y: jax.Array) -> jax.Array:
-        return jnp.einsum(subscripts, self.operand(x), self.operand(y), precision=self.precision,
-                          preferred_element_type=jnp.float32)
+        x, y = self.operand(x), self.operand(y)
+        inputs, result = subscripts.split("->")
+        left, right = inputs.split(",")
+        order = "".join([index for index in left if index not in right] + [i for i in right if i not in left])
+        if not self.ordered or order == result:
+            return jnp.einsum(subscripts, x, y, precision=self.precision, preferred_element_type=jnp.float32)
+        product = jnp.einsum(f"{inputs}->{order}", x, y, precision=self.precision, preferred_element_type=jnp.float32)
+        return jnp.einsum(f"{order}->{result}", lax.optimization_barrier(product))
 
 
 def arithmetic(spec: ModelSpec, platform: str = "cpu") -> Arithmetic:
     """The arithmetic of ``spec.precision`` on a device of ``platform`` ("cpu", "gpu")."""
     operands = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(spec.precision, jnp.float32)
     if operands is not jnp.float32 and platform == "cpu":
+        if operands is jnp.bfloat16 and native_bf16_dots():
+            return Arithmetic(operands, HIGHEST, ordered=True)
         return Arithmetic(operands, HIGHEST, rounded=True)
     return Arithmetic(operands, HIGHEST if spec.precision in ("fp32", "int8-emulated") else lax.Precision.DEFAULT)
 

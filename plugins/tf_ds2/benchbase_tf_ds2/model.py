@@ -14,7 +14,8 @@ On a GPU the LSTMs take Keras's cuDNN path (tanh/sigmoid, no recurrent dropout, 
 bias on: every condition of ``keras.backend.cudnn_ok`` holds). On a CPU Keras would fall back
 to a ``tf.while_loop`` of small per-step ops; ``SequenceLSTM`` runs TensorFlow's fused
 BlockLSTMV2 kernel instead, on the very same weights, which is what brings the TF step time
-near PyTorch's oneDNN LSTM (docs/BENCHMARKS.md).
+near PyTorch's oneDNN LSTM (docs/BENCHMARKS.md). In bf16 too: that kernel has no bfloat16
+version, so it runs in float32 on the layer's bfloat16 operands (``SequenceLSTM.call``).
 """
 
 from __future__ import annotations
@@ -66,9 +67,21 @@ class SequenceLSTM(keras.layers.LSTM):
         if not self.fused or initial_state is not None or mask is not None:
             return super().call(sequences, initial_state=initial_state, mask=mask, training=training)
         cell = self.cell
+        # Under a mixed policy the layer's autocast hands over the weights in the compute type.
         weights = tf.concat([tf.convert_to_tensor(cell.kernel), tf.convert_to_tensor(cell.recurrent_kernel)], axis=0)
-        time_major = tf.transpose(sequences, [1, 0, 2])
-        return tf.transpose(_block_lstm(time_major, weights, tf.convert_to_tensor(cell.bias)), [1, 0, 2])
+        operands = [tf.transpose(sequences, [1, 0, 2]), weights, tf.convert_to_tensor(cell.bias)]
+        if sequences.dtype == tf.bfloat16:
+            # BlockLSTMV2 has half and float kernels, no bfloat16 one: bf16 runs the float32 kernel on
+            # the bfloat16 inputs, weights and bias (widened exactly). The input projection's products
+            # are then bf16 x bf16, exact in float32 and summed in float32, as a bf16 matmul with
+            # float32 accumulation computes them; the recurrent state h(t-1), the cell state and the
+            # gates stay float32 inside the kernel (as in cuDNN's half-precision RNNs), and the output
+            # is rounded to bfloat16 like every other layer's. Keras's own LSTM, a tf.while_loop of
+            # per-frame bf16 ops that casts the weights again in every frame, took 1.4x the fused
+            # fp32 layer's time, forward and backward (ds2-mini, one AVX-512 BF16 core).
+            operands = [tf.cast(operand, tf.float32) for operand in operands]
+        hidden = _block_lstm(*operands)
+        return tf.transpose(tf.cast(hidden, sequences.dtype), [1, 0, 2])
 
 
 @tf.custom_gradient
@@ -109,8 +122,6 @@ class DeepSpeech2(keras.Model):
         self.spec = spec
         self.feature_dimension = feature_dimension
         policy = POLICIES.get(spec.precision, "float32")
-        # TensorFlow's BlockLSTM kernel has no bfloat16 version: bf16 takes Keras's own LSTM loop.
-        fused_lstm = fused_lstm and spec.precision != "bf16"
         self.conv = keras.layers.Conv1D(spec.conv_channels, spec.conv_width, strides=spec.conv_stride,
                                         padding="valid", use_bias=False, kernel_initializer="glorot_uniform",
                                         name="conv", dtype=policy)
