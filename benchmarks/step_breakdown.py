@@ -1,6 +1,7 @@
-"""Where the milliseconds of a PyTorch training step go, on `cpu` against `cpu2` (issue #27, item 4).
+"""Where the milliseconds of a training step go, on `cpu` against `cpu2` (issue #27, item 4).
 
-    python benchmarks/step_breakdown.py [--steps 20] [--out runs/breakdown]
+    python benchmarks/step_breakdown.py [--steps 20] [--out runs/breakdown]            # PyTorch
+    python benchmarks/step_breakdown.py --backend tf [--steps 20] [--out runs/breakdown-tf]
 
 Runs ds2-mini one epoch on each profile with `benchbase run --profile-steps STEPS` (rank 0's
 torch.profiler trace of steps 3 to STEPS + 2), then splits rank 0's profiled time into the
@@ -20,6 +21,11 @@ autograd engine runs on the calling thread on a CPU), grouped:
 
 The data wait is the harness's own measurement (metrics.jsonl's wait_s over the same steps). The
 profiler slows the steps it covers: the shares, not the milliseconds, are the result.
+
+TensorFlow (``--backend tf``) runs both replicas of `cpu2` in one process, their operations on
+its inter-op threads (one per device), so its table is of device time: the TensorBoard profile's
+top-level operations on the compute threads, summed by type over both devices, against the
+devices' capacity (threads x the `train` calls' wall time); what no operation used is idle.
 """
 
 from __future__ import annotations
@@ -43,15 +49,26 @@ GROUPS = (
 )
 
 
+TF_GROUPS = (
+    ("lstm", ("BlockLSTM",)),
+    ("conv", ("Conv2D",)),
+    ("ctc", ("CTCLoss",)),
+    ("dropout", ("StatelessRandom",)),
+    ("all-reduce and copies between devices", ("AddN", "_Send", "_Recv", "Collective", "AllReduce")),
+    ("optimizer", ("ResourceApply",)),
+)
+
+
 def main() -> None:
     arguments = _arguments()
+    if arguments.backend == "tf":
+        _tensorflow(arguments)
+        return
     rows = {}
     for profile in ("cpu", "cpu2"):
         run_dir = arguments.out / profile
         if not (run_dir / "profile" / "torch-trace.json").is_file():
-            subprocess.run([sys.executable, "-m", "benchbase", "run", "--workload", "ds2-mini", "--backend", "torch",
-                            "--hw", profile, "--max-epochs", "1", "--no-final-eval", "--profile-steps",
-                            str(arguments.steps), "--out", str(run_dir)], check=False, capture_output=True)
+            _profiled_run("torch", profile, arguments.steps, run_dir)
         rows[profile] = breakdown(run_dir, arguments.steps)
     groups = [name for name, _ in GROUPS] + ["other ops", "unaccounted", "data wait"]
     print(f"ds2-mini, torch, rank 0, {arguments.steps} profiled steps; ms per step (share of the step)\n")
@@ -90,6 +107,72 @@ def breakdown(run_dir: Path, steps: int) -> dict[str, float]:
     return result
 
 
+def _profiled_run(backend: str, profile: str, steps: int, run_dir: Path) -> None:
+    subprocess.run([sys.executable, "-m", "benchbase", "run", "--workload", "ds2-mini", "--backend", backend,
+                    "--hw", profile, "--max-epochs", "1", "--no-final-eval", "--profile-steps", str(steps),
+                    "--out", str(run_dir)], check=False, capture_output=True)
+
+
+def _tensorflow(arguments: argparse.Namespace) -> None:
+    rows = {}
+    for profile in ("cpu", "cpu2"):
+        run_dir = arguments.out / profile
+        if not list(run_dir.glob("profile/plugins/profile/*/*.xplane.pb")):
+            _profiled_run("tf", profile, arguments.steps, run_dir)
+        rows[profile] = tf_breakdown(run_dir, arguments.steps)
+    groups = [name for name, _ in TF_GROUPS] + ["other ops", "idle"]
+    print(f"ds2-mini, tf, {arguments.steps} profiled steps; device ms per step, both devices summed (share of "
+          "the devices' capacity)\n")
+    print("| part | " + " | ".join(rows) + " |\n|---|" + "---:|" * len(rows))
+    for group in groups:
+        cells = [f"{row[group]:.1f} ({100 * row[group] / row['capacity']:.0f} %)" for row in rows.values()]
+        print(f"| {group} | " + " | ".join(cells) + " |")
+    print("| **capacity (devices x step wall)** | " + " | ".join(f"**{row['capacity']:.1f}**" for row in rows.values())
+          + " |")
+    print("| step wall | " + " | ".join(f"{row['wall']:.1f}" for row in rows.values()) + " |")
+
+
+def tf_breakdown(run_dir: Path, steps: int) -> dict[str, float]:
+    """Device milliseconds per step by group, from the TensorBoard profile's host plane."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TensorFlow's own profile format
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(next(run_dir.glob("profile/plugins/profile/*/*.xplane.pb")).read_bytes())
+    plane = next(plane for plane in space.planes if plane.name == "/host:CPU")
+    names = {key: value.name for key, value in plane.event_metadata.items()}
+    totals: dict[str, float] = defaultdict(float)
+    wall, threads = 0.0, 0
+    for line in plane.lines:
+        if line.name == "benchbase":  # the harness's thread: each train_step is one `train` call
+            wall = sum(event.duration_ps for event in line.events if names[event.metadata_id] == "train") / 1e9
+        if not line.name.startswith("tf_Compute"):
+            continue
+        threads += 1
+        # An operation's event is "name:Type"; runtime events ("ExecutorState::Process") wrap them.
+        operations = sorted(((event.offset_ps, event.duration_ps, names[event.metadata_id]) for event in line.events
+                             if ":" in names[event.metadata_id] and "::" not in names[event.metadata_id]),
+                            key=lambda event: (event[0], -event[1]))
+        end = -1
+        for start, duration, name in operations:  # top-level operations only
+            if start >= end:
+                totals[_tf_group(name.rsplit(":", 1)[-1])] += duration / 1e9
+                end = start + duration
+    result = {group: value / steps for group, value in totals.items()}
+    for group in [name for name, _ in TF_GROUPS] + ["other ops"]:
+        result.setdefault(group, 0.0)
+    result["capacity"] = threads * wall / steps
+    result["idle"] = result["capacity"] - sum(totals.values()) / steps
+    result["wall"] = wall / steps
+    return result
+
+
+def _tf_group(operation_type: str) -> str:
+    for group, markers in TF_GROUPS:
+        if any(marker in operation_type for marker in markers):
+            return group
+    return "other ops"
+
+
 def _group(name: str) -> str:
     for group, markers in GROUPS:
         if any(marker in name for marker in markers):
@@ -99,6 +182,7 @@ def _group(name: str) -> str:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("torch", "tf"), default="torch")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("runs/breakdown"))
     return parser.parse_args()
