@@ -11,6 +11,8 @@ from benchbase_torch_ds2.quantization import fake_quantize
 from benchbase_torch_ds2.quantized_recurrence import StateQuantizer, quantized_recurrence
 from torch import nn
 
+pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
+
 UNITS = 5  # odd sizes: a gate block misplaced by a unit shows
 FRAMES = 17
 
