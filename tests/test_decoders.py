@@ -279,3 +279,15 @@ def test_decode_sweep_shows_each_beam_width_as_it_is_done(registry, tmp_path):
                                                                                "CER/ref % 0.00")
     assert lines[1].startswith("beam width 4, seconds ")
     assert "run: beam on 6 dev-clean utterances" in shown.getvalue()  # and the whole table at the end
+
+
+def test_the_beam_keeps_no_candidate_more_than_beam_prune_below_the_best():
+    # pyctcdecode's beam_prune_logp: on peaked posteriors a full beam is mostly prefixes
+    # e^-12 times less likely than the best; they are dropped even where the beam has room.
+    from benchbase.decode._search import Search, _best
+
+    scores = np.array([-3.0, -14.0, -16.0, -np.inf, -3.5])
+    chosen = np.zeros(5, np.int64)
+    assert list(chosen[: _best(scores.copy(), 4, chosen, 12.0)]) == [0, 1, 4]
+    assert list(chosen[: _best(scores.copy(), 4, chosen, np.inf)]) == [0, 1, 2, 4]
+    assert Search(16, 0, 1, 0, 0.0, 0.0).beam_prune == 12.0

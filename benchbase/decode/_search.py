@@ -54,6 +54,11 @@ class Search(NamedTuple):
     token_prune: float = 12.0
     """Labels more than this many nats below a frame's best are never appended: they cannot
     win, and skipping them is most of the speed (pyctcdecode's token_min_logp does the same)."""
+    beam_prune: float = 12.0
+    """Candidates more than this many nats below the frame's best candidate are not kept, even
+    when the beam has room (pyctcdecode's beam_prune_logp, 10 by default): on peaked posteriors
+    most of a full beam is prefixes e^-12 times less likely than the best, which cost a beam's
+    work at every later frame and almost never come back to win."""
 
 
 def plain_lexicon() -> Lexicon:
@@ -287,10 +292,13 @@ def _step(row, beams, count, nodes, settings, lexicon, work, into):
     """One frame: the beams' candidates, listed, the best kept in ``into``; returns their count."""
     active = work.active[: _load_frame(row, settings, work)]
     floor = _keep(beams, count, nodes, settings, work)
+    # Below the best staying candidate's score minus beam_prune, a candidate is below the best
+    # candidate's minus beam_prune too: it can be skipped before it is listed.
+    floor = max(floor, np.max(work.keep_score[:count]) - settings.beam_prune) if count else floor
     _mark_beam_children(beams, count, nodes, work)
     listed = _list(beams, count, active, floor, nodes, settings, lexicon, work)
     _settle_merges(beams, count, nodes, work)
-    chosen = _best(work.score[:listed], settings.beam_width, work.chosen)
+    chosen = _best(work.score[:listed], settings.beam_width, work.chosen, settings.beam_prune)
     _advance(beams, count, chosen, nodes, settings, lexicon, work, into)
     return chosen
 
@@ -427,9 +435,13 @@ def _settle_merges(beams, count, nodes, work):
 
 
 @numba.njit(cache=True, nogil=True)
-def _best(scores, width, chosen):
-    """Puts the indices of the `width` best finite scores in ``chosen``, in index order (ties
-    go to the lower index); returns how many."""
+def _best(scores, width, chosen, prune):
+    """Puts the indices of the `width` best finite scores within ``prune`` of the best in
+    ``chosen``, in index order (ties go to the lower index); returns how many."""
+    lowest = np.max(scores) - prune if len(scores) else NEG_INF
+    for i in range(len(scores)):
+        if scores[i] < lowest:
+            scores[i] = NEG_INF
     finite = 0
     for value in scores:
         finite += value > NEG_INF
