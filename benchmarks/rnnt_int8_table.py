@@ -24,6 +24,7 @@ Prints a markdown table (WER and CER per subset).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -102,8 +103,6 @@ def _weights(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 def _epochs(run_dir: Path) -> str:
-    import json
-
     return str(json.loads((run_dir / "result.json").read_text()).get("epochs", "?"))
 
 

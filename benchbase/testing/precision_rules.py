@@ -85,12 +85,14 @@ def check_rnnt_int8_checkpoint(kit: Kit) -> None:
     model = in_precision(kit.model, INT8_EMULATED)
     with tempfile.TemporaryDirectory() as folder, kit.backend(model=model) as backend:
         path = Path(folder) / "checkpoint"
-        backend.train_step(kit.data.batches[0])
+        loss = backend.train_step(kit.data.batches[0])
         backend.save_checkpoint(path)
         saved, encoded = backend.export_weights(), backend.predict(kit.data.small_inputs)
         with kit.backend(seed=kit.seed + 5, model=model) as restored:
             restored.load_checkpoint(path)
             weights, again = restored.export_weights(), restored.predict(kit.data.small_inputs)
+    if not np.isfinite(loss):
+        raise ConformanceFailure("rnnt_int8_checkpoint", f"an int8-emulated train_step returned {loss}")
     unset = [name for name in input_range_names(model) if not saved[name] > 0]
     if unset:
         raise ConformanceFailure("rnnt_int8_checkpoint", f"after a training step the ranges {', '.join(unset)} "

@@ -248,9 +248,9 @@ def bounded_transducer_loss(weights: Mapping[str, np.ndarray], model: RNNTModelS
 
 def rounded_prediction(w: Mapping[str, np.ndarray], model: RNNTModelSpec, batch: Batch,
                        rounded: RoundedArithmetic, quantizer: Quantizer | None = None) -> np.ndarray:
-    """``reference.prediction_forward`` with ``rounded``'s moves injected; ``quantizer``: an
-    int8-emulated pass's fake quantization (none: fp32)."""
-    quantizer = quantizer or _FLOAT
+    """``reference.prediction_forward`` with ``rounded``'s moves injected; ``quantizer``: a training
+    pass's fake quantization (none: inference, the identity unless ``model`` is int8-emulated)."""
+    quantizer = quantizer or Quantizer(w, model, training=False)
     blank = model.blank_index
     labels = np.where(np.arange(batch.labels.shape[1]) < batch.label_lengths[:, None], batch.labels, blank)
     x = w["prediction.embedding"][np.concatenate([np.full((len(labels), 1), blank), labels], axis=1)]
@@ -267,7 +267,7 @@ def rounded_joint(w: Mapping[str, np.ndarray], model: RNNTModelSpec, encoded: np
                   inside: np.ndarray | None = None) -> np.ndarray:
     """``reference.joint`` with ``rounded``'s moves injected; ``quantizer`` as ``rounded_prediction``'s,
     ``inside`` the lattice's cells within the lengths (joint.output's range in training)."""
-    quantizer = quantizer or _FLOAT
+    quantizer = quantizer or Quantizer(w, model, training=False)
     kernel = quantizer.kernel("joint.prediction.kernel", w["joint.prediction.kernel"])
     projected = rounded.dot(quantizer.input("joint.prediction", predicted), kernel, w["joint.prediction.bias"])
     hidden = rounded.function(encoded[:, :, None, :] + projected[:, None, :, :])
@@ -278,22 +278,6 @@ def rounded_joint(w: Mapping[str, np.ndarray], model: RNNTModelSpec, encoded: np
     shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
     total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
     return rounded.function(shifted - rounded.function(np.log(total))[..., None])
-
-
-class _Float:
-    """No fake quantization: the fp32 model's pass."""
-
-    def input(self, layer, x, inside=None):
-        return x
-
-    def kernel(self, name, kernel):
-        return kernel
-
-    def recurrent_state(self, layer):
-        return None
-
-
-_FLOAT = _Float()
 
 
 def _loss_hint(loss: float, reference: BoundedLoss, batch: Batch) -> str:
