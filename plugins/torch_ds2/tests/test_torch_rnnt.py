@@ -362,9 +362,9 @@ def test_two_ranks_train_the_same_global_batches_as_one(tmp_path):
 def _ddp_rank(rank, folder, steps):
     torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2,
                                          timeout=datetime.timedelta(seconds=120))  # a lost rank fails, not hangs
+    backend = torch_backend.TorchBackend()
     try:
         plan = DevicePlan(kind="cpu", count=2, batch_per_device=2, threads=1, world_size=2, rank=rank, local_rank=rank)
-        backend = torch_backend.TorchBackend()
         backend.build(BuildContext(model=NO_DROPOUT, optimizer=ADAMW, feature_dimension=FEATURES, plan=plan, seed=0,
                                    max_frames=600, max_label_length=100))
         batch = random_batch(seed=1)
@@ -379,6 +379,10 @@ def _ddp_rank(rank, folder, steps):
             np.savez(f"{folder}/weights.npz", **backend.export_weights())
         torch.distributed.barrier()  # no rank closes its process group while the other still works
     finally:
+        # The harness's order: the backend (its DDP reducer) goes first, the group after. A reducer
+        # freed after destroy_process_group holds the group's last reference, and its destructor
+        # joins gloo's thread while holding the GIL, which that thread may still need (a hang).
+        backend.close()
         torch.distributed.destroy_process_group()
 
 
