@@ -17,6 +17,7 @@ pyproject.toml's pytest ``pythonpath`` puts on the import path.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -36,11 +37,24 @@ _OWN_JAX_CACHE = pytest.StashKey[Path]()
 def pytest_configure(config: pytest.Config) -> None:
     # Before any test module imports JAX, which reads its settings from the environment; xdist's
     # workers and every subprocess inherit them. A cache set by the caller is left alone.
-    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        folder = Path(tempfile.mkdtemp(prefix="benchbase-test-jax-cache-"))
+        config.stash[_OWN_JAX_CACHE] = folder
+        os.environ.update(_jax_cache_settings(folder))
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _jax_client_on_one_thread()
+
+
+def _jax_client_on_one_thread() -> None:
+    """A process that runs tests creates JAX's CPU client once, and it keeps the threads it was
+    created with. Every JAX backend the tests build in-process has a budget of one thread; a
+    test that calls jax.numpy first would otherwise create the client on every core, and the
+    kit's thread_budget rule, run later in the same worker, would measure those threads."""
+    if importlib.util.find_spec("benchbase_jax_ds2") is None:
         return
-    folder = Path(tempfile.mkdtemp(prefix="benchbase-test-jax-cache-"))
-    config.stash[_OWN_JAX_CACHE] = folder
-    os.environ.update(_jax_cache_settings(folder))
+    from benchbase_jax_ds2.threads import limit_cpu_threads
+
+    limit_cpu_threads(1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

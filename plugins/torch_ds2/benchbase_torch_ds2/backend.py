@@ -209,7 +209,10 @@ class TorchBackend(Backend):
 
     def close(self) -> None:
         on_gpu = getattr(self, "device", None) is not None and self.device.type == "cuda"
-        for attribute in ("model", "network", "optimizer", "scaler", "profiler"):
+        # Every reference to the modules goes, the strategy's included: a DDP reducer that outlives
+        # this call is freed after the harness destroys the process group, and its destructor then
+        # joins gloo's thread while holding the GIL that thread may still need (a hang at exit).
+        for attribute in ("model", "network", "strategy", "optimizer", "scaler", "profiler"):
             self.__dict__.pop(attribute, None)
         if on_gpu:
             torch.cuda.empty_cache()
