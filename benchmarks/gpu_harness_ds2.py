@@ -44,7 +44,12 @@ baseline is the backend as it is in the tree and each lever is measured on its o
   algorithms for each shape and keeps the fastest).
 - ``cuda_graph``: the network's training forward and backward captured once into a CUDA graph
   (``torch.cuda.make_graphed_callables``) and replayed every step; CTC and the optimizer stay
-  eager (see ``capture_graph``). LEVER+LEVER applies several.
+  eager (see ``capture_graph``).
+- ``frame_norm``: the BatchNorm after each LSTM normalizes the LSTM's (batch x frames, channels)
+  output as it lies, instead of a (batch, channels, frames) transposed view, which costs copies and
+  a BatchNorm backward over strided memory; the same statistics, summed in another order.
+
+LEVER+LEVER applies several.
 
 FLOPs are those of benchmarks/gpu_ds2.py: 51.2 MFLOP forward per conv output frame of ds2, a
 training step 3x that, 153.7 MFLOP per padded frame, 830 padded frames per utterance. MFU
@@ -71,7 +76,7 @@ WORKLOAD_FILE = "ds2-harness-timing.yaml"
 PROFILE_FILE = "h100-sys10.yaml"
 STORE = "store"
 SUBSETS = ("train", "dev-clean", "dev-other", "test-clean", "test-other")
-LEVERS = ("none", "pinned", "pinned_pipeline", "cudnn_benchmark", "cuda_graph")
+LEVERS = ("none", "pinned", "pinned_pipeline", "cudnn_benchmark", "cuda_graph", "frame_norm")
 PEAKS = {"fp32": 67e12, "tf32": 495e12, "bf16": 989e12, "fp16": 989e12}
 """H100 SXM dense peaks (NVIDIA datasheet; dense = half the sparse figure): FP32 on the CUDA cores,
 TF32 and BF16/FP16 on the tensor cores."""
@@ -268,6 +273,21 @@ def apply_lever(lever: str) -> None:
             return eager_step(self, batch)
 
         backend.TorchBackend.train_step = graphed_step
+    elif lever == "frame_norm":
+        from benchbase_torch_ds2 import model
+
+        def frame_norm_forward(self, features):
+            if self.quantizer is not None:
+                return self._quantized_forward(features)
+            x = self.conv(features.transpose(1, 2))
+            x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
+            for lstm, norm in zip(self.lstms, self.lstm_norms):
+                x = model._lstm(lstm, x)
+                batch, frames, channels = x.shape
+                x = self.dropout(norm(x.reshape(batch * frames, channels)).reshape(batch, frames, channels))
+            return torch.log_softmax(self.output(x).float(), dim=-1)
+
+        model.DeepSpeech2.forward = frame_norm_forward
     else:
         raise SystemExit(f"unknown lever {lever!r} (one of {', '.join(LEVERS)})")
 

@@ -40,7 +40,7 @@ class SpecBatchNorm1d(nn.BatchNorm1d):
         if self.synchronized:
             return self._global_batch_forward(x)
         with torch.no_grad():
-            variance, mean = torch.var_mean(x.detach().float(), dim=(0, 2), correction=0)
+            variance, mean = torch.var_mean(x.detach().float(), dim=_frame_dims(x), correction=0)
             self.running_mean.mul_(self.keep).add_(mean, alpha=1.0 - self.keep)
             self.running_var.mul_(self.keep).add_(variance, alpha=1.0 - self.keep)
         return nn.functional.batch_norm(x, None, None, self.weight, self.bias, training=True, eps=self.eps)
@@ -57,16 +57,22 @@ class SpecBatchNorm1d(nn.BatchNorm1d):
         """
         from torch.distributed.nn.functional import all_reduce
 
-        values = x.float()
-        count = values.shape[0] * values.shape[2] * torch.distributed.get_world_size()
-        mean = all_reduce(values.sum(dim=(0, 2))) / count
-        centered = values - mean[None, :, None]
-        variance = all_reduce(centered.square().sum(dim=(0, 2))) / count
+        values, dims = x.float(), _frame_dims(x)
+        channel = (1, -1) + (1,) * (x.dim() - 2)  # broadcasts a per-channel vector over x
+        count = values.numel() // values.shape[1] * torch.distributed.get_world_size()
+        mean = all_reduce(values.sum(dim=dims)) / count
+        centered = values - mean.view(channel)
+        variance = all_reduce(centered.square().sum(dim=dims)) / count
         with torch.no_grad():
             self.running_mean.mul_(self.keep).add_(mean.detach(), alpha=1.0 - self.keep)
             self.running_var.mul_(self.keep).add_(variance.detach(), alpha=1.0 - self.keep)
-        normalized = centered * torch.rsqrt(variance + self.eps)[None, :, None]
-        return (normalized * self.weight[None, :, None] + self.bias[None, :, None]).to(x.dtype)
+        normalized = centered * torch.rsqrt(variance + self.eps).view(channel)
+        return (normalized * self.weight.view(channel) + self.bias.view(channel)).to(x.dtype)
+
+
+def _frame_dims(x: torch.Tensor) -> tuple[int, ...]:
+    """Every dimension but the channels' (1): (batch, channels) or (batch, channels, frames)."""
+    return (0,) if x.dim() == 2 else (0, 2)
 
 
 class DeepSpeech2(nn.Module):
