@@ -423,6 +423,8 @@ def run(args: argparse.Namespace) -> None:
             command += ["--profile-steps", "3"]
         if args.tiny:
             command += list(TINY)
+        for override in args.set:
+            command += ["--set", override]
         print(f"[{time.monotonic() - started:6.1f} s] {name}", flush=True)
         with open(out / f"{name}.log", "w") as log:
             try:
@@ -626,6 +628,8 @@ def main() -> None:
     r.add_argument("--epochs", type=int, help="override the workload's epochs")
     r.add_argument("--deadline", type=float, default=3600, help="seconds: start no run after this")
     r.add_argument("--tiny", action="store_true", help="a small model and batch (a CPU smoke test)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed to every `benchbase run` (e.g. workload.model.dropout=0 to compare numerics)")
     r.add_argument("--no-probe", action="store_true", help="skip the host-to-device copy probe")
     r.add_argument("--archive", type=Path, help="tar.gz of the runs' small files")
     r.set_defaults(function=run)

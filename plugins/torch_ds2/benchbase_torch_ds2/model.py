@@ -116,8 +116,7 @@ class DeepSpeech2(nn.Module):
         x = self.conv(features.transpose(1, 2))
         x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
         for lstm, norm in zip(self.lstms, self.lstm_norms):
-            x = _lstm(lstm, x)
-            x = self.dropout(norm(x.transpose(1, 2)).transpose(1, 2))
+            x = self.dropout(_normalize_frames(norm, _lstm(lstm, x)))
         return torch.log_softmax(self.output(x).float(), dim=-1)
 
     def _quantized_forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -133,7 +132,7 @@ class DeepSpeech2(nn.Module):
             x = quantized_lstm(x, quantize.weight("lstm.input_kernel", lstm.weight_ih_l0),
                                quantize.weight("lstm.recurrent_kernel", lstm.weight_hh_l0),
                                lstm.bias_ih_l0 + lstm.bias_hh_l0, state)
-            x = self.dropout(norm(x.transpose(1, 2)).transpose(1, 2))
+            x = self.dropout(_normalize_frames(norm, x))
         x = quantize.activation("output.input", self.output, x)
         logits = nn.functional.linear(x, quantize.weight("output.kernel", self.output.weight), self.output.bias)
         return torch.log_softmax(logits, dim=-1)
@@ -142,6 +141,16 @@ class DeepSpeech2(nn.Module):
         if self.spec.conv_activation == "clipped_relu":
             return torch.clamp(x, 0.0, CLIPPED_RELU_CEILING)
         return torch.relu(x)
+
+
+def _normalize_frames(norm: SpecBatchNorm1d, x: torch.Tensor) -> torch.Tensor:
+    """BatchNorm of a (batch, frames, channels) LSTM output over its (batch x frames, channels)
+    view, as it lies in memory: the same statistics as over a (batch, channels, frames)
+    transposed view, without that view's copies and strided backward. On an H100 (ds2, batch
+    150) a step took 0.96x (bf16) and 0.98x (fp32) the transposed form's, 0.89x under a CUDA
+    graph (docs/BENCHMARKS.md)."""
+    batch, frames, channels = x.shape
+    return norm(x.reshape(batch * frames, channels)).reshape(batch, frames, channels)
 
 
 def _lstm(lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
