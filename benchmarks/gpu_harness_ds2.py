@@ -48,6 +48,8 @@ baseline is the backend as it is in the tree and each lever is measured on its o
 - ``frame_norm``: the BatchNorm after each LSTM normalizes the LSTM's (batch x frames, channels)
   output as it lies, instead of a (batch, channels, frames) transposed view, which costs copies and
   a BatchNorm backward over strided memory; the same statistics, summed in another order.
+  The backend's model normalizes this way since f0ed39a; the lever reproduces the measurement on
+  a snapshot of the code before it.
 
 LEVER+LEVER applies several.
 
