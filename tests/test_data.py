@@ -177,3 +177,21 @@ def test_a_store_of_another_format_is_refused_with_a_way_out(tmp_path, small_sto
     (copy / "store.json").write_text(json.dumps({**description, "version": 1}))
     with pytest.raises(InputError, match="format 1, this benchbase reads 3; prepare it again"):
         FeatureStore(copy)
+
+
+@pytest.mark.parametrize("kind", ["streamed", "bucketed", "evaluation", "padded"])
+def test_batch_shapes_are_the_shapes_of_the_batches_an_epoch_yields(small_store, kind):
+    """What a backend's warm_up() is told before run_start: computed from the shards' indexes by the
+    same code that cuts the batches, so it is every batch's shape, in order, for any seed and epoch."""
+    store = FeatureStore(small_store)
+    options = {"streamed": dict(subsets=("train",), shuffle_buffer=32),
+               "bucketed": dict(subsets=("train",), length_buckets=3),
+               "evaluation": dict(subsets=("dev-clean",), shuffle=False, drop_last=False),
+               "padded": dict(subsets=("train",), pad_to_frames=1670)}[kind]
+    subsets = options.pop("subsets")
+    pipeline = BatchPipeline(store, subsets, 12, model=MINI_MODEL, seed=4, **options)
+    for epoch in (1, 2):
+        shapes = pipeline.batch_shapes(epoch)
+        batches = [(b.size, b.features.shape[1], b.labels.shape[1]) for b in pipeline.epoch(epoch)]
+        assert [(s.rows, s.frames, s.label_length) for s in shapes] == batches
+    assert len({(s.frames, s.label_length) for s in shapes}) > 1  # the shapes do differ from batch to batch

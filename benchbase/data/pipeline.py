@@ -17,14 +17,15 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
-from benchbase.backend import Batch
-from benchbase.data.store import FeatureStore, Utterance
+from benchbase.backend import Batch, BatchShape
+from benchbase.data.store import FeatureStore, ShardIndex, Utterance
 from benchbase.specs import ModelSpec
 
 __all__ = ["BatchPipeline", "EpochBatches", "bucketed_plan", "pad_batch"]
@@ -92,10 +93,32 @@ class BatchPipeline:
         except BaseException as error:  # noqa: BLE001 - handed to the consumer, which re-raises it
             _put(batches, error, stop)
 
-    def _streamed_batches(self, rng: np.random.Generator, stop: threading.Event) -> Iterator[list[Utterance]]:
-        pending: list[Utterance] = []
+    def batch_shapes(self, epoch: int) -> list[BatchShape]:
+        """The shape of every batch ``epoch(epoch)`` yields, in order, from the shards' indexes
+        (lengths only: no features, no transcripts read). The batches are cut by the same code,
+        on (frames, label length) pairs instead of utterances."""
+        rng = np.random.default_rng([self.seed, epoch])
+        stop = threading.Event()
+        groups = (self._bucketed_batches(rng, stop, self._lengths_at) if self.length_buckets
+                  else self._streamed_batches(rng, stop, self._shard_lengths))
+        return [BatchShape(rows=len(group), frames=self.pad_to_frames or max(frames for frames, _ in group),
+                           label_length=max(labels for _, labels in group)) for group in groups]
+
+    def _shard_lengths(self, shard: Path) -> list[tuple[int, int]]:
+        index = self.store.index(shard)
+        return list(zip(index.frames().tolist(), np.diff(index.label_offsets).tolist()))
+
+    def _lengths_at(self, picks: list[tuple[Path, int]]) -> list[tuple[int, int]]:
+        def lengths(index: ShardIndex, i: int) -> tuple[int, int]:
+            return (int(index.frame_offsets[i + 1] - index.frame_offsets[i]),
+                    int(index.label_offsets[i + 1] - index.label_offsets[i]))
+        return [lengths(self.store.index(shard), i) for shard, i in picks]
+
+    def _streamed_batches(self, rng: np.random.Generator, stop: threading.Event,
+                          read: Callable[[Path], list] | None = None) -> Iterator[list]:
+        pending: list = []
         order = rng.permutation(len(self.shards)) if self.shuffle else np.arange(len(self.shards))
-        shards = _ordered_map(self.store.read, [self.shards[i] for i in order], self.readers, stop)
+        shards = _ordered_map(read or self.store.read, [self.shards[i] for i in order], self.readers, stop)
         for utterance in self._shuffled((u for shard in shards for u in shard), rng):
             pending.append(utterance)
             if len(pending) == self.batch_size:
@@ -104,10 +127,11 @@ class BatchPipeline:
         if pending and not self.drop_last:
             yield pending
 
-    def _bucketed_batches(self, rng: np.random.Generator, stop: threading.Event) -> Iterator[list[Utterance]]:
+    def _bucketed_batches(self, rng: np.random.Generator, stop: threading.Event,
+                          read: Callable[[list[tuple[Path, int]]], list] | None = None) -> Iterator[list]:
         plan = bucketed_plan(self._lengths(), self.length_buckets, self.batch_size, self.drop_last, rng)
         picks = [[self._positions[i] for i in batch] for batch in plan]
-        yield from _ordered_map(self.store.read_utterances, picks, self.readers, stop)
+        yield from _ordered_map(read or self.store.read_utterances, picks, self.readers, stop)
 
     def _lengths(self) -> np.ndarray:
         """Frames of every utterance of the split, in (shard, position) order; read once."""
@@ -117,11 +141,11 @@ class BatchPipeline:
             self._frames = np.concatenate([index.frames() for _, index in indexes])
         return self._frames
 
-    def _shuffled(self, utterances: Iterator[Utterance], rng: np.random.Generator) -> Iterator[Utterance]:
+    def _shuffled(self, utterances: Iterator, rng: np.random.Generator) -> Iterator:
         if self.shuffle_buffer <= 1:
             yield from utterances
             return
-        buffer: list[Utterance] = []
+        buffer: list = []
         for utterance in utterances:
             if len(buffer) < self.shuffle_buffer:
                 buffer.append(utterance)
