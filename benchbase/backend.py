@@ -10,6 +10,8 @@ The call order, whatever the backend:
 
     backend = BackendClass()            # init, off the clock: no framework work yet
     backend.build(context)              # the run clock is already running (compilation is timed)
+    backend.warm_up(shapes)?            # where the workload's TTA rule puts compilation before
+                                        # run_start: then this and build() are in init
     backend.load_checkpoint(path)?      # only right after build(), before any train_step()
     backend.train_step(batch) ...       # interleaved with predict() and save_checkpoint()
     backend.predict(inputs) ...
@@ -24,18 +26,14 @@ closed (every backend implements fp32). Under a training strategy other than syn
 learners whose weights differ), rank 0 evaluates, checkpoints and exports its own learner's.
 
 Contract versions (the log records the one a run used, ``benchbase_backend_contract``):
-
-- 3 (benchbase 0.2): ``predict()`` returns the log-probabilities only. The output lengths were
-  always the harness's (``Inputs.output_lengths``, from the workload's convolution); version 2
-  had predict() hand them back and only accepted them unchanged. A version-2 backend's tuple
-  is still taken, with a DeprecationWarning, until benchbase 0.3; the conformance kit wants 3.
-- 2 (benchbase 0.1): the conformance kit; devices and processes in the ``DevicePlan``."""
+3 (benchbase 0.2) returns log-probabilities alone from ``predict()`` and adds the optional
+``warm_up()``; docs/writing-a-backend.md has the history."""
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -51,6 +49,7 @@ __all__ = [
     "Backend",
     "BackendReference",
     "Batch",
+    "BatchShape",
     "BuildContext",
     "Capabilities",
     "DevicePlan",
@@ -112,6 +111,15 @@ class Batch(Inputs):
     def inputs(self) -> Inputs:
         """The same batch as ``predict()`` may see it: a new object without labels."""
         return Inputs(self.features, self.feature_lengths, self.output_lengths)
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """One batch's shape (rows, ``features``' frames, longest label): what ``warm_up()`` compiles for."""
+
+    rows: int
+    frames: int
+    label_length: int
 
 
 @dataclass(frozen=True)
@@ -177,12 +185,9 @@ class BuildContext:
     """Everything ``build()`` receives.
 
     ``max_frames`` and ``max_label_length`` bound every batch of the run (training and
-    evaluation), so that a compiling framework can prepare its shapes at build time. They are
-    the data's true maxima over the run's training and dev splits (``max_frames`` is the
-    workload's ``data.pad_to_frames`` where it pins one), not loose bounds: padding to them
-    costs no more than the longest batch does. Compiling inside ``train_step`` is on the clock
-    and within the thread budget like any other work.
-    """
+    evaluation): the data's true maxima over its training and dev splits (``max_frames`` is
+    ``data.pad_to_frames`` where the workload pins one), so padding to them costs no more than
+    the longest batch does."""
 
     model: ModelSpec
     optimizer: OptimizerSpec
@@ -327,12 +332,15 @@ class Backend(ABC):
     def visible_devices(cls, kind: DeviceKind) -> int | None:
         """How many devices of ``kind`` this machine offers the backend (``CUDA_VISIBLE_DEVICES``
         respected); None when any number can be had (CPU devices are the backend's to split).
-
-        Asked before the clock starts, so that a plan the machine cannot satisfy (``--hw sys1``
-        on a machine with one GPU) is refused with a one-line error instead of failing in
-        ``build()``. The default knows of no accelerator.
-        """
+        Asked before the clock, so that a plan the machine cannot satisfy (``--hw sys1`` on one
+        GPU) is refused in one line instead of failing in ``build()``. The default knows no GPU."""
         return None if kind == "cpu" else 0
+
+    def warm_up(self, shapes: Sequence[BatchShape]) -> None:  # noqa: B027  (optional: compiles nothing)
+        """Compile for ``shapes`` (every distinct shape of the run's training and evaluation batches)
+        in init, right after ``build()``: called only where the workload's TTA rule says
+        ``compilation: before_run_start``. Use synthetic inputs only and leave every state as
+        ``build()`` made it (the harness checks the weights, the conformance kit the losses)."""
 
     def devices_in_use(self) -> tuple[str, ...]:
         """The devices this process trains on, one string each (e.g. "cuda:0 NVIDIA H100").
@@ -347,22 +355,16 @@ class Backend(ABC):
         return ", ".join(self.devices_in_use())
 
     def step_timings(self) -> Mapping[str, float]:
-        """Where the last ``train_step`` spent its time, for the phases the backend can measure.
-
-        "communication": seconds of communication in the step (a DDP hook's all-reduce, whether or
-        not it overlapped the backward pass); "communication_bytes": the payload this learner sent.
-        The harness writes them per batch beside its data-wait and step times (the balance of
-        communication and computation). Empty (the default) when the backend measures nothing.
-        """
+        """Where the last ``train_step`` spent its time, for the phases the backend can measure:
+        "communication", seconds of communication in the step (a DDP hook's all-reduce, overlapped
+        or not); "communication_bytes", the payload this learner sent. The harness writes them per
+        batch beside its data-wait and step times. Empty (the default): nothing measured."""
         return {}
 
     def start_profiler(self, directory: Path) -> None:
         """Start the framework's own profiler (torch.profiler, tf.profiler) writing into ``directory``.
-
         ``benchbase run --profile-steps STEPS`` calls this before a few training steps and
-        ``stop_profiler()`` after them. A backend that does not override both is refused
-        ``--profile-steps`` before the clock starts.
-        """
+        ``stop_profiler()`` after; a backend without both is refused ``--profile-steps``."""
         raise NotImplementedError
 
     def stop_profiler(self) -> None:
@@ -381,11 +383,8 @@ class Backend(ABC):
 
 @dataclass(frozen=True)
 class BackendReference:
-    """A backend registered by name and import path, imported only when a run asks for it.
-
-    Frameworks take seconds to import and some log to stderr when they do; registering a
-    reference keeps `benchbase plugins`, `benchbase check` and every error path fast and quiet.
-    """
+    """A backend registered by name and import path, imported only when a run asks for it:
+    frameworks take seconds to import, and `benchbase plugins` and `check` stay fast and quiet."""
 
     name: str
     target: str

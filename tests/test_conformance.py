@@ -278,6 +278,31 @@ class SpinsHelperThreads(TorchBackend):
             return super().train_step(batch)
 
 
+class WarmsUpWithARealStep(TorchBackend):
+    """Compiles by training a step on a batch of zeros: the weights move before the clock."""
+
+    def warm_up(self, shapes):
+        self.train_step(_zeros(shapes[0], self.context))
+
+
+class WarmUpRestoresOnlyTheWeights(TorchBackend):
+    """Trains a step on zeros, then puts the weights back but not the optimizer's state."""
+
+    def warm_up(self, shapes):
+        weights = self.export_weights()
+        self.train_step(_zeros(shapes[0], self.context))
+        self.import_weights(weights)
+
+
+def _zeros(shape, context) -> Batch:
+    frames = np.full(shape.rows, shape.frames, np.int32)
+    return Batch(features=np.zeros((shape.rows, shape.frames, context.feature_dimension), np.float32),
+                 feature_lengths=frames, output_lengths=context.model.output_frames(frames),
+                 labels=np.ones((shape.rows, shape.label_length), np.int32),
+                 label_lengths=np.full(shape.rows, shape.label_length, np.int32),
+                 utterance_ids=("",) * shape.rows, transcripts=("",) * shape.rows)
+
+
 @contextmanager
 def _busy_threads(count: int):
     done = threading.Event()
@@ -319,6 +344,8 @@ BROKEN = [
     ("prediction_matches_weights", BoostsASymbolOnceTrained),
     ("seed_determinism", IgnoresSeed),
     ("thread_budget", SpinsHelperThreads),
+    ("warm_up", WarmsUpWithARealStep),
+    ("warm_up", WarmUpRestoresOnlyTheWeights),
 ]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from cli_helpers import run_benchbase
 
-from benchbase.backend import Backend
+from benchbase.backend import Backend, Batch
 from benchbase.errors import InputError
 from benchbase.families.rnnt import reference
 from benchbase.families.rnnt.loss import mean_transducer_loss
@@ -143,6 +143,20 @@ class CheckpointWithoutOptimizer(TorchBackend):
         torch.set_rng_state(state["rng"])
 
 
+class WarmUpRestoresOnlyTheWeights(TorchBackend):
+    """Trains a step on its first shape's zeros, then puts the weights back but not the optimizer's state."""
+
+    def warm_up(self, shapes):
+        shape, weights = shapes[0], self.export_weights()
+        frames = np.full(shape.rows, shape.frames, np.int32)
+        self.train_step(Batch(features=np.zeros((shape.rows, shape.frames, self.context.feature_dimension), np.float32),
+                              feature_lengths=frames, output_lengths=self.context.model.output_frames(frames),
+                              labels=np.ones((shape.rows, shape.label_length), np.int32),
+                              label_lengths=np.full(shape.rows, shape.label_length, np.int32),
+                              utterance_ids=("",) * shape.rows, transcripts=("",) * shape.rows))
+        self.import_weights(weights)
+
+
 BROKEN = [
     ("rnnt_parameter_count", CountsFrozenBias),
     ("rnnt_weight_round_trip", LenientImport),
@@ -152,6 +166,7 @@ BROKEN = [
     ("rnnt_prediction_matches_weights", OffOnceTrained),
     ("rnnt_seed_determinism", IgnoresSeed),
     ("rnnt_checkpoint_round_trip", CheckpointWithoutOptimizer),
+    ("rnnt_warm_up", WarmUpRestoresOnlyTheWeights),
 ]
 
 

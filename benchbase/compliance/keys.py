@@ -52,6 +52,7 @@ __all__ = [
     "THREAD_BUDGET",
     "TTA_SUBSET",
     "UTTERANCES",
+    "WARM_UP",
     "WORLD_SIZE",
     "constants",
 ]
@@ -161,6 +162,10 @@ the run clock went before training began. Value {build_s (backend.build(), compi
 for a framework that compiles there), first_batch_wait_s (the pipeline's first batch),
 first_step_s (the first train_step, where XLA and tf.function compile), first_step_end_s (the
 run clock when that step ended)}."""
+WARM_UP = "benchbase_warm_up"
+"""In init, where the workload's TTA rule says ``compilation: before_run_start`` (also after a resume):
+the model built and compiled off the clock. Value {build_s, warm_up_s (backend.warm_up()), shapes
+(the distinct batch shapes it was given)}; under ``on_clock`` the log holds none."""
 CPU_CORES_IN_STEPS = "benchbase_cpu_cores_in_steps"
 """Value: process CPU seconds / wall seconds over every train_step; metadata THREAD_BUDGET."""
 THREAD_BUDGET = "thread_budget"

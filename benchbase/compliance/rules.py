@@ -50,7 +50,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.6"
+DEFAULT_RULESET = "1.7"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -230,6 +230,12 @@ class ArtifactsRule(_RuleBase):
 
 class DevicePlanRule(_RuleBase):
     check: Literal["device_plan"] = Field(description="The devices trained on agree with the profile and the plan.")
+
+
+class CompilationRule(_RuleBase):
+    check: Literal["compilation"] = Field(
+        description="The model is built and compiled where the workload's TTA rule (tta.compilation) puts it: "
+        "benchbase_warm_up in init under before_run_start, none under on_clock.")
 
 
 class ResumesRule(_RuleBase):

@@ -20,7 +20,7 @@ from benchbase.specs import WorkloadSpec
 from benchbase.specs.overrides import MISSING, field_at, open_changes, set_field_at
 from benchbase.specs.strategy import DEFAULT_STRATEGY
 
-__all__ = ["division", "eval_cadence", "eval_subsets", "fixed_hyperparameters"]
+__all__ = ["compilation", "division", "eval_cadence", "eval_subsets", "fixed_hyperparameters"]
 
 
 @check(r.EvalCadenceRule)
@@ -42,6 +42,29 @@ def eval_cadence(rule: r.EvalCadenceRule, evidence: Evidence) -> list[str]:
     messages += [f"an evaluation at epoch {epoch}, which the workload does not evaluate (every {every})"
                  for epoch in evaluated if epoch % every]
     return messages
+
+
+@check(r.CompilationRule)
+def compilation(rule: r.CompilationRule, evidence: Evidence) -> list[str]:
+    workload, source = evidence.reference_workload()
+    where = field_at(workload, "tta.compilation")
+    where = "on_clock" if where is MISSING else where  # a workload from before the rule: the paper's
+    warm_ups = evidence.log.keyed(keys.WARM_UP)
+    if where != "before_run_start":
+        return [f"line {event.line}: {keys.WARM_UP}, a build and compilation off the clock, but {source} puts "
+                f"them on the clock (tta.compilation: {where})" for event in warm_ups]
+    if not warm_ups:
+        return [f"{source} builds and compiles before run_start (tta.compilation: before_run_start), but the log "
+                f"holds no {keys.WARM_UP}"]
+    init_start, init_stop = evidence.log.first(constants.INIT_START), evidence.log.first(constants.INIT_STOP)
+    first = warm_ups[0]
+    if init_start is None or init_stop is None or not init_start.line < first.line < init_stop.line:
+        return [f"line {first.line}: the first {keys.WARM_UP} is not between init_start and init_stop"]
+    resumes = evidence.log.keyed(keys.RESUME)
+    if len(warm_ups) > 1 + len(resumes):
+        return [f"{keys.WARM_UP} appears {len(warm_ups)} times: once in init and once per resume "
+                f"({len(resumes)}) at most"]
+    return []
 
 
 @check(r.FixedHyperparametersRule)

@@ -15,6 +15,7 @@ from benchbase.errors import Terminated
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.harness.devices import config_plan, own_slice
 from benchbase.harness.termination import deferred_termination, termination_requested
+from benchbase.harness.warm_up import run_shapes, warm_up
 from benchbase.harness.world import Coordinator, Verdict
 from benchbase.specs import RunConfig
 
@@ -38,8 +39,12 @@ def _follow(config: RunConfig, backend_class: type[Backend], coordinator: Coordi
     train_data = run_pipeline(config, store, config.workload.data.train, training=True)
     backend = backend_class()
     try:
+        built_before_clock = config.workload.tta.compilation == "before_run_start"
+        if built_before_clock:  # as rank 0 does, in init; a follower trains only
+            warm_up(backend, config.backend, context, run_shapes(train_data, [], config.workload.max_epochs))
         coordinator.barrier()  # rank 0 starts the clock
-        backend.build(context)
+        if not built_before_clock:
+            backend.build(context)
         coordinator.gather(list(backend.devices_in_use()))
         for epoch in range(1, config.workload.max_epochs + 1):
             batches = train_data.epoch(epoch)

@@ -66,6 +66,7 @@ from benchbase.testing.training_rules import (
     check_prediction_matches_weights,
     check_seed_determinism,
     check_thread_budget,
+    check_warm_up,
 )
 
 __all__ = [
@@ -108,6 +109,9 @@ class RuleResult:
                 "seconds": round(self.seconds, 3)}
 
 
+WARM_UP_RULE = ("warm_up() (compiling before run_start, where the workload allows it) changes neither the weights "
+                "nor the losses that follow")
+
 RULES: tuple[Rule, ...] = (
     Rule("parameter_count", "parameter_count() and export_weights()' names and shapes are what the spec implies",
          check_parameter_count),
@@ -131,6 +135,7 @@ RULES: tuple[Rule, ...] = (
          "does not", check_seed_determinism),
     Rule("thread_budget", f"with threads=1, train_step uses at most {THREAD_RATIO_BOUND} CPU seconds per second",
          check_thread_budget),
+    Rule("warm_up", WARM_UP_RULE, check_warm_up),
 )
 
 RNNT_RULES: tuple[Rule, ...] = (
@@ -150,6 +155,7 @@ RNNT_RULES: tuple[Rule, ...] = (
          check_seed_determinism),
     Rule("rnnt_checkpoint_round_trip", "a checkpoint loaded by another seed's backend predicts and trains on "
          "identically (the same kernels)", check_rnnt_checkpoint_round_trip),
+    Rule("rnnt_warm_up", WARM_UP_RULE, check_warm_up),
 )
 
 RULE_SETS: dict[str, tuple[Rule, ...]] = {"ds2": RULES, "rnnt": RNNT_RULES}

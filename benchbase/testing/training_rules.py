@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchbase.backend import Inputs
+from benchbase.backend import Backend, BatchShape, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.parts import family_parts
 from benchbase.run_folder import RunFolder
@@ -53,6 +53,7 @@ __all__ = [
     "check_prediction_matches_weights",
     "check_seed_determinism",
     "check_thread_budget",
+    "check_warm_up",
     "checkpoint_round_trip",
     "prediction_matches_weights",
 ]
@@ -160,6 +161,30 @@ def check_seed_determinism(kit: Kit) -> None:
         if not differing_weights(first_weights, other.export_weights()):
             raise ConformanceFailure("seed_determinism", f"seeds {kit.seed} and {kit.seed + 1} build identical "
                                      "weights; the seed must decide the initialization")
+
+
+def check_warm_up(kit: Kit) -> str | None:
+    """warm_up() (compiling before run_start, where a workload allows it) leaves the model as build()
+    made it: the same exported weights, and the same losses on the kit's batches as a build that
+    never warmed up (the same kernels run)."""
+    if kit.backend_class.warm_up is Backend.warm_up:
+        return "no warm_up(): a compiling backend compiles on the clock under every rule"
+    first = kit.data.batches[0]  # one shape: the rule is about the state warm_up() leaves, not coverage
+    shapes = [BatchShape(first.size, first.features.shape[1], first.labels.shape[1])]
+    with kit.backend(model=kit.data.spec_model) as backend:
+        built = backend.export_weights()
+        backend.warm_up(shapes)
+        changed = differing_weights(built, backend.export_weights())
+        if changed:
+            raise ConformanceFailure("warm_up", f"warm_up() changed {', '.join(changed[:6])}; it must compile on "
+                                     "synthetic inputs and leave the model as build() made it")
+        warmed = [backend.train_step(batch) for batch in kit.data.batches]
+    _, cold = _weights_and_losses(kit, kit.seed)
+    if not all(abs(a - b) <= same_kernels(b) for a, b in zip(warmed, cold)):
+        raise ConformanceFailure("warm_up", f"after warm_up() the kit's batches trained to losses {_losses(warmed)}, "
+                                 f"without it to {_losses(cold)}; expected equal (its optimizer or random state "
+                                 "must be left as build() made it)")
+    return None
 
 
 def check_thread_budget(kit: Kit) -> str:
