@@ -12,14 +12,15 @@ projection) and the neutral weight layout.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
+from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2 import weight_layout as ds2_layout
 from benchbase.families.rnnt import weight_layout as rnnt_layout
@@ -27,7 +28,7 @@ from benchbase_jax_ds2 import training as ds2
 from benchbase_jax_ds2.checkpoint import read_state, write_state
 from benchbase_jax_ds2.model import split_weights
 from benchbase_jax_ds2.rnnt import training as transducer
-from benchbase_jax_ds2.shapes import Buckets
+from benchbase_jax_ds2.shapes import Buckets, synthetic_batches
 from benchbase_jax_ds2.threads import limit_cpu_threads
 from benchbase_jax_ds2.training import PaddedBatch, TrainState, make_optimizer, next_learning_rate
 
@@ -63,17 +64,37 @@ class JaxBackend(Backend):
         self._predict = family.make_predict(context.model, self.device.platform)
 
     def train_step(self, batch: Batch) -> float:
-        model = self.context.model
-        padded: transducer.TransducerBatch | PaddedBatch
-        if self._transducer:
-            arrays = self.buckets.transducer_arrays(batch, model) | transducer.harness_extent(batch)
-            padded = transducer.TransducerBatch(**jax.device_put(arrays, self.device))
-        else:
-            padded = PaddedBatch(**jax.device_put(self.buckets.training_arrays(batch, model), self.device))
         learning_rate = next_learning_rate(self.context.optimizer, self._state.optimizer)
-        self._state, loss = self._train_step(self._state, padded, learning_rate)
+        self._state, loss = self._train_step(self._state, self._padded(batch), learning_rate)
         jax.block_until_ready(self._state)
         return float(loss)
+
+    def warm_up(self, shapes: Sequence[BatchShape]) -> None:
+        """Compile the training step and predict() for every program these shapes need: each
+        distinct padded shape once, on zeros (``synthetic_batches``), the step on a copy of the
+        state (it donates the state it is given), whose result is dropped."""
+        learning_rate = next_learning_rate(self.context.optimizer, self._state.optimizer)
+        seen: set[tuple] = set()
+        for shape in shapes:
+            for batch in synthetic_batches(shape, self.context.model, self.context.feature_dimension):
+                padded = self._padded(batch)
+                signature = tuple(np.shape(leaf) for leaf in jax.tree_util.tree_leaves(padded))
+                if signature not in seen:
+                    seen.add(signature)
+                    scratch = jax.tree_util.tree_map(jnp.copy, self._state)
+                    jax.block_until_ready(self._train_step(scratch, padded, learning_rate))
+            inputs = next(iter(synthetic_batches(shape, self.context.model, self.context.feature_dimension))).inputs()
+            if ("predict", self.buckets.features(inputs).shape) not in seen:
+                seen.add(("predict", self.buckets.features(inputs).shape))
+                self.predict(inputs)
+
+    def _padded(self, batch: Batch) -> transducer.TransducerBatch | PaddedBatch:
+        """The batch padded to its bucket's shape, on the device."""
+        model = self.context.model
+        if self._transducer:
+            arrays = self.buckets.transducer_arrays(batch, model) | transducer.harness_extent(batch)
+            return transducer.TransducerBatch(**jax.device_put(arrays, self.device))
+        return PaddedBatch(**jax.device_put(self.buckets.training_arrays(batch, model), self.device))
 
     def predict(self, inputs: Inputs) -> np.ndarray:
         features = jax.device_put(self.buckets.features(inputs), self.device)

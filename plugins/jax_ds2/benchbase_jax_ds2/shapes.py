@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchbase.backend import Batch, Inputs
+from benchbase.backend import Batch, BatchShape, Inputs
 from benchbase.specs import ModelSpec
 
-__all__ = ["Buckets", "transducer_cells"]
+__all__ = ["Buckets", "synthetic_batches", "transducer_cells"]
 
 FRAME_STEP = 64
 LABEL_STEP = 16
@@ -109,6 +109,23 @@ def transducer_cells(output_lengths: np.ndarray, label_lengths: np.ndarray,
     capacity = next(size for step in range(1, CELL_CAPACITY_STEPS + 1)
                     if (size := -(-total * step // CELL_CAPACITY_STEPS)) >= len(cells))
     return np.concatenate([cells, np.full(capacity - len(cells), total, np.int32)])
+
+
+def synthetic_batches(shape: BatchShape, model: ModelSpec, feature_dimension: int) -> list[Batch]:
+    """Batches of zeros of ``shape`` that reach every program a real batch of that shape can: for
+    DS2 one, every row full length; for the transducer one per capacity of its packed joint (the
+    labels' lengths set so the lattice cells fill 1, 2, 3 or 4 quarters), the frames full."""
+    rows, frames = shape.rows, shape.frames
+    output = model.output_frames(np.full(rows, frames, np.int32))
+    symbol = (model.blank_index + 1) % model.symbols  # any label but the blank
+    fills = range(1, CELL_CAPACITY_STEPS + 1) if model.family == "rnnt" else (CELL_CAPACITY_STEPS,)
+    lengths = sorted({max(1, min(shape.label_length, (shape.label_length + 1) * fill // CELL_CAPACITY_STEPS - 1))
+                      for fill in fills})
+    return [Batch(features=np.zeros((rows, frames, feature_dimension), np.float32),
+                  feature_lengths=np.full(rows, frames, np.int32), output_lengths=output,
+                  labels=np.full((rows, shape.label_length), symbol, np.int32),
+                  label_lengths=np.full(rows, length, np.int32), utterance_ids=("",) * rows, transcripts=("",) * rows)
+            for length in lengths]
 
 
 def _bucket(size: int, step: int, cap: int) -> int:
