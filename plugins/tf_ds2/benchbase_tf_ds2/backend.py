@@ -32,7 +32,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # TensorFlow's C++ INFO lines (oneDNN notices, CPU feature flags) would land in the middle of
@@ -43,7 +43,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
+from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase_tf_ds2 import ctc
@@ -136,6 +136,13 @@ class TensorFlowBackend(Backend):
             # graph traceback.
             raise BenchbaseError(f"another worker of the run is gone: TensorFlow's all-reduce failed "
                                  f"({_status_line(error)})") from None
+
+    def warm_up(self, shapes: Sequence[BatchShape]) -> None:
+        """Trace the training step and predict() before the clock, where the workload allows it.
+        Their signatures leave batch, frames and labels open, so one trace each serves every
+        shape; tracing executes nothing, so no variable changes."""
+        self._train_function.get_concrete_function()
+        self._predict_function.get_concrete_function()
 
     def predict(self, inputs: Inputs) -> np.ndarray:
         if self.transducer:
