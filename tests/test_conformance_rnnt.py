@@ -234,7 +234,7 @@ def test_named_rules_pick_their_families_and_another_familys_rule_is_named_as_su
     assert {family: [rule.name for rule in rules] for family, rules in chosen.items()} == {
         "ds2": ["ctc_loss"], "rnnt": ["rnnt_forward_parity"]}
     assert list(rules_by_family(["ctc_loss"], ["ds2", "rnnt"])) == ["ds2"]
-    assert [len(rules) for rules in rules_by_family(None, RULE_SETS).values()] == [11, 8]
+    assert [len(rules) for rules in rules_by_family(None, RULE_SETS).values()] == [12, 9]
     with pytest.raises(InputError, match="'rnnt_forward_parity' is a rule of the rnnt family; available: "
                                          "parameter_count"):
         select_rules(["rnnt_forward_parity"], "ds2")

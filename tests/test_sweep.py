@@ -266,10 +266,10 @@ def test_the_sweep_folder_reports_as_one_experiment(finished_sweep, tmp_path):
     # Figure 10 compares groups at the same global batch; batch16 and batch32 share none, so it is left out.
     assert not (tmp_path / "report" / "figures" / "throughput-same-batch.png").exists()
     assert (tmp_path / "report" / "report.html").is_file()
-    # `check` reads the sweep's folder as score and report do: every run's log, against rule set 1.6.
+    # `check` reads the sweep's folder as score and report do: every run's log, against the default rule set.
     checked = run_benchbase("check", str(out))
     assert checked.returncode == 0, checked.stdout[-2000:]
-    assert "4/4 log(s) pass rule set 1.6" in " ".join(checked.stdout.split())
+    assert "4/4 log(s) pass rule set 1.7" in " ".join(checked.stdout.split())
 
 
 @pytest.mark.slow
