@@ -128,3 +128,18 @@ def test_jax_compiles_before_run_start_where_the_workload_says_so(small_store, t
     assert step_seconds[0] < 3 * float(np.median(step_seconds[1:])), step_seconds
     checked = run_benchbase("check", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.slow
+def test_every_rank_builds_before_the_clock_in_a_two_process_run(small_store, tmp_path):
+    """torchrun's ranks: each builds (DDP's construction is a collective) before the barrier that
+    starts the clock; rank 0 logs the warm-up in init."""
+    out = tmp_path / "run"
+    ran = run_benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu2", "--data",
+                        str(small_store), "--out", str(out), "--max-epochs", "1", "--no-final-eval",
+                        "--set", "workload.tta.compilation=before_run_start", timeout=600)
+    assert ran.returncode in (0, 3), ran.stderr
+    keys = [event["key"] for event in _events(out)]
+    assert keys.count(WARM_UP) == 1 and keys.index(WARM_UP) < keys.index("init_stop") < keys.index("run_start")
+    checked = run_benchbase("check", str(out))
+    assert checked.returncode == 0, checked.stdout + checked.stderr

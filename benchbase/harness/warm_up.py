@@ -23,6 +23,7 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.errors import BenchbaseError
+from benchbase.testing.kit import differing_weights
 
 __all__ = ["run_shapes", "warm_up"]
 
@@ -47,8 +48,7 @@ def warm_up(backend: Backend, backend_name: str, context: BuildContext, shapes: 
     before = {name: np.array(value, copy=True) for name, value in backend.export_weights().items()}  # not views
     backend.warm_up(shapes)
     warmed = time.perf_counter()
-    after = backend.export_weights()
-    changed = [name for name in before if name not in after or not np.array_equal(before[name], after[name])]
+    changed = differing_weights(before, backend.export_weights())
     if changed:
         raise BenchbaseError(f"backend {backend_name!r}: warm_up() changed the model ({', '.join(changed[:4])}); "
                              "it must compile on synthetic inputs and leave the weights as build() made them")

@@ -172,7 +172,7 @@ def check_warm_up(kit: Kit) -> str | None:
     first = kit.data.batches[0]  # one shape: the rule is about the state warm_up() leaves, not coverage
     shapes = [BatchShape(first.size, first.features.shape[1], first.labels.shape[1])]
     with kit.backend(model=kit.data.spec_model) as backend:
-        built = backend.export_weights()
+        built = {name: np.array(value, copy=True) for name, value in backend.export_weights().items()}  # not views
         backend.warm_up(shapes)
         changed = differing_weights(built, backend.export_weights())
         if changed:

@@ -76,16 +76,18 @@ class JaxBackend(Backend):
         learning_rate = next_learning_rate(self.context.optimizer, self._state.optimizer)
         seen: set[tuple] = set()
         for shape in shapes:
-            for batch in synthetic_batches(shape, self.context.model, self.context.feature_dimension):
+            batches = synthetic_batches(shape, self.context.model, self.context.feature_dimension)
+            for batch in batches:
                 padded = self._padded(batch)
                 signature = tuple(np.shape(leaf) for leaf in jax.tree_util.tree_leaves(padded))
                 if signature not in seen:
                     seen.add(signature)
                     scratch = jax.tree_util.tree_map(jnp.copy, self._state)
                     jax.block_until_ready(self._train_step(scratch, padded, learning_rate))
-            inputs = next(iter(synthetic_batches(shape, self.context.model, self.context.feature_dimension))).inputs()
-            if ("predict", self.buckets.features(inputs).shape) not in seen:
-                seen.add(("predict", self.buckets.features(inputs).shape))
+            inputs = batches[0].inputs()
+            predicted = ("predict", self.buckets.features(inputs).shape)
+            if predicted not in seen:
+                seen.add(predicted)
                 self.predict(inputs)
 
     def _padded(self, batch: Batch) -> transducer.TransducerBatch | PaddedBatch:
