@@ -3,7 +3,7 @@
 A backend builds the model, runs training steps and returns per-frame log-probabilities.
 Everything that decides the score (the clock, the data order, decoding, metrics, the TTA
 rule, the compliance log) stays in the harness. Every rule an implementer must follow is here;
-`benchbase backend-test NAME` (the conformance kit, ``benchbase.testing``) proves an
+`benchbase backend-test NAME` (the conformance kit, ``benchbase.kit``) proves an
 implementation against them, and docs/writing-a-backend.md builds one step by step.
 
 The call order, whatever the backend:

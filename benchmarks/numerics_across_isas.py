@@ -4,7 +4,7 @@ The conformance kit's comparisons (forward pass, first loss, BatchNorm statistic
 path's forward and ranges) on the kit's data and random weights, measured once per backend
 and per instruction-set cap (``benchbase.testing.isa``), each in a fresh interpreter so that
 the caps take effect before a framework starts. It prints the measured error beside the
-bound that ``benchbase.testing.tolerances`` derives for it, so the margin of every bound is
+bound that ``benchbase.numerics.tolerances`` derives for it, so the margin of every bound is
 on record (docs/BENCHMARKS.md, "Numerics across instruction sets").
 
     python benchmarks/numerics_across_isas.py [--backends torch tf jax] [--isas native avx2 sse4.1]
@@ -20,14 +20,14 @@ import sys
 MEASURE = r"""
 import json, sys
 import numpy as np
-from benchbase.testing.conformance import resolve_backend
+from benchbase.kit.conformance import resolve_backend
 from benchbase.testing.isa import active_isa
-from benchbase.testing.kit import Kit
-from benchbase.testing.kit_data import load_kit_data
-from benchbase.testing.model_rules import valid_frames
-from benchbase.testing.precision import flip_bound, median_bound, quantized_forward, quantized_ranges_after_step
-from benchbase.testing.reference_model import batchnorm_names, bounded_reference
-from benchbase.testing.tolerances import FLOAT32_UNIT_ROUNDOFF
+from benchbase.kit.core import Kit
+from benchbase.kit.data import load_kit_data
+from benchbase.kit.model_rules import valid_frames
+from benchbase.kit.int8 import flip_bound, median_bound, quantized_forward, quantized_ranges_after_step
+from benchbase.families.ds2.reference import batchnorm_names, bounded_reference
+from benchbase.numerics.tolerances import FLOAT32_UNIT_ROUNDOFF
 
 def margin(found, bound):  # the smallest bound / |difference| over the compared elements
     found, bound = np.ravel(found), np.ravel(bound)

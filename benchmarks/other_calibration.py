@@ -44,9 +44,9 @@ from benchbase.decode import evaluation_decoder
 from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline
+from benchbase.numerics.agreement import ReferencePredictor
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
-from benchbase.testing.agreement import ReferencePredictor
 
 RUNS = (Path("runs/rnnt-final"), Path("runs/sweep-strategies/torch-cpu2-sync-b32/seed-0"))
 CORPUS_UTTERANCES = 3000   # the size of the workloads' corpus, whose dev voices the grid borrows

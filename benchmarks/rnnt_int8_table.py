@@ -36,8 +36,8 @@ from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward
 from benchbase.harness.evaluation import evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline
+from benchbase.numerics.agreement import ReferencePredictor
 from benchbase.run_folder import RunFolder
-from benchbase.testing.agreement import ReferencePredictor
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchbase.numerics.tolerances import after_steps
 from benchbase.testing.isa import isa_environment
-from benchbase.testing.tolerances import after_steps
 
 WORKER = Path(__file__).resolve().parent.parent / "tests" / "workers" / "ddp_equivalence.py"
 

@@ -1,4 +1,4 @@
-"""The tests' numerical comparisons, with bounds from benchbase.testing.tolerances' error model.
+"""The tests' numerical comparisons, with bounds from benchbase.numerics.tolerances' error model.
 
 Every helper here compares two computations of the same mathematics and takes its bound from
 the error model: the float64 reference's elementwise rounding bound of the forward pass or the
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from benchbase.backend import Batch, Inputs
+from benchbase.families.ds2.reference import bounded_reference, bounded_step
+from benchbase.kit.model_rules import normalization_bound
+from benchbase.numerics.tolerances import BOTH_SIDES, after_steps
 from benchbase.specs import ModelSpec
-from benchbase.testing.model_rules import normalization_bound
-from benchbase.testing.reference_model import bounded_reference, bounded_step
-from benchbase.testing.tolerances import BOTH_SIDES, after_steps
 
 
 def log_probs_bound(weights, model: ModelSpec, inputs: Inputs, sides: int = BOTH_SIDES,

@@ -38,10 +38,10 @@ from benchbase.errors import PredictionMismatch
 from benchbase.harness import run_benchmark
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.metrics import error_rates
+from benchbase.numerics.tolerances import same_kernels
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
-from benchbase.testing.tolerances import same_kernels
 
 SCORED = "dev-clean"
 

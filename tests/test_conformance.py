@@ -27,11 +27,13 @@ from threadpoolctl import threadpool_limits
 
 from benchbase.backend import Backend, Batch, BuildContext, Inputs
 from benchbase.errors import BenchbaseError, InputError
+from benchbase.families.ds2.reference import random_weights, reference_forward
 from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
+from benchbase.kit import RULES, run_conformance
+from benchbase.kit.conformance import Kit, select_rules
+from benchbase.kit.data import IMPOSSIBLE_ROW, load_kit_data
 from benchbase.metrics.ctc import mean_ctc_loss
-from benchbase.testing import RULES, BackendConformance, random_weights, reference_forward, run_conformance
-from benchbase.testing.conformance import Kit, select_rules
-from benchbase.testing.kit_data import IMPOSSIBLE_ROW, load_kit_data
+from benchbase.testing import BackendConformance
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 

@@ -1,4 +1,4 @@
-"""The conformance kit's RNN-T rules (benchbase.testing.rnnt_rules): the PyTorch backend passes them,
+"""The conformance kit's RNN-T rules (benchbase.kit.rnnt_rules): the PyTorch backend passes them,
 a backend broken in one way fails the rule that names it, and `benchbase backend-test --family`."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from cli_helpers import run_benchbase
 from benchbase.backend import Backend, Batch
 from benchbase.errors import InputError
 from benchbase.families.rnnt import reference
+from benchbase.families.rnnt.bounds import bounded_transducer_loss
 from benchbase.families.rnnt.loss import mean_transducer_loss
-from benchbase.testing.conformance import (
+from benchbase.kit.conformance import (
     RNNT_RULES,
     RULE_SETS,
     families_to_test,
@@ -24,9 +25,9 @@ from benchbase.testing.conformance import (
     run_conformance,
     select_rules,
 )
-from benchbase.testing.kit import Kit
-from benchbase.testing.kit_data import IMPOSSIBLE_ROW, load_kit_data
-from benchbase.testing.rnnt_rules import bounded_transducer_loss, parity_weights
+from benchbase.kit.core import Kit
+from benchbase.kit.data import IMPOSSIBLE_ROW, load_kit_data
+from benchbase.kit.rnnt_rules import parity_weights
 
 torch = pytest.importorskip("torch")
 TorchBackend = pytest.importorskip("benchbase_torch_ds2.backend").TorchBackend

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchbase.metrics.ctc import ctc_loss, mean_ctc_loss
-from benchbase.testing.tolerances import (
+from benchbase.numerics.tolerances import (
     BOTH_SIDES,
     FLOAT64_UNIT_ROUNDOFF,
     ctc_recursion_bound,

@@ -24,7 +24,7 @@ from benchbase.backend import Batch
 from benchbase.errors import InputError
 from benchbase.harness.devices import check_world, device_plan, own_slice
 from benchbase.harness.world import World
-from benchbase.testing.tolerances import after_steps
+from benchbase.numerics.tolerances import after_steps
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -135,7 +135,7 @@ def test_one_and_two_ranks_train_the_same_global_batches(small_store, tmp_path):
     """The first 20 global batches on 1 process and on 2 (each its half of every batch) give the
     same losses and weights, to within what all-reducing float32 sums in another order changes.
 
-    Bounds (benchbase.testing.tolerances): the first loss within float32's rounding bound of the
+    Bounds (benchbase.numerics.tolerances): the first loss within float32's rounding bound of the
     loss at the initial weights (both sides), computed by the reference on the first global
     batch; the k-th loss and the final weights (as a share of how far training moved them)
     within that bound compounded over the steps (``after_steps``). Measured: the first loss

@@ -16,7 +16,7 @@ from benchbase.data.store import FeatureStore
 from benchbase.decode import GreedyDecoder
 from benchbase.families.ds2.parts import CTCHead
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs
-from benchbase.testing.tolerances import BOTH_SIDES, FLOAT64_UNIT_ROUNDOFF, accumulation_bound, ctc_recursion_bound
+from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT64_UNIT_ROUNDOFF, accumulation_bound, ctc_recursion_bound
 
 
 class SeededLogProbs:

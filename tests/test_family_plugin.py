@@ -82,8 +82,8 @@ import numpy as np
 from benchbase.decode.greedy import greedy_decode
 from benchbase.families.layout import check_against_layout
 from benchbase.metrics.ctc import ctc_loss
-from benchbase.testing.reference_model import RoundedArithmetic
-from benchbase.testing.tolerances import rounding_bound
+from benchbase.numerics.rounded import RoundedArithmetic
+from benchbase.numerics.tolerances import rounding_bound
 
 
 class CTCHead:
@@ -342,7 +342,7 @@ def test_without_the_plugin_a_run_of_its_family_is_one_line_naming_the_family(pl
 
 @pytest.mark.slow
 def test_the_conformance_kit_says_it_has_no_rules_for_a_plugins_family(plugin_run):
-    from benchbase.testing.conformance import RULE_SETS
+    from benchbase.kit.conformance import RULE_SETS
 
     _, env = plugin_run
     every = run_benchbase("backend-test", BACKEND, env=env)

@@ -190,7 +190,7 @@ def test_verify_re_scores_the_exported_weights_without_any_backend_code(honest_r
     assert verified.returncode == 0, verified.stdout + verified.stderr[-2000:]
     assert "independent: re-scored by the reference model" in verified.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in verified.stderr.splitlines() if "import time:" in line}
-    assert "benchbase.testing.reference_model" in imported
+    assert "benchbase.families.ds2.reference" in imported
     assert not {name for name in imported if name.split(".")[0] in ("torch", "benchbase_torch_ds2")}
     digest = hashlib.sha256((honest_run / "checkpoints" / "final.weights.npz").read_bytes()).hexdigest()
     assert f'"sha256": "{digest}"' in (honest_run / "mllog.log").read_text()

@@ -25,18 +25,14 @@ from benchbase.compliance.checker import check_log
 from benchbase.compliance.rules import load_ruleset
 from benchbase.errors import InputError
 from benchbase.families.ds2 import quantization
+from benchbase.families.ds2.reference import bounded_reference, random_weights, reference_forward
 from benchbase.families.ds2.spec import QUANTIZABLE_TENSORS, DS2ModelSpec
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness import run_benchmark
 from benchbase.harness.devices import check_capabilities, device_plan
-from benchbase.plugin_host import get_plugin_manager
-from benchbase.plugin_host.registry import collect_registry
-from benchbase.specs import RunConfig
-from benchbase.specs.workload import PRECISIONS, QuantizationSpec
-from benchbase.testing.conformance import Kit, resolve_backend
-from benchbase.testing.isa import capped
-from benchbase.testing.kit_data import load_kit_data
-from benchbase.testing.precision import (
+from benchbase.kit.conformance import Kit, resolve_backend
+from benchbase.kit.data import load_kit_data
+from benchbase.kit.int8 import (
     flip_bound,
     in_precision,
     median_bound,
@@ -44,8 +40,12 @@ from benchbase.testing.precision import (
     quantized_ranges_after_step,
     range_update_rounding,
 )
-from benchbase.testing.reference_model import bounded_reference, random_weights, reference_forward
-from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, same_kernels
+from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, same_kernels
+from benchbase.plugin_host import get_plugin_manager
+from benchbase.plugin_host.registry import collect_registry
+from benchbase.specs import RunConfig
+from benchbase.specs.workload import PRECISIONS, QuantizationSpec
+from benchbase.testing.isa import capped
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
@@ -227,7 +227,7 @@ def _quantized_forward(name: str, kit_data):
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_a_backends_quantized_forward_pass_matches_the_reference(name, kit_data):
-    # Bounds: benchbase.testing.precision (flip_bound, median_bound) from the error model.
+    # Bounds: benchbase.kit.int8 (flip_bound, median_bound) from the error model.
     result = _quantized_forward(name, kit_data)
     mask = np.broadcast_to(result.mask, result.found.shape)
     difference = np.abs(result.found - result.expected)[mask]

@@ -14,8 +14,8 @@ from benchbase.families.rnnt import RNNTModelSpec
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import transducer_loss
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, random_weights
-from benchbase.testing.agreement import UtteranceOutputs, compare_with_reference
-from benchbase.testing.tolerances import FLOAT32_UNIT_ROUNDOFF
+from benchbase.numerics.agreement import UtteranceOutputs, compare_with_reference
+from benchbase.numerics.tolerances import FLOAT32_UNIT_ROUNDOFF
 
 FEATURES = 6
 pytestmark = pytest.mark.numerics
@@ -86,8 +86,8 @@ def test_the_harness_decodes_and_scores_with_the_exported_weights(batch):
 
 
 def _float32_encoder(weights, model: RNNTModelSpec, batch: Batch) -> np.ndarray:
-    from benchbase.families.rnnt.parts import rounded_encoder
-    from benchbase.testing.reference_model import RoundedArithmetic
+    from benchbase.families.rnnt.bounds import rounded_encoder
+    from benchbase.numerics.rounded import RoundedArithmetic
 
     class Float32(RoundedArithmetic):
         def dot(self, x, kernel, bias=0.0):

@@ -1,5 +1,5 @@
 """int8-emulated RNN-T in every backend that declares it, against the family's quantized reference
-(benchbase.testing.rnnt_precision): the encoder projection, the loss of a training step, the
+(benchbase.kit.rnnt_int8): the encoder projection, the loss of a training step, the
 ranges it leaves, checkpoints, and what the harness's search does with the ranges."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from benchbase.families.rnnt.reference import encoder_forward
-from benchbase.testing.conformance import resolve_backend, run_conformance
-from benchbase.testing.kit_data import load_kit_data
-from benchbase.testing.precision import in_precision, median_bound
-from benchbase.testing.rnnt_precision import int8_weights, quantized_encoder
+from benchbase.kit.conformance import resolve_backend, run_conformance
+from benchbase.kit.data import load_kit_data
+from benchbase.kit.int8 import in_precision, median_bound
+from benchbase.kit.rnnt_int8 import int8_weights, quantized_encoder
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
@@ -40,7 +40,7 @@ def rnnt_data():
 @pytest.mark.parametrize("rule", ["rnnt_int8_encoder", "rnnt_int8_training_step", "rnnt_int8_checkpoint"])
 @pytest.mark.parametrize("name", BACKENDS)
 def test_a_backend_passes_the_kits_int8_rules(name, rule, rnnt_data):
-    # The rules' bounds (benchbase.testing.precision_rules): the error model's grid-flip and
+    # The rules' bounds (benchbase.kit.precision_rules): the error model's grid-flip and
     # float32 bounds for the encoder, the rounding model run through the whole quantized step for
     # the loss and the ranges, and a checkpoint keeps every range and the predictions.
     [result] = run_conformance(resolve_backend(name), [rule], family="rnnt", precision="int8-emulated",
@@ -79,7 +79,7 @@ def test_the_joints_range_counts_only_the_cells_within_the_lengths(rnnt_data):
     assert quantizer.ranges["joint.output.input_range"] == np.float32(0.5)
 
 
-# --- the kit's int8 rules (benchbase.testing.precision_rules) fail what they are for -------------------
+# --- the kit's int8 rules (benchbase.kit.precision_rules) fail what they are for -------------------
 
 
 def _torch_backend():

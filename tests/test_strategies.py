@@ -23,6 +23,7 @@ from pydantic import Field
 
 import benchbase
 from benchbase.errors import InputError
+from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, after_steps
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
 from benchbase.specs.strategy import (
@@ -33,7 +34,6 @@ from benchbase.specs.strategy import (
     UnknownStrategySpec,
     validate_strategy,
 )
-from benchbase.testing.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, after_steps
 
 WORKERS = Path(__file__).parent / "workers"
 

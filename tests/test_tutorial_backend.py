@@ -95,7 +95,7 @@ def test_importing_the_plugin_imports_no_framework(package_root):
 
 def test_the_tutorial_backend_passes_every_conformance_rule(package_root):
     pytest.importorskip("torch")
-    testing = pytest.importorskip("benchbase.testing")
+    testing = pytest.importorskip("benchbase.kit")
     from benchbase_tutorial_ds2 import plugin
 
     manager = get_plugin_manager(load_entrypoints=False)

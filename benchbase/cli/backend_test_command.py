@@ -1,6 +1,6 @@
 """`benchbase backend-test NAME [--family FAMILY | --workload W] [--precision P]`: prove a backend against contract v2.
 
-Runs the conformance kit (``benchbase.testing``) on the kit's small real-speech batches, for
+Runs the conformance kit (``benchbase.kit``) on the kit's small real-speech batches, for
 every model family the backend declares (``Capabilities.families``) or the one --family names
 (or --workload's family: the kit proves a family on its own small model, not the workload's sizes),
 each family with its own rules (``RULE_SETS``): every rule, or those named with --rule. With
@@ -44,14 +44,14 @@ def backend_test(name: str, family: str | None, workload: str | None, rules: tup
     if workload is not None:
         family = _workload_family(workload, family)
     # The kit imports NumPy-heavy modules; loaded here so that other commands stay fast.
-    from benchbase.testing.conformance import (
+    from benchbase.kit.conformance import (
         RULE_SETS,
         families_to_test,
         resolve_backend,
         rules_by_family,
         run_conformance,
     )
-    from benchbase.testing.kit_data import load_kit_data
+    from benchbase.kit.data import load_kit_data
 
     # An unknown family or rule fails before any work.
     if family:

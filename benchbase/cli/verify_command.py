@@ -28,11 +28,11 @@ from benchbase.errors import InputError
 from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline, restored_backend
+from benchbase.numerics.agreement import ReferencePredictor
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import EvalSpec, ModelSpec
-from benchbase.testing.agreement import ReferencePredictor
 
 __all__ = ["TOLERANCE", "verify"]
 

@@ -68,7 +68,7 @@ class FamilyParts(Protocol):
     def bounded_outputs(self, weights: Weights, model: ModelSpec, features: np.ndarray, feature_lengths: np.ndarray,
                         operand_roundoff: float, draws: int) -> tuple[np.ndarray, np.ndarray]:
         """``reference_outputs`` and, elementwise, the error model's rounding bound of each
-        (``benchbase.testing.tolerances``): one float32 side's, or a narrower operand type's."""
+        (``benchbase.numerics.tolerances``): one float32 side's, or a narrower operand type's."""
 
 
 def family_parts(model: ModelSpec) -> FamilyParts:

@@ -23,7 +23,7 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.errors import BenchbaseError
-from benchbase.testing.kit import differing_weights
+from benchbase.families.layout import differing_weights
 
 __all__ = ["run_shapes", "warm_up"]
 

@@ -1,34 +1,18 @@
-"""benchbase's backend conformance kit: proves a backend against contract v2 (``benchbase.backend``).
-
-    from benchbase.testing import run_conformance
-    results = run_conformance(MyBackend)          # list of RuleResult(name, passed, message, seconds)
-
-or, in a backend's own test suite (one pytest test per rule):
+"""Test tooling: the conformance kit as pytest tests, and running tests under a lower CPU ISA.
 
     from benchbase.testing import BackendConformance
 
     class TestMyBackend(BackendConformance):
         backend = "mine"                          # a registered name, or: backend_class = MyBackend
 
-or `benchbase backend-test NAME` on the command line. The rules and their reasons are in
-``benchbase.testing.model_rules`` and ``benchbase.testing.training_rules``.
+``benchbase.testing.isa`` runs a command with the frameworks held one instruction set below
+this CPU's (``make test-isa``). The kit itself is ``benchbase.kit``; nothing under benchbase/
+outside this package imports it.
 """
 
 from __future__ import annotations
 
-from benchbase.testing.conformance import RULES, RuleResult, run_conformance
-from benchbase.testing.kit import ConformanceFailure
-from benchbase.testing.reference_model import random_weights, reference_forward
-
-__all__ = [
-    "RULES",
-    "BackendConformance",
-    "ConformanceFailure",
-    "RuleResult",
-    "random_weights",
-    "reference_forward",
-    "run_conformance",
-]
+__all__ = ["BackendConformance"]
 
 
 def __getattr__(name: str):

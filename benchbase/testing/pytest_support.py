@@ -15,8 +15,8 @@ from typing import ClassVar
 import pytest
 
 from benchbase.backend import Backend
-from benchbase.testing.conformance import RULES, Kit, resolve_backend, run_conformance
-from benchbase.testing.kit_data import load_kit_data
+from benchbase.kit.conformance import RULES, Kit, resolve_backend, run_conformance
+from benchbase.kit.data import load_kit_data
 
 __all__ = ["BackendConformance"]
 

@@ -17,15 +17,15 @@ import numpy as np
 from benchbase_torch_ds2.backend import TorchBackend
 
 from benchbase.data.store import FeatureStore
+from benchbase.families.ds2.reference import bounded_step
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.harness.devices import device_plan, own_slice
 from benchbase.harness.world import World, coordinator_for
+from benchbase.kit.model_rules import largest_statistic_excess
+from benchbase.numerics.tolerances import BOTH_SIDES
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
-from benchbase.testing.model_rules import largest_statistic_excess
-from benchbase.testing.reference_model import bounded_step
-from benchbase.testing.tolerances import BOTH_SIDES
 
 GLOBAL_BATCH = 8
 

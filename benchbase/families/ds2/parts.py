@@ -9,11 +9,11 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.decode.factory import Decoder
 from benchbase.decode.greedy import greedy_decode
+from benchbase.families.ds2.reference import bounded_reference, reference_forward
 from benchbase.families.ds2.spec import DS2ModelSpec
 from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
 from benchbase.families.parts import Weights
 from benchbase.metrics.ctc import ctc_loss
-from benchbase.testing.reference_model import bounded_reference, reference_forward
 
 __all__ = ["PARTS", "CTCHead", "DS2Parts"]
 

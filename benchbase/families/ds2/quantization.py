@@ -1,7 +1,7 @@
 """The NumPy reference of ``precision: int8-emulated``: fake quantization as ``QuantizationSpec`` pins it.
 
 Backends implement the same scheme in their frameworks; their tests compare against these
-functions (tests/test_precision.py), and ``benchbase.testing.reference_model`` runs the
+functions (tests/test_precision.py), and ``benchbase.families.ds2.reference`` runs the
 whole quantized forward pass with them. The scheme, in one place:
 
 - A fake-quantized tensor is ``clip(round(x / scale), -qmax, qmax) * scale``, ``qmax = 2**(bits-1) - 1``,

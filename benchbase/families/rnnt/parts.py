@@ -8,12 +8,12 @@ what it does not compute (the search) is benchbase's: a backend decides no part 
 
 The error model's bound of the encoder projection (``bounded_outputs``) is DS2's: the same
 LSTM with every accumulation and vector function moved by its float32 rounding bound
-(``benchbase.testing.reference_model.lstm_layer``, ``benchbase.testing.tolerances``).
+(``benchbase.families.ds2.reference.lstm_layer``, ``benchbase.numerics.tolerances``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,16 +21,16 @@ from benchbase.backend import Batch
 from benchbase.data.alphabet import decode_labels
 from benchbase.decode.factory import Decoder
 from benchbase.families.parts import Weights
+from benchbase.families.rnnt.bounds import rounded_encoder
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import transducer_loss
-from benchbase.families.rnnt.quantization import Quantizer
-from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, stack_frames
+from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward
 from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase.families.rnnt.weight_layout import encoder_layer_names, validate_weights, weight_layout
-from benchbase.testing.reference_model import RoundedArithmetic, lstm_layer
-from benchbase.testing.tolerances import RoundingModel, rounding_bound
+from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
+from benchbase.numerics.rounded import RoundedArithmetic
+from benchbase.numerics.tolerances import RoundingModel, rounding_bound
 
-__all__ = ["PARTS", "RNNTParts", "TransducerHead", "rounded_encoder"]
+__all__ = ["PARTS", "RNNTParts", "TransducerHead"]
 
 
 class TransducerHead:
@@ -81,24 +81,6 @@ class RNNTParts:
 
         exact, bound = rounding_bound(compute, draws=draws, operand_roundoff=operand_roundoff)
         return exact["encoded"], bound["encoded"]
-
-
-def rounded_encoder(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, features: np.ndarray,
-                    rounded: RoundedArithmetic, quantizer: Quantizer | None = None) -> np.ndarray:
-    """``reference.encoder_forward``'s projection with ``rounded``'s moves injected (none: the same
-    numbers); ``quantizer``: a training pass's (none: inference, the identity unless int8-emulated)."""
-    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
-    quantizer = quantizer or Quantizer(weights, model, training=False)
-    x = stack_frames(np.asarray(features, dtype=np.float64), model.input_stack, model.input_subsample)
-    for index, prefix in enumerate(encoder_layer_names(model)):
-        if index == model.encoder_pre_layers:
-            x = stack_frames(x, model.stack_time_factor, model.stack_time_factor)
-        input_kernel = quantizer.kernel(f"{prefix}.input_kernel", w[f"{prefix}.input_kernel"])
-        recurrent_kernel = quantizer.kernel(f"{prefix}.recurrent_kernel", w[f"{prefix}.recurrent_kernel"])
-        x = lstm_layer(quantizer.input(prefix, x), input_kernel, recurrent_kernel, w[f"{prefix}.bias"],
-                       quantizer.recurrent_state(prefix), rounded)
-    kernel = quantizer.kernel("joint.encoder.kernel", w["joint.encoder.kernel"])
-    return rounded.dot(quantizer.input("joint.encoder", x), kernel, w["joint.encoder.bias"])
 
 
 PARTS = RNNTParts()

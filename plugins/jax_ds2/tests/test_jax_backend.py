@@ -22,18 +22,18 @@ from benchbase.backend import BackendReference, BuildContext, DevicePlan  # noqa
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
 from benchbase.data.store import FeatureStore  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
+from benchbase.families.ds2.reference import bounded_step  # noqa: E402
 from benchbase.families.ds2.weight_layout import weight_layout  # noqa: E402
-from benchbase.plugin_host import get_plugin_manager  # noqa: E402
-from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
-from benchbase.plugin_host.registry import collect_registry  # noqa: E402
-from benchbase.specs import AdaDeltaSpec  # noqa: E402
-from benchbase.testing.reference_model import bounded_step  # noqa: E402
-from benchbase.testing.tolerances import (  # noqa: E402
+from benchbase.numerics.tolerances import (  # noqa: E402
     BOTH_SIDES,
     FLOAT32_UNIT_ROUNDOFF,
     accumulation_bound,
     same_kernels,
 )
+from benchbase.plugin_host import get_plugin_manager  # noqa: E402
+from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
+from benchbase.plugin_host.registry import collect_registry  # noqa: E402
+from benchbase.specs import AdaDeltaSpec  # noqa: E402
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
@@ -126,7 +126,7 @@ def test_forward_loss_and_batchnorm_agree_with_numpy(batch):
         log_probs = backend.predict(batch.inputs())
         expected, _ = numpy_forward(model, weights, batch.features, training=False)
         assert log_probs.shape == expected.shape and log_probs.dtype == np.float32
-        # Bounds: benchbase.testing.tolerances, one float32 side against float64.
+        # Bounds: benchbase.numerics.tolerances, one float32 side against float64.
         assert_log_probs_agree(log_probs, expected, weights, model, batch.inputs(), sides=1)
 
         loss = backend.train_step(batch)

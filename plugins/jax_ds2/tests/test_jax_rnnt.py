@@ -1,5 +1,5 @@
 """The JAX backend's RNN-T family against benchbase's NumPy reference (benchbase.families.rnnt), on the
-same weights, with tolerances from the error model (benchbase.testing.tolerances); and its optimizer,
+same weights, with tolerances from the error model (benchbase.numerics.tolerances); and its optimizer,
 training, checkpoint and predict contract on a tiny model.
 
 Every build compiles its programs (seconds on two cores), so the tests build few backends and
@@ -19,14 +19,17 @@ from benchbase.data.store import FeatureStore
 from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt import loss as reference_loss
 from benchbase.families.rnnt import reference
+from benchbase.families.rnnt.bounds import (
+    bounded_transducer_loss,
+    joint_bound,
+    rounded_prediction,
+    transducer_gradient_bound,
+)
 from benchbase.families.rnnt.parts import PARTS
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import weight_layout
-from benchbase.plugin_host.builtins.workloads import builtin_workload
-from benchbase.specs.optimizer import AdamWSpec
-from benchbase.testing.reference_model import RoundedArithmetic
-from benchbase.testing.rnnt_rules import bounded_transducer_loss, rounded_prediction
-from benchbase.testing.tolerances import (
+from benchbase.numerics.rounded import RoundedArithmetic
+from benchbase.numerics.tolerances import (
     FLOAT32_UNIT_ROUNDOFF,
     FLOAT64_UNIT_ROUNDOFF,
     INJECTION_DRAWS,
@@ -34,7 +37,8 @@ from benchbase.testing.tolerances import (
     rounding_bound,
     same_kernels,
 )
-from benchbase.testing.transducer_bounds import joint_bound, transducer_gradient_bound
+from benchbase.plugin_host.builtins.workloads import builtin_workload
+from benchbase.specs.optimizer import AdamWSpec
 
 jax = pytest.importorskip("jax")
 jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")

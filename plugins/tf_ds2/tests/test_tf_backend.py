@@ -10,9 +10,9 @@ from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.harness.runner import run_benchmark
+from benchbase.numerics.tolerances import same_kernels
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import RunConfig
-from benchbase.testing.tolerances import same_kernels
 
 pytest.importorskip("tensorflow")
 tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")

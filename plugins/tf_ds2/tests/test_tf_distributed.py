@@ -26,11 +26,11 @@ from benchbase.backend import BuildContext, DevicePlan  # noqa: E402
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
 from benchbase.data.store import FeatureStore  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
+from benchbase.families.ds2.reference import bounded_reference, bounded_step  # noqa: E402
+from benchbase.kit.int8 import range_update_rounding  # noqa: E402
+from benchbase.kit.model_rules import largest_statistic_excess  # noqa: E402
+from benchbase.numerics.tolerances import BOTH_SIDES, after_steps  # noqa: E402
 from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
-from benchbase.testing.model_rules import largest_statistic_excess  # noqa: E402
-from benchbase.testing.precision import range_update_rounding  # noqa: E402
-from benchbase.testing.reference_model import bounded_reference, bounded_step  # noqa: E402
-from benchbase.testing.tolerances import BOTH_SIDES, after_steps  # noqa: E402
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
@@ -39,7 +39,7 @@ REPLICAS = 2
 STEPS = 10
 QUANTIZED_STEPS = 3
 
-# Tolerances (benchbase.testing.tolerances): the two runs differ only in the order sums are
+# Tolerances (benchbase.numerics.tolerances): the two runs differ only in the order sums are
 # added (each replica sums its half, then the all-reduce adds the halves; BatchNorm's
 # statistics likewise), so every bound is float32's rounding bound, for both sides:
 # - the first loss: the reference's bound of the loss at the initial weights on the first

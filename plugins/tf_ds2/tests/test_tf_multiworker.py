@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 from cli_helpers import run_benchbase, two_torchrun_nodes
 
-from benchbase.testing.tolerances import BOTH_SIDES, after_steps, same_kernels
+from benchbase.numerics.tolerances import BOTH_SIDES, after_steps, same_kernels
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
 if importlib.util.find_spec("benchbase_tf_ds2") is None:  # the test runs TensorFlow in subprocesses only
     pytest.skip("the TensorFlow backend is not installed", allow_module_level=True)
 
-# Tolerances (benchbase.testing.tolerances). The first batch: the same weights (worker 0's,
+# Tolerances (benchbase.numerics.tolerances). The first batch: the same weights (worker 0's,
 # broadcast to worker 1), the same global batch, the same dropout masks (drawn per global
 # replica id) and BatchNorm over the global batch on both sides; the only difference is who
 # adds the two replicas' partial sums, and a sum of two floats is the same in either order. So
@@ -46,7 +46,7 @@ from benchbase.data.store import FeatureStore
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.harness.devices import device_plan
 from benchbase.specs import RunConfig
-from benchbase.testing.reference_model import bounded_step
+from benchbase.families.ds2.reference import bounded_step
 from benchbase_tf_ds2.backend import TensorFlowBackend
 
 config = RunConfig.model_validate_json(open(sys.argv[1]).read())

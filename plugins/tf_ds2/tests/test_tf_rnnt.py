@@ -1,5 +1,5 @@
 """The TensorFlow backend's RNN-T family against benchbase's NumPy reference (benchbase.families.rnnt), on the
-same weights, with tolerances from the error model (benchbase.testing.tolerances); and its training, optimizer,
+same weights, with tolerances from the error model (benchbase.numerics.tolerances); and its training, optimizer,
 checkpoint and predict contract on a tiny model."""
 
 from __future__ import annotations
@@ -17,15 +17,18 @@ from benchbase.data.store import FeatureStore
 from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt import loss as reference_loss
 from benchbase.families.rnnt import reference
+from benchbase.families.rnnt.bounds import (
+    bounded_transducer_loss,
+    joint_bound,
+    rounded_prediction,
+    transducer_gradient_bound,
+)
 from benchbase.families.rnnt.parts import PARTS
 from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import weight_layout
-from benchbase.plugin_host.builtins.workloads import builtin_workload
-from benchbase.specs.optimizer import AdamWSpec
-from benchbase.testing.reference_model import RoundedArithmetic
-from benchbase.testing.rnnt_rules import bounded_transducer_loss, rounded_prediction
-from benchbase.testing.tolerances import (
+from benchbase.numerics.rounded import RoundedArithmetic
+from benchbase.numerics.tolerances import (
     BOTH_SIDES,
     FLOAT32_UNIT_ROUNDOFF,
     FLOAT64_UNIT_ROUNDOFF,
@@ -35,7 +38,8 @@ from benchbase.testing.tolerances import (
     rounding_bound,
     same_kernels,
 )
-from benchbase.testing.transducer_bounds import joint_bound, transducer_gradient_bound
+from benchbase.plugin_host.builtins.workloads import builtin_workload
+from benchbase.specs.optimizer import AdamWSpec
 
 pytest.importorskip("tensorflow")
 tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")

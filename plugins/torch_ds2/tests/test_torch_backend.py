@@ -8,8 +8,8 @@ from numerics import assert_normalized
 from benchbase.backend import BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
+from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, accumulation_bound, same_kernels
 from benchbase.plugin_host.builtins.workloads import builtin_workload
-from benchbase.testing.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, accumulation_bound, same_kernels
 
 torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
 

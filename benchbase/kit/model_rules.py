@@ -32,10 +32,11 @@ import numpy as np
 
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.ds2.reference import BoundedReference, batchnorm_names, bounded_reference
 from benchbase.families.ds2.weight_layout import weight_layout
-from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
-from benchbase.testing.reference_model import BoundedReference, batchnorm_names, bounded_reference
-from benchbase.testing.tolerances import (
+from benchbase.families.layout import differing_weights
+from benchbase.kit.core import ConformanceFailure, Kit, describe_difference, describe_error
+from benchbase.numerics.tolerances import (
     ELEMENTWISE_ULPS,
     FLOAT32_UNIT_ROUNDOFF,
     accumulation_bound,
@@ -54,7 +55,7 @@ __all__ = [
     "statistic_excess",
 ]
 
-# Every tolerance below comes from benchbase.testing.tolerances' error model: the reference
+# Every tolerance below comes from benchbase.numerics.tolerances' error model: the reference
 # computes, elementwise, how far one float32 computation of each value may land from it.
 
 

@@ -1,4 +1,4 @@
-"""The kit's checks of an RNN-T backend's int8-emulated precision (``benchbase.testing.precision``'s
+"""The kit's checks of an RNN-T backend's int8-emulated precision (``benchbase.kit.int8``'s
 for the transducer), for the backends that declare it for the family.
 
 - ``quantized_encoder``: predict() of an int8-emulated transducer (its encoder projection)
@@ -21,17 +21,16 @@ import numpy as np
 from benchbase.backend import Backend, Inputs
 from benchbase.families.ds2.quantization import INT8_EMULATED
 from benchbase.families.parts import family_parts
+from benchbase.families.rnnt.bounds import rounded_encoder, rounded_joint, rounded_prediction
 from benchbase.families.rnnt.loss import transducer_loss
-from benchbase.families.rnnt.parts import rounded_encoder
 from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.reference import lattice_cells, random_weights
-from benchbase.testing.kit import Kit
-from benchbase.testing.kit_data import KitData
-from benchbase.testing.model_rules import valid_frames
-from benchbase.testing.precision import QuantizedForward, in_precision
-from benchbase.testing.reference_model import RoundedArithmetic
-from benchbase.testing.rnnt_rules import rounded_joint, rounded_prediction
-from benchbase.testing.tolerances import ctc_recursion_bound, rounding_bound
+from benchbase.kit.core import Kit
+from benchbase.kit.data import KitData
+from benchbase.kit.int8 import QuantizedForward, in_precision
+from benchbase.kit.model_rules import valid_frames
+from benchbase.numerics.rounded import RoundedArithmetic
+from benchbase.numerics.tolerances import ctc_recursion_bound, rounding_bound
 
 __all__ = ["QuantizedStep", "int8_weights", "quantized_encoder", "quantized_training_step"]
 

@@ -5,7 +5,7 @@ log-probabilities: the harness runs the prediction network, the joint and the gr
 itself, on the weights the backend exports (docs/design.md, "Model families"). So the rules
 check the encoder against the family's NumPy reference on the same weights, the transducer loss
 ``train_step`` optimizes, and that what ``predict()`` returns after training is what the exported
-weights compute. Every bound is the error model's (``benchbase.testing.tolerances``).
+weights compute. Every bound is the error model's (``benchbase.numerics.tolerances``).
 
 Why each rule exists:
 
@@ -31,27 +31,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from benchbase.backend import Batch, Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.layout import differing_weights
 from benchbase.families.parts import family_parts
-from benchbase.families.rnnt.loss import transducer_loss
-from benchbase.families.rnnt.quantization import Quantizer
+from benchbase.families.rnnt.bounds import BoundedLoss, bounded_transducer_loss
 from benchbase.families.rnnt.reference import random_weights
-from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase.families.rnnt.weight_layout import prediction_layer_names, weight_layout
-from benchbase.testing.kit import ConformanceFailure, Kit, describe_error, differing_weights
-from benchbase.testing.model_rules import check_layout, expect_same_weights, scribble, valid_frames
-from benchbase.testing.reference_model import RoundedArithmetic, lstm_layer
-from benchbase.testing.tolerances import INJECTION_DRAWS, ctc_recursion_bound, rounding_bound, same_kernels
-from benchbase.testing.training_rules import checkpoint_round_trip, prediction_matches_weights
+from benchbase.families.rnnt.weight_layout import weight_layout
+from benchbase.kit.core import ConformanceFailure, Kit, describe_error
+from benchbase.kit.model_rules import check_layout, expect_same_weights, scribble, valid_frames
+from benchbase.kit.training_rules import checkpoint_round_trip, prediction_matches_weights
+from benchbase.numerics.tolerances import INJECTION_DRAWS, same_kernels
 
 __all__ = [
-    "BoundedLoss",
-    "bounded_transducer_loss",
     "check_encoded",
     "check_rnnt_checkpoint_round_trip",
     "check_rnnt_forward_parity",
@@ -61,8 +56,6 @@ __all__ = [
     "check_rnnt_transducer_loss",
     "check_rnnt_weight_round_trip",
     "parity_weights",
-    "rounded_joint",
-    "rounded_prediction",
 ]
 
 
@@ -168,7 +161,7 @@ def check_rnnt_transducer_loss(kit: Kit) -> None:
 
 def check_rnnt_prediction_matches_weights(kit: Kit) -> None:
     """After TRAINED_STEPS steps, predict() agrees with the reference encoder on the backend's own
-    export_weights(), utterance by utterance (``benchbase.testing.agreement``)."""
+    export_weights(), utterance by utterance (``benchbase.numerics.agreement``)."""
     width = kit.model.joint_units
     prediction_matches_weights(
         kit, "rnnt_prediction_matches_weights", "encoder projection",
@@ -205,79 +198,6 @@ def check_encoded(rule: str, result: object, inputs: Inputs, width: int) -> np.n
 def parity_weights(kit: Kit) -> dict[str, np.ndarray]:
     """Random weights in the family's layout (every bias random too), the same for every rule of a kit."""
     return random_weights(kit.model, kit.data.feature_dimension, np.random.default_rng(kit.seed + 1))
-
-
-# --- the reference's transducer loss and its rounding bound --------------------------------------
-
-
-@dataclass(frozen=True)
-class BoundedLoss:
-    """The reference's view of a batch's transducer loss."""
-
-    loss: float
-    """The spec's mean over the batch, an utterance without an encoder frame counted zero."""
-    losses: np.ndarray
-    """Each utterance's loss (+inf where it has no encoder frame)."""
-    bound: float
-    """How far one float32 computation of ``loss`` may land from it."""
-
-
-def bounded_transducer_loss(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, batch: Batch) -> BoundedLoss:
-    """The spec's mean transducer loss (``reference.prediction_forward``, ``joint``, ``loss``) on
-    ``weights`` and one float32 side's bound on it: the encoder, prediction network and joint
-    with every operation moved (``rounding_bound``), then the loss recursion's own roundings, a
-    log-add-exp per anti-diagonal and one for the final blank (``ctc_recursion_bound``)."""
-    from benchbase.families.rnnt.parts import rounded_encoder  # deferred: that module imports this package
-
-    w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
-    frames = int(batch.output_lengths.max(initial=0))
-
-    def compute(rounding) -> dict[str, np.ndarray]:
-        rounded = RoundedArithmetic(rounding)
-        encoded = rounded_encoder(weights, model, batch.features, rounded)[:, :frames]
-        log_probs = rounded_joint(w, model, encoded, rounded_prediction(w, model, batch, rounded), rounded)
-        losses = transducer_loss(log_probs, batch.labels, batch.output_lengths, batch.label_lengths,
-                                 model.blank_index)
-        return {"loss": np.asarray(np.where(np.isinf(losses), 0.0, losses).mean()), "losses": losses}
-
-    exact, moved = rounding_bound(compute)
-    steps = batch.output_lengths + batch.label_lengths + 1
-    bound = float(moved["loss"]) + ctc_recursion_bound(steps, exact["losses"])
-    return BoundedLoss(float(exact["loss"]), exact["losses"], bound)
-
-
-def rounded_prediction(w: Mapping[str, np.ndarray], model: RNNTModelSpec, batch: Batch,
-                       rounded: RoundedArithmetic, quantizer: Quantizer | None = None) -> np.ndarray:
-    """``reference.prediction_forward`` with ``rounded``'s moves injected; ``quantizer``: a training
-    pass's fake quantization (none: inference, the identity unless ``model`` is int8-emulated)."""
-    quantizer = quantizer or Quantizer(w, model, training=False)
-    blank = model.blank_index
-    labels = np.where(np.arange(batch.labels.shape[1]) < batch.label_lengths[:, None], batch.labels, blank)
-    x = w["prediction.embedding"][np.concatenate([np.full((len(labels), 1), blank), labels], axis=1)]
-    for prefix in prediction_layer_names(model):
-        input_kernel = quantizer.kernel(f"{prefix}.input_kernel", w[f"{prefix}.input_kernel"])
-        recurrent_kernel = quantizer.kernel(f"{prefix}.recurrent_kernel", w[f"{prefix}.recurrent_kernel"])
-        x = lstm_layer(quantizer.input(prefix, x), input_kernel, recurrent_kernel, w[f"{prefix}.bias"],
-                       quantizer.recurrent_state(prefix), rounded=rounded)
-    return x
-
-
-def rounded_joint(w: Mapping[str, np.ndarray], model: RNNTModelSpec, encoded: np.ndarray, predicted: np.ndarray,
-                  rounded: RoundedArithmetic, quantizer: Quantizer | None = None,
-                  inside: np.ndarray | None = None) -> np.ndarray:
-    """``reference.joint`` with ``rounded``'s moves injected; ``quantizer`` as ``rounded_prediction``'s,
-    ``inside`` the lattice's cells within the lengths (joint.output's range in training)."""
-    quantizer = quantizer or Quantizer(w, model, training=False)
-    kernel = quantizer.kernel("joint.prediction.kernel", w["joint.prediction.kernel"])
-    projected = rounded.dot(quantizer.input("joint.prediction", predicted), kernel, w["joint.prediction.bias"])
-    hidden = rounded.function(encoded[:, :, None, :] + projected[:, None, :, :])
-    hidden = np.maximum(hidden, 0.0) if model.joint_activation == "relu" else rounded.function(np.tanh(hidden))
-    hidden = quantizer.input("joint.output", hidden, None if inside is None else inside[..., None])
-    logits = rounded.dot(hidden, quantizer.kernel("joint.output.kernel", w["joint.output.kernel"]),
-                         w["joint.output.bias"])
-    shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
-    total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
-    return rounded.function(shifted - rounded.function(np.log(total))[..., None])
 
 
 def _loss_hint(loss: float, reference: BoundedLoss, batch: Batch) -> str:

@@ -3,7 +3,7 @@
 Not rules of ``RULES`` (every backend must pass those, and fp32 is all a backend must
 implement): helpers that a backend's own tests call for the precisions its ``Capabilities``
 declare, on the kit's data and random weights (tests/test_precision.py does for the three
-bundled backends). Their tolerances come from ``benchbase.testing.tolerances``' error model.
+bundled backends). Their tolerances come from ``benchbase.numerics.tolerances``' error model.
 
 - ``quantized_forward``: predict() of an int8-emulated model against benchbase's NumPy
   reference of the same scheme (``benchbase.families.ds2.quantization``) on the same weights and ranges.
@@ -25,12 +25,12 @@ import numpy as np
 
 from benchbase.backend import Backend, Inputs
 from benchbase.families.ds2.quantization import INT8_EMULATED, fake_quantize_weight, input_range_names
+from benchbase.families.ds2.reference import bounded_reference, random_weights
+from benchbase.kit.core import Kit
+from benchbase.kit.data import KitData
+from benchbase.kit.model_rules import valid_frames
+from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF
 from benchbase.specs import ModelSpec
-from benchbase.testing.kit import Kit
-from benchbase.testing.kit_data import KitData
-from benchbase.testing.model_rules import valid_frames
-from benchbase.testing.reference_model import bounded_reference, random_weights
-from benchbase.testing.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF
 
 __all__ = [
     "QuantizedForward",

@@ -7,7 +7,7 @@ benchbase's NumPy reference computes what those weights predict, and a ``predict
 gives anything else is caught. The harness asks this of every evaluation (independent
 scoring) and the conformance kit of a trained backend (rule prediction_matches_weights).
 
-The tolerance is the error model's (``benchbase.testing.tolerances``): per utterance, the
+The tolerance is the error model's (``benchbase.numerics.tolerances``): per utterance, the
 largest difference over its valid frames and symbols may be twice (``BOTH_SIDES``) the
 largest rounding bound of the reference's outputs there, computed by the reference in the
 run's precision (bfloat16, float16 and TF32 operands round at ``OPERAND_ROUNDOFF``'s unit
@@ -32,8 +32,8 @@ import numpy as np
 from benchbase.backend import Inputs
 from benchbase.errors import BenchbaseError
 from benchbase.families.parts import family_parts
+from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, INJECTION_DRAWS
 from benchbase.specs import ModelSpec
-from benchbase.testing.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, INJECTION_DRAWS
 
 __all__ = ["OPERAND_ROUNDOFF", "Agreement", "ReferencePredictor", "UtteranceOutputs", "compare_with_reference",
            "reference_log_probs"]

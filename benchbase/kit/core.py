@@ -3,18 +3,18 @@ and the one training step that several rules inspect."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from benchbase.backend import Backend
+from benchbase.families.ds2.reference import bounded_step, random_weights
+from benchbase.kit.data import KitData
 from benchbase.specs import ModelSpec
-from benchbase.testing.kit_data import KitData
-from benchbase.testing.reference_model import bounded_step, random_weights
 
-__all__ = ["ConformanceFailure", "FirstStep", "Kit", "describe_difference", "describe_error", "differing_weights"]
+__all__ = ["ConformanceFailure", "FirstStep", "Kit", "describe_difference", "describe_error"]
 
 
 class ConformanceFailure(Exception):
@@ -155,11 +155,3 @@ def describe_error(error: BaseException, limit: int = 400, method: bool = True) 
     described = f"{type(error).__name__}: {text}" if text else type(error).__name__
     methods = [note.removeprefix(_CALL_NOTE) for note in getattr(error, "__notes__", ()) if note.startswith(_CALL_NOTE)]
     return f"{methods[0]}() raised {described}" if methods and method else described
-
-
-def differing_weights(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) -> list[str]:
-    """Names whose arrays differ (or exist on one side only), in the first mapping's order."""
-    names = list(first) + [name for name in second if name not in first]
-    return [name for name in names
-            if name not in first or name not in second
-            or np.shape(first[name]) != np.shape(second[name]) or not np.array_equal(first[name], second[name])]

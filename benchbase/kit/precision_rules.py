@@ -4,7 +4,7 @@ fp32 is all a backend must implement, so the family's rules (``RULES``, ``RNNT_R
 fp32; a backend that declares another precision for a family (``Capabilities.precisions_of``)
 can be proved in it with these. int8-emulated is the one whose numbers a reference fixes: the
 fake quantization is bit for bit the NumPy reference's, and the error model bounds how far a
-grid step flipped by a rounding carries (``benchbase.testing.precision``). Mixed precisions
+grid step flipped by a rounding carries (``benchbase.kit.int8``). Mixed precisions
 (bf16, fp16) have tolerances from the error model too, but run on GPUs where they matter; the
 backends' own tests check them on the kit's data.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.families.ds2.quantization import INT8_EMULATED
-from benchbase.testing.kit import ConformanceFailure, Kit
-from benchbase.testing.precision import (
+from benchbase.kit.core import ConformanceFailure, Kit
+from benchbase.kit.int8 import (
     QuantizedForward,
     flip_bound,
     in_precision,
@@ -40,7 +40,7 @@ from benchbase.testing.precision import (
     quantized_ranges_after_step,
     range_update_rounding,
 )
-from benchbase.testing.tolerances import BOTH_SIDES, same_kernels
+from benchbase.numerics.tolerances import BOTH_SIDES, same_kernels
 
 __all__ = ["check_int8_forward", "check_int8_ranges", "check_rnnt_int8_checkpoint", "check_rnnt_int8_encoder",
            "check_rnnt_int8_training_step"]
@@ -60,14 +60,14 @@ def check_int8_ranges(kit: Kit) -> None:
 
 def check_rnnt_int8_encoder(kit: Kit) -> None:
     """The transducer's int8-emulated encoder projection against the quantized reference."""
-    from benchbase.testing.rnnt_precision import quantized_encoder
+    from benchbase.kit.rnnt_int8 import quantized_encoder
 
     _expect_within_flips("rnnt_int8_encoder", "encoder projection", quantized_encoder(kit.backend_class, kit.data))
 
 
 def check_rnnt_int8_training_step(kit: Kit) -> None:
     """The loss of one int8 training step of the transducer and the ranges it leaves."""
-    from benchbase.testing.rnnt_precision import quantized_training_step
+    from benchbase.kit.rnnt_int8 import quantized_training_step
 
     for first in (True, False):
         step = quantized_training_step(kit.backend_class, kit.data, first=first)

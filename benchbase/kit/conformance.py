@@ -1,8 +1,8 @@
 """The backend conformance kit: named rules that prove a backend against contract v2.
 
 Each rule is a small function that builds backends of the class under test on the kit's
-data (``benchbase.testing.kit_data``), compares what they do with the contract and with
-benchbase's NumPy reference (``benchbase.testing.reference_model``, ``benchbase.metrics.ctc``),
+data (``benchbase.kit.data``), compares what they do with the contract and with
+benchbase's NumPy reference (``benchbase.families.ds2.reference``, ``benchbase.metrics.ctc``),
 and raises ``ConformanceFailure`` saying what it expected and what it found. The reasons for
 each rule are in ``model_rules`` and ``training_rules``.
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 from benchbase.backend import Backend
 from benchbase.errors import BenchbaseError, InputError
-from benchbase.testing.kit import ConformanceFailure, Kit, describe_error
-from benchbase.testing.kit_data import KIT_FAMILIES, KitData, load_kit_data
-from benchbase.testing.model_rules import (
+from benchbase.kit.core import ConformanceFailure, Kit, describe_error
+from benchbase.kit.data import KIT_FAMILIES, KitData, load_kit_data
+from benchbase.kit.model_rules import (
     check_batchnorm_statistics,
     check_ctc_loss,
     check_forward_parity,
@@ -43,14 +43,14 @@ from benchbase.testing.model_rules import (
     check_predict_shapes,
     check_weight_round_trip,
 )
-from benchbase.testing.precision_rules import (
+from benchbase.kit.precision_rules import (
     check_int8_forward,
     check_int8_ranges,
     check_rnnt_int8_checkpoint,
     check_rnnt_int8_encoder,
     check_rnnt_int8_training_step,
 )
-from benchbase.testing.rnnt_rules import (
+from benchbase.kit.rnnt_rules import (
     check_rnnt_checkpoint_round_trip,
     check_rnnt_forward_parity,
     check_rnnt_parameter_count,
@@ -59,7 +59,7 @@ from benchbase.testing.rnnt_rules import (
     check_rnnt_transducer_loss,
     check_rnnt_weight_round_trip,
 )
-from benchbase.testing.training_rules import (
+from benchbase.kit.training_rules import (
     THREAD_RATIO_BOUND,
     check_checkpoint_round_trip,
     check_predict_sees_only_features,

@@ -22,7 +22,7 @@ spec's momentum (Keras's convention: the share of the old value kept).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,17 +31,16 @@ from benchbase.backend import Batch
 from benchbase.families.ds2 import quantization
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.metrics.ctc import ctc_loss
+from benchbase.numerics.rounded import RoundedArithmetic, log_softmax, lstm_layer
+from benchbase.numerics.tolerances import INJECTION_DRAWS, RoundingModel, ctc_recursion_bound, rounding_bound
 from benchbase.specs import ModelSpec
-from benchbase.testing.tolerances import INJECTION_DRAWS, RoundingModel, ctc_recursion_bound, rounding_bound
 
 __all__ = [
     "BoundedReference",
     "BoundedStep",
-    "RoundedArithmetic",
     "batchnorm_names",
     "bounded_reference",
     "bounded_step",
-    "lstm_layer",
     "random_weights",
     "reference_forward",
 ]
@@ -58,7 +57,7 @@ def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     they were. ``feature_lengths`` only checks the batch: outputs past an utterance's
     ``model.output_frames`` are computed over its padding, as a backend computes them.
 
-    ``rounding``: a ``benchbase.testing.tolerances.RoundingModel`` that moves every
+    ``rounding``: a ``benchbase.numerics.tolerances.RoundingModel`` that moves every
     accumulation and vector function by its float32 rounding bound (the error model's
     propagation step); ``None`` computes the reference as it is.
     """
@@ -81,13 +80,13 @@ def reference_forward(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     x = quantize.input("output", x)
     kernel = quantize.kernel("output.kernel", w)
     logits = rounded.dot(x, kernel, w["output.bias"])
-    return _log_softmax(logits, rounded), running
+    return log_softmax(logits, rounded), running
 
 
 @dataclass(frozen=True)
 class BoundedReference:
     """The reference's results and, elementwise, how far one float32 computation of them may
-    land (``benchbase.testing.tolerances``, rule 4)."""
+    land (``benchbase.numerics.tolerances``, rule 4)."""
 
     log_probs: np.ndarray
     running: dict[str, np.ndarray]
@@ -139,35 +138,6 @@ def bounded_step(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Bat
     running_bound = {name: value for name, value in bound.items() if name in running}
     reference = BoundedReference(exact["log_probs"], running, bound["log_probs"], running_bound)
     return BoundedStep(reference, float(exact["loss"]), loss_bound, losses)
-
-
-class RoundedArithmetic:
-    """The reference's arithmetic with a rounding model's moves applied (none without one)."""
-
-    def __init__(self, model: RoundingModel | None) -> None:
-        self.model = model
-
-    def dot(self, x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | float = 0.0) -> np.ndarray:
-        """x @ kernel + bias, moved by the bound of a (kernel rows + 1)-term accumulation."""
-        value = x @ kernel + bias
-        if self.model is None:
-            return value
-        magnitude = np.abs(x) @ np.abs(kernel) + np.abs(bias)
-        return self.model.accumulation(value, magnitude, kernel.shape[0] + 1)
-
-    def mean(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
-        """The mean over ``axis``, moved by the bound of that many terms."""
-        return self.sum(values, axis) / values.shape[axis]
-
-    def sum(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
-        """The sum over ``axis``, moved by the bound of that many terms."""
-        value = values.sum(axis=axis)
-        if self.model is None:
-            return value
-        return self.model.accumulation(value, np.abs(values).sum(axis=axis), values.shape[axis])
-
-    def function(self, value: np.ndarray, operations: int = 1) -> np.ndarray:
-        return value if self.model is None else self.model.elementwise(value, operations)
 
 
 class _Quantizer:
@@ -298,41 +268,3 @@ def _batchnorm(x: np.ndarray, w: dict[str, np.ndarray], prefix: str, model: Mode
         running[f"{prefix}.mean"], running[f"{prefix}.variance"] = mean.copy(), variance.copy()
     normalized = rounded.function((x - mean) / np.sqrt(variance + model.batchnorm_epsilon), 3)
     return rounded.function(normalized * w[f"{prefix}.scale"] + w[f"{prefix}.offset"], 2)
-
-
-def lstm_layer(x: np.ndarray, input_kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray,
-               quantize_state: Callable[[np.ndarray], np.ndarray] | None = None,
-               rounded: RoundedArithmetic | None = None) -> np.ndarray:
-    """A unidirectional LSTM from a zero state: (batch, frames, inputs) -> (batch, frames, units).
-
-    ``quantize_state``: int8-emulated's fake quantization of h(t-1) before the recurrent matmul.
-    """
-    rounded = rounded or RoundedArithmetic(None)
-    batch, frames, _ = x.shape
-    units = recurrent_kernel.shape[0]
-    # Every frame's input part at once; only h @ recurrent is sequential. The rounding model
-    # counts the gate's input and recurrent parts as one accumulation, as a fused kernel does.
-    projected = rounded.dot(x, input_kernel, bias)
-    h = np.zeros((batch, units))
-    c = np.zeros((batch, units))
-    outputs = np.empty((batch, frames, units))
-    for frame in range(frames):
-        z = projected[:, frame] + rounded.dot(h if quantize_state is None else quantize_state(h), recurrent_kernel)
-        gates = [z[:, k * units : (k + 1) * units] for k in range(4)]
-        i, f, o = (rounded.function(_sigmoid(gates[k])) for k in (0, 1, 3))
-        g = rounded.function(np.tanh(gates[2]))
-        c = rounded.function(f * c + i * g, 3)
-        h = rounded.function(o * rounded.function(np.tanh(c)))
-        outputs[:, frame] = h
-    return outputs
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # the tanh form never overflows
-
-
-def _log_softmax(logits: np.ndarray, rounded: RoundedArithmetic | None = None) -> np.ndarray:
-    rounded = rounded or RoundedArithmetic(None)
-    shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
-    total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
-    return rounded.function(shifted - rounded.function(np.log(total))[..., None])

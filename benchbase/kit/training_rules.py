@@ -16,7 +16,7 @@ Why each rule exists:
   Its exported weights are a claim the reference can check: after a few training steps (the
   weights and BatchNorm's running statistics have moved), what predict() returns must be what
   the reference computes from ``export_weights()``, utterance by utterance within the error
-  model's bound (``benchbase.testing.agreement``). A run's harness asks the same at every
+  model's bound (``benchbase.numerics.agreement``). A run's harness asks the same at every
   evaluation (independent scoring); this rule shows a backend author the disagreement before
   a run is aborted for it.
 - seed_determinism: seeded runs are the basis of the olympic score's spread; the same seed
@@ -39,12 +39,13 @@ import numpy as np
 
 from benchbase.backend import Backend, BatchShape, Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.layout import differing_weights
 from benchbase.families.parts import family_parts
+from benchbase.kit.core import ConformanceFailure, Kit, describe_difference, describe_error
+from benchbase.kit.model_rules import check_layout, check_prediction, valid_frames
+from benchbase.numerics.agreement import Agreement, UtteranceOutputs, compare_with_reference
+from benchbase.numerics.tolerances import same_kernels
 from benchbase.run_folder import RunFolder
-from benchbase.testing.agreement import Agreement, UtteranceOutputs, compare_with_reference
-from benchbase.testing.kit import ConformanceFailure, Kit, describe_difference, describe_error, differing_weights
-from benchbase.testing.model_rules import check_layout, check_prediction, valid_frames
-from benchbase.testing.tolerances import same_kernels
 
 __all__ = [
     "THREAD_RATIO_BOUND",
