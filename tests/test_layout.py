@@ -6,9 +6,6 @@ Read from the source with ``ast``, so the rules hold for code paths no other tes
 from __future__ import annotations
 
 import ast
-import importlib
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -113,15 +110,3 @@ def test_the_core_never_imports_a_backend():
             names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not [name for name in names if name.startswith("benchbase_")], path
-
-
-@pytest.mark.parametrize(("old", "new"), sorted(benchbase.MOVED_MODULES.items()))
-def test_an_old_import_path_still_works_and_says_where_the_module_went(old, new):
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    assert [str(warning.message) for warning in caught if warning.category is DeprecationWarning] == [
-        f"{old} moved to {new}; the old path goes in benchbase 0.3"]
-    assert module.__spec__.name == new  # the alias never replaces the module's own identity
