@@ -14,6 +14,7 @@ from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.decode import GreedyDecoder
+from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.parts import CTCHead
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs
 from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT64_UNIT_ROUNDOFF, accumulation_bound, ctc_recursion_bound
@@ -72,7 +73,6 @@ def test_validation_loss_is_torchs_ctc_loss_on_the_same_log_probs(small_store, m
     assert result.loss > 0
 
 
-@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
 class Contract2Predictions(SeededLogProbs):
     """predict() as backend contract 2 had it: (log_probs, output_lengths)."""
 
@@ -80,15 +80,15 @@ class Contract2Predictions(SeededLogProbs):
         return super().predict(inputs), inputs.output_lengths.copy()
 
 
-def test_a_contract_2_backend_still_evaluates_with_a_deprecation_warning(small_store, mini_workload):
+def test_a_contract_2_tuple_is_an_error_naming_the_backend(small_store, mini_workload):
     inputs = next(iter(_pipelines(FeatureStore(small_store), mini_workload.model, ["dev-clean"])["dev-clean"]
                        .epoch(0))).inputs()
-    with pytest.warns(DeprecationWarning, match=r"Contract2Predictions.predict\(\) returns \(log_probs, "
-                                                 r"output_lengths\), backend contract 2"):
-        old = predicted_log_probs(Contract2Predictions(3), inputs)
-    np.testing.assert_array_equal(old, SeededLogProbs(3).predict(inputs))
+    with pytest.raises(BenchbaseError, match=r"Contract2Predictions.predict\(\) returned a tuple, "
+                                             r"as backend contract 2 did"):
+        predicted_log_probs(Contract2Predictions(3), inputs)
 
 
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
 def test_cache_clear_asks_the_os_to_drop_every_store_file(small_store, tmp_path):
     assert drop_from_page_cache(small_store) is True
     unreadable = tmp_path / "store"

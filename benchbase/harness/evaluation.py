@@ -9,7 +9,6 @@ every backend and the workload's decoder); a backend never reports a metric.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -19,7 +18,7 @@ import numpy as np
 from benchbase.backend import Batch, Inputs
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.decode import BackgroundDecoding
-from benchbase.errors import NonFiniteError
+from benchbase.errors import BenchbaseError, NonFiniteError
 from benchbase.families.parts import EvaluationHead
 from benchbase.harness.hook_payloads import SubsetScore
 from benchbase.metrics import error_rates
@@ -79,12 +78,11 @@ def _evaluate(subset: str, backend: Predictor, pipeline: BatchPipeline, head: Ev
 
 
 def predicted_log_probs(backend: Predictor, inputs: Inputs) -> np.ndarray:
-    """``backend.predict(inputs)``'s log-probabilities; the output lengths are the harness's own."""
+    """``backend.predict(inputs)``'s outputs; the output lengths are the harness's own."""
     result = backend.predict(inputs)
-    if isinstance(result, tuple):  # backend contract 2, taken until benchbase 0.3 (CHANGELOG.md)
-        warnings.warn(f"{type(backend).__name__}.predict() returns (log_probs, output_lengths), backend contract 2; "
-                      "contract 3 returns the log-probabilities only", DeprecationWarning, stacklevel=2)
-        result = result[0]
+    if isinstance(result, tuple):  # contract 2's (log_probs, output_lengths): said plainly, not an IndexError later
+        raise BenchbaseError(f"{type(backend).__name__}.predict() returned a tuple, as backend contract 2 did; "
+                             "contract 3 returns the outputs only (the output lengths are the harness's)")
     return result
 
 
