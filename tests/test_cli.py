@@ -205,13 +205,6 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no runs/ folder, no probe left behind
 
 
-def test_the_old_profile_flag_still_works_with_a_warning():
-    planned = benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--dry-run",
-                        "--profile", "2", env={"COLUMNS": "250"})
-    assert planned.returncode == 0, planned.stderr
-    assert "--profile is now --profile-steps" in planned.stderr and "2 steps from the 3rd" in planned.stdout
-
-
 def test_a_dry_run_refuses_what_a_run_refuses_and_resume_takes_no_dry_run(tmp_path):
     refused = benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "sys1", "--dry-run")
     if not refused.returncode:

@@ -85,8 +85,6 @@ MAX_ORG_LENGTH: int = next(bound.max_length for bound in RunConfig.model_fields[
               help="Train on N devices instead of the profile's count (an override the log records).")
 @click.option("--profile-steps", "profile_steps", type=click.IntRange(1, 1000), metavar="STEPS",
               help="Trace STEPS training steps (from the 3rd) with the framework's profiler into RUN_DIR/profile.")
-@click.option("--profile", "deprecated_profile_steps", type=click.IntRange(1, 1000), hidden=True,
-              help="The old name of --profile-steps (it read as a hardware profile).")
 @click.option("--checkpoint-every", type=click.IntRange(1, 10_000_000), metavar="BATCHES",
               help="Checkpoint every BATCHES batches instead of the workload's cadence (preemptible machines).")
 @click.option("--org", envvar=ORG_ENVIRONMENT, show_envvar=True, metavar="NAME",
@@ -118,8 +116,6 @@ def run(context: click.Context, **options: Any) -> None:
         if _resume(options["resume"]) != "success":
             raise click.exceptions.Exit(3)
         return
-    if options["deprecated_profile_steps"] is not None:
-        click.echo("benchbase: warning: --profile is now --profile-steps", err=True)
     request = run_request(options)
     world = World.from_environment()
     manager = get_plugin_manager()
@@ -158,7 +154,7 @@ def run_request(options: dict[str, Any]) -> RunRequest:
         workload=options["workload_name"], backend=options["backend_name"], hardware=options["hardware"],
         max_minutes=options["max_minutes"], max_epochs=options["max_epochs"], targets=tuple(options["targets"]),
         precision=options["precision"], device=options["device"], devices=options["devices"],
-        profile_steps=options["profile_steps"] or options["deprecated_profile_steps"] or 0,
+        profile_steps=options["profile_steps"] or 0,
         settings=tuple(options["settings"]), data=options["data"], strategy=options["strategy"])
 
 
