@@ -212,7 +212,7 @@ class Capabilities:
     max_devices: int = 1
     """Most devices of one kind the backend spans in one run."""
     precisions: frozenset[str] = frozenset({"fp32"})
-    """Arithmetic precisions it implements (``ModelSpec.precision``, ``benchbase.specs.workload.PRECISIONS``).
+    """Arithmetic precisions it implements (``ModelSpec.precision``, ``benchbase.specs.model.PRECISIONS``).
 
     fp32 is required (the final evaluation's FP32 twin uses it). What each other one means is
     pinned in ``ModelSpec.precision``'s description: tf32 and fp16 exist on GPUs only (the

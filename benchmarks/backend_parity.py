@@ -28,7 +28,7 @@ from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.plugin_host.registry import collect_registry
-from benchbase.specs.workload import PRECISIONS
+from benchbase.specs.model import PRECISIONS
 
 WORKLOAD = "ds2-mini"
 PROFILE = "cpu"

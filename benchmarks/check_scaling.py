@@ -94,12 +94,12 @@ def _line(time_ms: int, event_type: str, key: str, value: Any, lineno: int, **me
 
 def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> dict[str, Any]:
     """A passing bare log of about size_mb MB; returns its shape."""
-    from benchbase.compliance.checks import field_at
     from benchbase.compliance.keys import OPTIMIZER_KEYS
     from benchbase.compliance.rules import load_ruleset
     from benchbase.plugin_host import get_plugin_manager
     from benchbase.plugin_host.registry import collect_registry
     from benchbase.run_folder import RunFolder
+    from benchbase.specs.overrides import field_at
     from benchbase.telemetry.cpu_features import cpu_record
     from benchbase.telemetry.environment import software_environment
 

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchbase.compliance.check_registry import MESSAGES_PER_RULE
 from benchbase.compliance.checker import capped, check_evidence, check_log
-from benchbase.compliance.checks import MESSAGES_PER_RULE, Evidence
+from benchbase.compliance.evidence import Evidence
 from benchbase.compliance.parse import PROBLEMS_KEPT, ParsedLog, parse_log, parse_log_lines, parse_log_text, read_log
 from benchbase.compliance.rules import load_ruleset
 

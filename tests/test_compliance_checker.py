@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_plugins import ThirdPartyPlugin, stand_in_workload
 
 from benchbase.compliance.checker import check_evidence, check_log, check_paths
-from benchbase.compliance.checks import Evidence
+from benchbase.compliance.evidence import Evidence
 from benchbase.compliance.parse import parse_log, parse_log_text
 from benchbase.compliance.rules import RuleSet, load_ruleset
 from benchbase.errors import InputError

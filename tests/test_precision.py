@@ -44,7 +44,7 @@ from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, FL
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
-from benchbase.specs.workload import PRECISIONS, QuantizationSpec
+from benchbase.specs.model import PRECISIONS, QuantizationSpec
 from benchbase.testing.isa import capped
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA

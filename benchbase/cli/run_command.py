@@ -29,9 +29,9 @@ from benchbase.plugin_host.registry import Registry, collect_registry
 from benchbase.process_guard import end_with_parent
 from benchbase.run_folder import RunFolder, series_member
 from benchbase.specs import RunConfig, WorkloadSpec
+from benchbase.specs.model import PRECISIONS
 from benchbase.specs.result import ResultProblem, read_run_result
 from benchbase.specs.strategy import DEFAULT_STRATEGY
-from benchbase.specs.workload import PRECISIONS
 
 __all__ = ["SET_EXAMPLE", "run", "run_refusal"]
 

@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchbase.compliance.checks import CHECKS, MESSAGES_PER_RULE, Evidence, Skip
+from benchbase.compliance.check_registry import MESSAGES_PER_RULE
+from benchbase.compliance.checks import CHECKS
+from benchbase.compliance.evidence import Evidence, Skip
 from benchbase.compliance.keys import constants
 from benchbase.compliance.parse import ParsedLog, read_log
 from benchbase.compliance.rules import DivisionRule, Rule, RuleSet, load_ruleset

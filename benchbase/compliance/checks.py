@@ -22,15 +22,10 @@ from benchbase.compliance import (  # noqa: F401
     result_checks,
     workload_checks,
 )
-from benchbase.compliance.check_registry import CHECKS, MESSAGES_PER_RULE
-from benchbase.compliance.evidence import Evidence, Skip
+from benchbase.compliance.check_registry import CHECKS
 from benchbase.compliance.rules import RULE_KINDS
-from benchbase.specs.overrides import field_at
 
-# Evidence, Skip, MESSAGES_PER_RULE and field_at were defined here before the checks were split
-# into modules of their kind, and callers (the tests, benchmarks/check_scaling.py) import them
-# from here still.
-__all__ = ["CHECKS", "MESSAGES_PER_RULE", "Evidence", "Skip", "field_at"]
+__all__ = ["CHECKS"]
 
 _unenforced = [name for name in RULE_KINDS if name not in CHECKS]
 if _unenforced:  # found at import, not when a rule set that names the kind meets a user's log

@@ -11,8 +11,8 @@ from benchbase.backend import Backend, Batch, DevicePlan, ProcessModel
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.harness.world import World
 from benchbase.specs import HardwareProfile, RunConfig, WorkloadSpec
+from benchbase.specs.model import GPU_ONLY_PRECISIONS
 from benchbase.specs.strategy import StrategyDefinition
-from benchbase.specs.workload import GPU_ONLY_PRECISIONS
 
 __all__ = ["check_capabilities", "check_devices_in_use", "check_precision_on_device", "check_visible_devices",
            "check_world", "checked_plan", "config_plan", "device_plan", "gpus_in_use", "own_slice", "plan_record",

@@ -5,7 +5,8 @@ All are frozen; the specs a person writes reject unknown fields, a result read b
 from __future__ import annotations
 
 from benchbase.specs.hardware import CPUSpec, DeviceSpec, HardwareProfile, PipelineDefaults, PriceSpec
-from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec
+from benchbase.specs.model import ModelSpec
+from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, OptimizerSpec
 from benchbase.specs.result import ResultProblem, RunResult, TargetReached, read_run_result
 from benchbase.specs.run import RunConfig
 from benchbase.specs.tta import Target, TTARule
@@ -16,8 +17,6 @@ from benchbase.specs.workload import (
     Deviation,
     EvalSpec,
     FeatureSpec,
-    ModelSpec,
-    OptimizerSpec,
     WorkloadSpec,
 )
 

@@ -30,10 +30,10 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from benchbase.errors import InputError
 from benchbase.specs._base import Spec
+from benchbase.specs.model import PRECISIONS
 from benchbase.specs.overrides import apply_overrides, parse_override
 from benchbase.specs.strategy import DEFAULT_STRATEGY
 from benchbase.specs.tta import parse_target
-from benchbase.specs.workload import PRECISIONS
 from benchbase.specs.yaml_files import load_spec_file, names_a_file
 
 __all__ = ["PlannedRun", "SweepSpec", "Variant", "check_resolvable", "load_sweep", "plan_sweep"]
