@@ -38,7 +38,6 @@ __all__ = [
     "SyncSpec",
     "UnknownStrategySpec",
     "register_strategy_spec",
-    "strategy_spec_class",
     "validate_strategy",
 ]
 
@@ -167,10 +166,6 @@ _SPECS: dict[str, type[StrategySpec]] = {definition.name: definition.spec for de
 def register_strategy_spec(definition: StrategyDefinition) -> None:
     """Make a plugin's strategy readable wherever a spec names it (config.json, a resumed run)."""
     _SPECS.setdefault(definition.name, definition.spec)
-
-
-def strategy_spec_class(name: str) -> type[StrategySpec] | None:
-    return _SPECS.get(name)
 
 
 def validate_strategy(value: Any) -> Any:
