@@ -1,4 +1,4 @@
-"""The full ds2 model through the harness on one GPU (issue #27, item 7): `benchbase run`, not a bare loop.
+"""The full ds2 model through the harness on one GPU: `benchbase run`, not a bare loop.
 
 benchmarks/gpu_ds2.py times ``train_step()`` on random batches; this script times what a real run
 spends: `benchbase run` of the paper's full model (25.6M parameters) at sys10's per-device batch
@@ -12,7 +12,7 @@ Three steps, each a subcommand:
     # here (benchbase and its data extras installed): a store, the workload and profile files,
     # dist-info entries for a machine where nothing is pip-installed, a snapshot of HEAD's code
     python benchmarks/gpu_harness_ds2.py prepare --dir .gpu27 --snapshot
-    # a machine without benchbase's dependencies (the lent GPU machine) also needs their wheels in
+    # a machine without benchbase's dependencies and without a network also needs their wheels in
     # DIR/whl (cp312, `pip download --no-deps`: pydantic, pydantic-core, annotated-types,
     # typing-inspection, typing-extensions, jiwer, rapidfuzz, mlperf-logging, librosa, soundfile,
     # cffi, pycparser), installed there with `pip install --no-index --target /tmp/site`, and
@@ -28,8 +28,7 @@ Three steps, each a subcommand:
     # a smoke test without a GPU: a small model and batch, on the CPU (the levers are no-ops there)
     python benchmarks/gpu_harness_ds2.py run --dir .gpu27 --out /tmp/h --device cpu --tiny --epochs 1 --runs fp32:none
 
-The results of 2026-11-26 are in docs/BENCHMARKS.md, "Full ds2 through the harness on one H100
-(issue #27, item 7)".
+The results of 2026-11-26 are in docs/BENCHMARKS.md, "Full ds2 through the harness on one H100".
 
 Levers are applied inside the run's own process before the harness starts (``child``), so the
 baseline is the backend as it is in the tree and each lever is measured on its own:
@@ -137,7 +136,7 @@ evaluation:
   lm_mode: bigrams
   lm_alpha: 0.5
   lm_beta: 0.0
-  # Off: the reference model's re-scoring runs off the clock but costs lent-machine time.
+  # Off: the reference model's re-scoring runs off the clock but costs GPU time.
   independent_utterances: 0
 tta:
   subset: dev-clean
@@ -155,7 +154,7 @@ deviations:
   - field: evaluation.independent_utterances
     reference: 4 (ds2)
     benchbase: "0"
-    why: Independent scoring runs off the clock but costs minutes of a lent machine.
+    why: Independent scoring runs off the clock but costs minutes of GPU time.
 """
 
 # sys10's input pipeline (Table 2: 16 readers, 100 batches prefetched) with its per-device batch of
@@ -170,7 +169,7 @@ devices:
   model: NVIDIA H100 80GB HBM3
   memory_gb: 80
 cpu:
-  model: the lent machine's host CPU
+  model: the GPU machine's host CPU
   cores: 16
   threads: 16
   ram_gb: 128

@@ -1,4 +1,4 @@
-"""How hard each condition of the synthetic "other" subsets is, measured on trained models (issue #25).
+"""How hard each condition of the synthetic "other" subsets is, measured on trained models.
 
     python benchmarks/other_calibration.py [--run RUN_DIR ...] [--utterances 90] [--points NAME ...]
         [--work /tmp/benchbase-other-calibration] [--workers 2]
@@ -44,7 +44,7 @@ from benchbase.decode import evaluation_decoder
 from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline
-from benchbase.numerics.agreement import ReferencePredictor
+from benchbase.families.agreement import ReferencePredictor
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
 

@@ -1,4 +1,4 @@
-"""What an utterance costs the RNN-T workloads: FLOPs by part and the joint's memory (issue #25).
+"""What an utterance costs the RNN-T workloads: FLOPs by part and the joint's memory.
 
     python benchmarks/rnnt_cost.py [--run RUN_DIR]
 

@@ -1,4 +1,4 @@
-"""What int8 costs a transducer, and what training aware of it wins back (issue #25's table).
+"""What int8 costs a transducer, and what training aware of it wins back.
 
     python benchmarks/rnnt_int8_table.py --fp32 RUN_DIR --qat RUN_DIR [--qat RUN_DIR ...] \
         [--subsets dev-clean dev-other] [--calibration-batches 16]
@@ -36,7 +36,7 @@ from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward
 from benchbase.harness.evaluation import evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline
-from benchbase.numerics.agreement import ReferencePredictor
+from benchbase.families.agreement import ReferencePredictor
 from benchbase.run_folder import RunFolder
 
 

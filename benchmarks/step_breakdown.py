@@ -1,4 +1,4 @@
-"""Where the milliseconds of a training step go, on `cpu` against `cpu2` (issue #27, item 4).
+"""Where the milliseconds of a training step go, on `cpu` against `cpu2`.
 
     python benchmarks/step_breakdown.py [--steps 20] [--out runs/breakdown]            # PyTorch
     python benchmarks/step_breakdown.py --backend tf [--steps 20] [--out runs/breakdown-tf]

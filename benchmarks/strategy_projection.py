@@ -3,7 +3,7 @@ strategy on the paper's systems' interconnects and on a 64-GPU cluster over 100 
 
     python benchmarks/strategy_projection.py
 
-The model (docs/BENCHMARKS.md, "Training strategies: a projection"), every constant stated here:
+The model (docs/BENCHMARKS.md, "A projection: epoch time of the full ds2"), every constant stated here:
 
 - compute per step: the full ds2's fp32 step measured on one H100 through the harness, 803 ms
   for 150 utterances per device, scaled linearly to each system's per-device batch (the same

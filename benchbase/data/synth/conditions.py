@@ -15,11 +15,12 @@ notice, and state exactly how:
   dev-other and test-other share those accents (so that tuning on dev-other predicts
   test-other) but never a voice.
 
-How much harder "other" is was measured, not guessed (benchmarks/other_calibration.py, issue
-#25): LibriSpeech's other subsets cost a DS2-class model about 2-3 times its clean WER, and
-"other" costs the trained rnnt-mini about 3 times (the numbers are below, at each constant).
-ds2-mini ends its run at a WER near 78 on clean, where WER has no room to treble; its
-character error rate grows by half on "other" (24 -> 37) and stays far from chance (~90).
+How much harder "other" is was measured, not guessed (benchmarks/other_calibration.py;
+docs/BENCHMARKS.md, "The synthetic corpus's other subsets"): LibriSpeech's other subsets cost a
+DS2-class model about 2-3 times its clean WER, and "other" costs the trained rnnt-mini about 3
+times (the numbers are below, at each constant). ds2-mini ends its run at a WER near 78 on clean,
+where WER has no room to treble; its character error rate grows by half on "other" (24 -> 37)
+and stays far from chance (~90).
 
 Everything is deterministic from the corpus seed: the voices are drawn from it, and each
 utterance's noise and room come from a seed the planner draws from it too.  corpus.json
