@@ -1,6 +1,9 @@
-"""Model families: what one family of models (its weight layout, its NumPy references) adds to the contract.
+"""Model families: what one family of models adds to the contract (its spec, its framework-neutral
+weight layout, its NumPy references, its cost model).
 
-Today there is one, DS2 (Deep Speech 2). The harness, the data, decoding and the checker know
-no family; the backend contract, the conformance kit and the workload spec still name DS2's
-parts directly, and a second family turns them into a seam.
+benchbase ships two, one package each: ds2 (Deep Speech 2, trained with CTC) and rnnt (an RNN
+transducer, MLPerf Training's speech architecture). The harness, the data, decoding, the checker
+and the conformance kit know no family: what they need of one goes through
+``benchbase.families.parts``, the seam that each family's ``parts`` module fills (CONTRIBUTING.md,
+"Add a model family").
 """
