@@ -1,8 +1,10 @@
 """The contract between the harness and a backend (contract version 3).
 
-A backend builds the model, runs training steps and returns per-frame log-probabilities.
-Everything that decides the score (the clock, the data order, decoding, metrics, the TTA
-rule, the compliance log) stays in the harness. Every rule an implementer must follow is here;
+A backend builds the model, runs training steps and predicts: what ``predict()`` returns is
+its model family's choice (per-frame log-probabilities for a CTC family such as ds2, the joint
+network's encoder projection for the rnnt transducer; ``benchbase.families.parts``).
+Everything that decides the score (the clock, the data order, decoding, metrics, the TTA rule,
+the compliance log) stays in the harness. Every rule an implementer must follow is here;
 `benchbase backend-test NAME` (the conformance kit, ``benchbase.kit``) proves an
 implementation against them, and docs/writing-a-backend.md builds one step by step.
 
@@ -40,7 +42,6 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.specs import ModelSpec, OptimizerSpec
 from benchbase.specs.strategy import StrategySpec, SyncSpec
 
@@ -54,7 +55,6 @@ __all__ = [
     "Capabilities",
     "DevicePlan",
     "Inputs",
-    "weight_layout",
 ]
 
 CONTRACT_VERSION = 3
@@ -220,7 +220,7 @@ class Capabilities:
     bf16 and fp16 are the framework's automatic mixed precision (float32 master weights, fp16
     with dynamic loss scaling); int8-emulated fake-quantizes exactly as ``ModelSpec.quantization``
     says (``benchbase.families.ds2.quantization`` is the reference), keeps its activation ranges as model
-    state (in ``weight_layout`` and the checkpoint, like BatchNorm's statistics), and evaluates
+    state (in the family's weight layout and the checkpoint, like BatchNorm's statistics), and evaluates
     quantized too. ``predict`` returns float32 outputs, ``export_weights`` float32 master weights."""
     family_precisions: tuple[tuple[str, frozenset[str]], ...] = ()
     """(family, its precisions) where a family has fewer than ``precisions``: ``(("rnnt", frozenset({"fp32"})),)``."""
@@ -314,9 +314,9 @@ class Backend(ABC):
 
     @abstractmethod
     def export_weights(self) -> dict[str, np.ndarray]:
-        """The model's weights in benchbase's framework-neutral layout (``weight_layout``).
+        """The model's weights in benchbase's framework-neutral layout (the family's ``weight_layout``).
 
-        Names, shapes and meanings are those of ``weight_layout(model, feature_dimension)``;
+        Names, shapes and meanings are those of ``family_parts(model).weight_layout(model, feature_dimension)``;
         arrays are float32 numpy copies. BatchNorm running statistics are included.
         """
 

@@ -79,26 +79,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchbase.decode.greedy import greedy_decode
+from benchbase.families.ctc import CTCHead, bounded_ctc_step, ctc_impossible_frames
 from benchbase.families.layout import check_against_layout
-from benchbase.metrics.ctc import ctc_loss
+from benchbase.families.parts import KitModel
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import rounding_bound
+from benchbase.specs.optimizer import AdaDeltaSpec
 
-
-class CTCHead:
-    def __init__(self, decoder, model):
-        self.decoder, self.model = decoder, model
-
-    def decode(self, outputs, lengths):
-        return self.decoder.decode(outputs, lengths)
-
-    def greedy(self, outputs, lengths):
-        return greedy_decode(outputs, lengths, self.model.blank_index)
-
-    def losses(self, outputs, batch):
-        losses = ctc_loss(outputs, batch.output_lengths, batch.labels, batch.label_lengths, self.model.blank_index)
-        return np.where(np.isinf(losses), 0.0, losses)  # ctc_impossible_alignments: zero
+from linear_ctc_family.spec import LinearCTCModelSpec
 
 
 def weight_layout(model, feature_dimension):
@@ -115,6 +103,10 @@ def forward(weights, features, rounded):
 
 
 class LinearCTCParts:
+    loss_name = "CTC loss"
+    outputs_name = "log-probabilities"
+    log_probability_outputs = True
+
     def evaluation_head(self, model, decoder, weights):
         return CTCHead(decoder, model)
 
@@ -135,6 +127,26 @@ class LinearCTCParts:
                                                                              RoundedArithmetic(rounding))},
                                       draws=draws, operand_roundoff=operand_roundoff)
         return exact["log_probs"], bound["log_probs"]
+
+    # What the conformance kit needs to prove a backend of the family.
+
+    def random_weights(self, model, feature_dimension, seed):
+        rng, limit = np.random.default_rng(seed), np.sqrt(6.0 / (feature_dimension + model.symbols))
+        return {"output.kernel": rng.uniform(-limit, limit, (feature_dimension, model.symbols)).astype(np.float32),
+                "output.bias": rng.normal(0.0, 0.1, model.symbols).astype(np.float32)}
+
+    def reference_step(self, weights, model, batch):
+        return bounded_ctc_step(lambda rounding: (forward(weights, batch.features, RoundedArithmetic(rounding)), {}),
+                                batch, model.blank_index)
+
+    def normalization_layers(self, model):
+        return []
+
+    def impossible_frames(self, model, labels):
+        return ctc_impossible_frames(model, labels)
+
+    def kit_model(self):
+        return KitModel(LinearCTCModelSpec(), AdaDeltaSpec(learning_rate=1.0, rho=0.95, epsilon=1e-8))
 
 
 PARTS = LinearCTCParts()
@@ -159,8 +171,12 @@ class LinearCTCTorchBackend(Backend):
     capabilities = Capabilities(families=frozenset({"linear-ctc"}))
 
     def build(self, context):
-        if context.plan.threads:
+        if context.plan.threads:  # the kit's thread_budget rule holds a backend to the plan's threads
             torch.set_num_threads(context.plan.threads)
+            try:
+                torch.set_num_interop_threads(context.plan.threads)
+            except RuntimeError:
+                pass  # fixed once PyTorch has run parallel work in this process
         self.model, self.optimizer_spec, self.steps = context.model, context.optimizer, 0
         self.feature_dimension = context.feature_dimension
         generator = torch.Generator().manual_seed(context.seed)
@@ -221,6 +237,16 @@ class LinearCTCTorchBackend(Backend):
         with torch.no_grad():
             self.kernel.copy_(torch.from_numpy(weights["output.kernel"]))
             self.bias.copy_(torch.from_numpy(weights["output.bias"]))
+
+
+class DropsTheBiasInPredict(LinearCTCTorchBackend):
+    """A planted fault: predict() leaves out the output bias that training uses."""
+
+    name = "linear-ctc-torch-nobias"
+
+    def predict(self, inputs):
+        with torch.no_grad():
+            return torch.log_softmax(torch.from_numpy(inputs.features) @ self.kernel, dim=-1).numpy()
 '''
 
 PLUGIN = '''
@@ -238,6 +264,7 @@ import linear_ctc_family.spec  # noqa: F401  (defining the spec class registers 
 @hookimpl
 def register_backends(register):
     register(BackendReference("linear-ctc-torch", "linear_ctc_family.torch_backend:LinearCTCTorchBackend"))
+    register(BackendReference("linear-ctc-torch-nobias", "linear_ctc_family.torch_backend:DropsTheBiasInPredict"))
 
 
 @hookimpl
@@ -340,19 +367,29 @@ def test_without_the_plugin_a_run_of_its_family_is_one_line_naming_the_family(pl
         "plugin that brings it"]
 
 
-@pytest.mark.slow
-def test_the_conformance_kit_says_it_has_no_rules_for_a_plugins_family(plugin_run):
-    from benchbase.kit.conformance import RULE_SETS
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory) -> dict[str, str]:
+    """The plugin installed (no run), and the environment a subprocess finds it with."""
+    return install_plugin(tmp_path_factory.mktemp("family-plugin-kit") / "site")
 
-    _, env = plugin_run
-    every = run_benchbase("backend-test", BACKEND, env=env)
-    assert (every.returncode, every.stderr.splitlines()) == (2, [
-        f"benchbase: error: the conformance kit has no rules for the families backend {BACKEND!r} declares "
-        f"(linear-ctc); it has rules for {', '.join(RULE_SETS)}"])
-    named = run_benchbase("backend-test", BACKEND, "--family", FAMILY, env=env)
-    assert (named.returncode, named.stderr.splitlines()) == (2, [
-        f"benchbase: error: the conformance kit has no rules for model family 'linear-ctc'; it has rules for "
-        f"{', '.join(RULE_SETS)}"])
+
+def test_the_conformance_kit_proves_a_backend_of_a_plugins_family(plugin_env):
+    proved = run_benchbase("backend-test", BACKEND, "--json", env=plugin_env)
+    assert proved.returncode == 0, proved.stdout + proved.stderr
+    report = json.loads(proved.stdout)
+    assert report["families"] == [FAMILY] and report["passed"]
+    names = [rule["rule"] for rule in report["rules"]]
+    assert "forward_parity" in names and "loss" in names and "batchnorm_statistics" not in names  # no BatchNorm
+
+
+def test_a_fault_planted_in_a_plugins_backend_fails_the_rule_that_covers_it(plugin_env):
+    faulty = run_benchbase("backend-test", "linear-ctc-torch-nobias", "--family", FAMILY, "--json",
+                           "--rule", "forward_parity", "--rule", "loss", env=plugin_env)
+    assert faulty.returncode == 1, faulty.stdout + faulty.stderr
+    results = {rule["rule"]: rule for rule in json.loads(faulty.stdout)["rules"]}
+    assert not results["forward_parity"]["passed"] and "differs from the reference" in results["forward_parity"][
+        "message"]
+    assert results["loss"]["passed"], results["loss"]["message"]  # training uses the bias: the loss is right
 
 
 def test_an_unknown_family_asks_the_family_sources_and_names_what_they_skipped(monkeypatch):

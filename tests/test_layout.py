@@ -88,6 +88,54 @@ def test_there_is_no_import_circle():
         visit(module, [])
 
 
+def _unit(module: str) -> str:
+    """A module's package one level below benchbase (``harness``), or the module itself at the top level."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return module
+    return parts[1] if len(parts) > 2 or MODULES[module].name == "__init__.py" else module
+
+
+def test_there_is_no_import_circle_between_packages():
+    """Modules may form no circle (above); packages may not either: one package importing another
+    that imports it back means neither can be read, tested or moved on its own."""
+    edges: dict[str, set[str]] = {}
+    for module, imports in GRAPH.items():
+        edges.setdefault(_unit(module), set()).update(_unit(imported) for imported in imports)
+
+    def reaches(start: str, goal: str) -> list[str] | None:
+        trail, seen = [start], {start}
+        stack = [(start, iter(sorted(edges.get(start, set()) - {start})))]
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                trail.pop()
+            elif child == goal:
+                return [*trail, goal]
+            elif child not in seen:
+                seen.add(child)
+                trail.append(child)
+                stack.append((child, iter(sorted(edges.get(child, set()) - {child}))))
+        return None
+
+    circles = [" -> ".join([unit, *circle]) for unit in sorted(edges) for imported in sorted(edges[unit] - {unit})
+               if (circle := reaches(imported, unit))]
+    assert not circles, circles[0]
+
+
+def test_nothing_that_decides_a_score_imports_the_conformance_kit_or_test_tooling():
+    """The kit (``benchbase.kit``) proves backends and ``benchbase.testing`` is pytest tooling: the
+    harness and the families, whose code decides a score, import neither, and nothing outside
+    ``benchbase.testing`` imports it."""
+    kit_users = {module for module, imports in GRAPH.items() if _owner(module) in ("harness", "families", "numerics")
+                 and any(imported.startswith("benchbase.kit") for imported in imports)}
+    testing_users = {module for module, imports in GRAPH.items() if _owner(module) != "testing"
+                     and any(imported.startswith("benchbase.testing") for imported in imports)}
+    assert not kit_users and not testing_users, (kit_users, testing_users)
+
+
 @pytest.mark.parametrize(("importer", "forbidden"), [
     ("compliance", {"harness", "cli", "report", "sweeps.runner"}),  # re-checks a run without its producer's code
     ("report", {"harness", "cli", "compliance.checks"}),      # reads run folders through run_folder and specs

@@ -22,6 +22,7 @@ from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig, WorkloadSpec
+from benchbase.telemetry import environment
 
 
 def stand_in_workload(workload: WorkloadSpec, **update) -> WorkloadSpec:
@@ -217,7 +218,7 @@ def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
     manager = plugin_host.get_plugin_manager()
     assert manager.has_plugin("fake-plugin")
     assert "linear-ctc" in collect_registry(manager).backends
-    assert plugin_host.entry_point_distributions() == {"fake-plugin": "fake-plugin 9.9"}
+    assert environment.entry_point_distributions() == {"fake-plugin": "fake-plugin 9.9"}
 
 
 @pytest.mark.parametrize(("allowed", "loaded"), [("", False), ("fake-plugin", True), ("other", False)])

@@ -9,12 +9,12 @@ import pytest
 
 from benchbase.backend import Batch
 from benchbase.data.alphabet import decode_labels
+from benchbase.families.agreement import UtteranceOutputs, compare_with_reference
 from benchbase.families.parts import family_parts
 from benchbase.families.rnnt import RNNTModelSpec
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import transducer_loss
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, random_weights
-from benchbase.numerics.agreement import UtteranceOutputs, compare_with_reference
 from benchbase.numerics.tolerances import FLOAT32_UNIT_ROUNDOFF
 
 FEATURES = 6

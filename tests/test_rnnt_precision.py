@@ -37,7 +37,7 @@ def rnnt_data():
     return load_kit_data(family="rnnt")
 
 
-@pytest.mark.parametrize("rule", ["rnnt_int8_encoder", "rnnt_int8_training_step", "rnnt_int8_checkpoint"])
+@pytest.mark.parametrize("rule", ["int8_forward", "int8_training_step", "int8_checkpoint"])
 @pytest.mark.parametrize("name", BACKENDS)
 def test_a_backend_passes_the_kits_int8_rules(name, rule, rnnt_data):
     # The rules' bounds (benchbase.kit.precision_rules): the error model's grid-flip and
@@ -101,11 +101,11 @@ def _without(tensor: str):
     return SkipsOneQuantizer
 
 
-@pytest.mark.parametrize(("tensor", "rule"), [("encoder.lstm.input", "rnnt_int8_encoder"),
-                                              ("joint.encoder.kernel", "rnnt_int8_encoder"),
-                                              ("encoder.lstm.recurrent_state", "rnnt_int8_training_step"),
-                                              ("joint.output.input", "rnnt_int8_training_step"),
-                                              ("prediction.lstm.input_kernel", "rnnt_int8_training_step")])
+@pytest.mark.parametrize(("tensor", "rule"), [("encoder.lstm.input", "int8_forward"),
+                                              ("joint.encoder.kernel", "int8_forward"),
+                                              ("encoder.lstm.recurrent_state", "int8_training_step"),
+                                              ("joint.output.input", "int8_training_step"),
+                                              ("prediction.lstm.input_kernel", "int8_training_step")])
 def test_the_int8_rules_fail_a_backend_that_skips_a_quantizer(tensor, rule, rnnt_data):
     # A skipped h(t-1) quantizer moves the encoder's values by less than a grid step, which the
     # next layer's input quantizer mostly snaps back: the encoder rule cannot see it, the ranges
@@ -119,9 +119,9 @@ def test_backend_test_proves_a_declared_precision_and_refuses_an_unproved_one():
 
     pytest.importorskip("benchbase_torch_ds2")
     proved = run_benchbase("backend-test", "torch", "--workload", "rnnt-mini", "--precision", "int8-emulated",
-                           "--rule", "rnnt_int8_checkpoint", "--json")
+                           "--rule", "int8_checkpoint", "--json")
     assert proved.returncode == 0, proved.stderr
-    assert '"precision": "int8-emulated"' in proved.stdout and '"rnnt_int8_checkpoint"' in proved.stdout
+    assert '"precision": "int8-emulated"' in proved.stdout and '"int8_checkpoint"' in proved.stdout
     disagreeing = run_benchbase("backend-test", "torch", "--workload", "rnnt-mini", "--family", "ds2")
     assert disagreeing.returncode == 2
     assert disagreeing.stderr.strip() == ("benchbase: error: --family ds2 and --workload rnnt-mini (family rnnt) "

@@ -1,9 +1,9 @@
-"""`benchbase backend-test NAME [--family FAMILY | --workload W] [--precision P]`: prove a backend against contract v2.
+"""`benchbase backend-test NAME [--family FAMILY | --workload W] [--precision P]`: prove a backend against the contract.
 
 Runs the conformance kit (``benchbase.kit``) on the kit's small real-speech batches, for
 every model family the backend declares (``Capabilities.families``) or the one --family names
 (or --workload's family: the kit proves a family on its own small model, not the workload's sizes),
-each family with its own rules (``RULE_SETS``): every rule, or those named with --rule. With
+each family with the kit's rules that apply to it (``RULES``): every one, or those named with --rule. With
 --precision (int8-emulated), the family's rules for that precision instead
 (``PRECISION_RULE_SETS``), for the families the backend declares it for. Exit codes: 0 every
 rule passes, 1 some rule fails, 2 an unknown backend, family, precision or rule, or a family
@@ -28,7 +28,8 @@ __all__ = ["backend_test", "results_table"]
 @cli.command("backend-test")
 @click.argument("name")
 @click.option("--family", default=None, metavar="FAMILY",
-              help="Prove this model family only (ds2, rnnt); default: every family the backend declares.")
+              help="Prove this model family only (ds2, rnnt, or a plugin's); default: every family the backend "
+              "declares.")
 @click.option("--workload", default=None, metavar="WORKLOAD",
               help="Prove the model family of this workload (a name or a YAML file), e.g. rnnt-mini: the same as "
               "--family with its family.")
@@ -45,7 +46,7 @@ def backend_test(name: str, family: str | None, workload: str | None, rules: tup
         family = _workload_family(workload, family)
     # The kit imports NumPy-heavy modules; loaded here so that other commands stay fast.
     from benchbase.kit.conformance import (
-        RULE_SETS,
+        RULES,
         families_to_test,
         resolve_backend,
         rules_by_family,
@@ -56,8 +57,10 @@ def backend_test(name: str, family: str | None, workload: str | None, rules: tup
     # An unknown family or rule fails before any work.
     if family:
         rules_by_family(rules or None, [family], precision)
-    elif precision == "fp32":
-        rules_by_family(rules or None, list(RULE_SETS))
+    elif precision == "fp32" and set(rules) - {rule.name for rule in RULES}:
+        unknown = sorted(set(rules) - {rule.name for rule in RULES})
+        raise InputError(f"unknown conformance rule {', '.join(map(repr, unknown))}; available: "
+                         f"{', '.join(rule.name for rule in RULES)}")
     with filtered_native_logs():  # the framework's C++ start-up lines, not the kit's output
         backend_class = resolve_backend(name)
     plan = rules_by_family(rules or None, families_to_test(backend_class, family, precision), precision)

@@ -14,9 +14,10 @@ from benchbase.backend import BackendReference
 from benchbase.cli.app import cli
 from benchbase.cli.spec_view import spec_rows
 from benchbase.errors import BenchbaseError
-from benchbase.plugin_host import entry_point_distributions, get_plugin_manager
+from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import WorkloadSpec
+from benchbase.telemetry.environment import entry_point_distributions
 
 
 @cli.command()

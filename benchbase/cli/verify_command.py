@@ -25,10 +25,10 @@ from benchbase.compliance.parse import parse_log, read_log
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
 from benchbase.errors import InputError
+from benchbase.families.agreement import ReferencePredictor
 from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline, restored_backend
-from benchbase.numerics.agreement import ReferencePredictor
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.run_folder import RunFolder

@@ -11,24 +11,32 @@ log-probabilities for CTC (ds2), the joint network's encoder projection for a tr
 (rnnt). Whatever it is, the family turns it into text and a loss (``EvaluationHead``), and
 computes it itself from exported weights (``reference_outputs``, ``bounded_outputs``), so
 that what decides a score is always re-checkable without the backend.
+
+The conformance kit (``benchbase.kit``) proves a backend of any family through the same parts:
+the family's small model for the kit (``kit_model``), random weights in its layout, the
+reference's training step with its float32 bounds (``reference_step``), and how to cut an
+utterance so that its labels cannot be aligned (``impossible_frames``). So a family that a plugin
+brings is proven by ``benchbase backend-test NAME --family F`` with no edit to benchbase.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from benchbase.errors import BenchbaseError
-from benchbase.specs import ModelSpec
+from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.specs.model import model_spec_class
 
 if TYPE_CHECKING:
     from benchbase.backend import Batch
     from benchbase.decode.factory import Decoder
 
-__all__ = ["EvaluationHead", "FamilyParts", "Weights", "family_parts"]
+__all__ = ["EvaluationHead", "FamilyParts", "KitModel", "ReferenceStep", "Weights", "family_parts", "parts_of_family"]
 
 Weights = Mapping[str, np.ndarray]
 
@@ -46,7 +54,41 @@ class EvaluationHead(Protocol):
         """Each utterance's validation loss (float64), an impossible alignment counted as the spec pins."""
 
 
+@dataclass(frozen=True)
+class ReferenceStep:
+    """The reference's view of one training step from given weights on a batch, with the bounds of
+    one float32 computation (``benchbase.numerics.tolerances``)."""
+
+    loss: float
+    """The spec's mean loss over the batch, an impossible alignment counted as the spec pins."""
+    losses: np.ndarray
+    """Each utterance's loss (+inf where no alignment exists)."""
+    loss_bound: float
+    running: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Running statistics the step leaves, float64, by weight name: each normalization layer's
+    "<layer>.mean" and "<layer>.variance" (``FamilyParts.normalization_layers``); empty without any."""
+    running_bound: Mapping[str, np.ndarray] = field(default_factory=dict)
+    running_momentum: float = 0.0
+    """The share of a running statistic's old value that the step keeps."""
+
+
+@dataclass(frozen=True)
+class KitModel:
+    """The family's small model for the conformance kit: fast enough for the float64 reference."""
+
+    model: ModelSpec
+    """With the dropout a run trains with (the kit's reference checks set it to 0)."""
+    optimizer: OptimizerSpec
+
+
 class FamilyParts(Protocol):
+    loss_name: str
+    """What the loss is called in a message ("CTC loss", "transducer loss")."""
+    outputs_name: str
+    """What ``predict()`` returns, in a message ("log-probabilities", "encoder projection")."""
+    log_probability_outputs: bool
+    """Whether ``predict()`` returns a log-softmax over its last axis on every valid frame."""
+
     def evaluation_head(self, model: ModelSpec, decoder: Decoder, weights: Callable[[], Weights]) -> EvaluationHead:
         """The head of one evaluation. ``decoder``: the workload's CTC-style decoder, for a family
         whose outputs are per-frame log-probabilities; ``weights``: the backend's exported weights,
@@ -70,18 +112,47 @@ class FamilyParts(Protocol):
         """``reference_outputs`` and, elementwise, the error model's rounding bound of each
         (``benchbase.numerics.tolerances``): one float32 side's, or a narrower operand type's."""
 
+    def random_weights(self, model: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
+        """float32 weights in the layout, every array random (biases and running statistics too, so
+        that a part a backend ignores shows), the same for the same seed."""
+
+    def reference_step(self, weights: Weights, model: ModelSpec, batch: Batch) -> ReferenceStep:
+        """One training pass of the reference on ``batch`` (no dropout): the loss and the running
+        statistics it leaves, each with its float32 bound."""
+
+    def normalization_layers(self, model: ModelSpec) -> list[str]:
+        """The layers that keep running statistics ("<layer>.mean", "<layer>.variance"), in order."""
+
+    def impossible_frames(self, model: ModelSpec, labels: int) -> int:
+        """The most feature frames an utterance of ``labels`` labels may keep and still have no alignment."""
+
+    def kit_model(self) -> KitModel:
+        """The conformance kit's model of the family, with its optimizer."""
+
 
 def family_parts(model: ModelSpec) -> FamilyParts:
     """The parts of ``model``'s family (imported on first use: a family may bring NumPy-heavy code);
     a one-line ``BenchbaseError`` when the module its spec names does not exist or has no ``PARTS``."""
-    name = type(model).parts_module or f"benchbase.families.{model.family}.parts"
+    return _parts(type(model).parts_module or f"benchbase.families.{model.family}.parts", model.family)
+
+
+def parts_of_family(family: str) -> FamilyParts:
+    """The parts of the family named ``family`` (a plugin's included); ``BenchbaseError`` if unknown."""
+    try:
+        spec_class = model_spec_class(family)
+    except ValueError as error:
+        raise BenchbaseError(str(error)) from None
+    return _parts(spec_class.parts_module or f"benchbase.families.{family}.parts", family)
+
+
+def _parts(name: str, family: str) -> FamilyParts:
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as error:
         if error.name is None or not (name == error.name or name.startswith(error.name + ".")):
             raise  # the module exists and an import of its own failed: its traceback says where
-        raise BenchbaseError(f"model family {model.family!r}: its parts module {name!r} is not installed") from None
+        raise BenchbaseError(f"model family {family!r}: its parts module {name!r} is not installed") from None
     parts: FamilyParts | None = getattr(module, "PARTS", None)
     if parts is None:
-        raise BenchbaseError(f"model family {model.family!r}: its parts module {name!r} has no PARTS")
+        raise BenchbaseError(f"model family {family!r}: its parts module {name!r} has no PARTS")
     return parts

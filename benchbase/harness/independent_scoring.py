@@ -5,7 +5,7 @@ log-probabilities it did not compute from its model (say, from transcripts it fo
 So after every evaluation, off the clock, the harness takes a sample of the scored subset,
 computes what the backend's ``export_weights()`` predict for it with benchbase's NumPy
 reference model, and compares with what predict() returned for the very same utterances
-(``benchbase.numerics.agreement``: per utterance within the error model's tolerance). A
+(``benchbase.families.agreement``: per utterance within the error model's tolerance). A
 disagreement ends the run, aborted; no target counts from that evaluation.
 
 The sample is a uniform one of the utterances as they stream past (reservoir sampling), by a
@@ -31,8 +31,8 @@ import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.errors import PredictionMismatch
+from benchbase.families.agreement import UtteranceOutputs, compare_with_reference
 from benchbase.families.parts import EvaluationHead
-from benchbase.numerics.agreement import UtteranceOutputs, compare_with_reference
 from benchbase.specs import ModelSpec
 
 __all__ = ["ROUNDING_DRAWS", "IndependentScore", "UtteranceSample", "score_sample"]

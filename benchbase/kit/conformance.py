@@ -1,24 +1,25 @@
-"""The backend conformance kit: named rules that prove a backend against contract v2.
+"""The backend conformance kit: named rules that prove a backend against the backend contract.
 
 Each rule is a small function that builds backends of the class under test on the kit's
-data (``benchbase.kit.data``), compares what they do with the contract and with
-benchbase's NumPy reference (``benchbase.families.ds2.reference``, ``benchbase.metrics.ctc``),
-and raises ``ConformanceFailure`` saying what it expected and what it found. The reasons for
-each rule are in ``model_rules`` and ``training_rules``.
+data (``benchbase.kit.data``), compares what they do with the contract and with the model
+family's NumPy reference (``benchbase.families.parts``: the layout, the reference and its
+float32 bounds), and raises ``ConformanceFailure`` saying what it expected and what it found.
+The reasons for each rule are in ``model_rules``, ``step_rules`` and ``training_rules``.
 
-Each model family has its own rule set (``RULE_SETS``): ds2's (``RULES``) and rnnt's
-(``RNNT_RULES``, reasons in ``rnnt_rules``), run on that family's kit data. Rule names are
-unique across families; a backend is proven for every family it declares
-(``Capabilities.families``) that the kit has rules for (``families_to_test``).
+Every rule is written once, for every family (``RULES``); a rule that needs what only some
+families have (running statistics) says when it applies. A backend is proven for every family
+it declares (``Capabilities.families``), a plugin's family included: the kit asks the family's
+parts for its small model and its reference.
 
-    results = run_conformance(MyBackend)                 # every ds2 rule, in order
-    results = run_conformance(MyBackend, ["ctc_loss"])   # some of them
-    results = run_conformance(MyBackend, family="rnnt")  # every rnnt rule
+    results = run_conformance(MyBackend)                 # every rule, on the ds2 family
+    results = run_conformance(MyBackend, ["loss"])       # some of them
+    results = run_conformance(MyBackend, family="rnnt")  # every rule that applies to rnnt
     results = run_conformance(MyBackend, family="rnnt", precision="int8-emulated")  # its int8 rules
 
-The family's rules run in fp32, which every backend implements. A precision the backend
-declares for a family (``Capabilities.precisions_of``) has rules of its own where a reference
-fixes its numbers (``PRECISION_RULE_SETS``: int8-emulated; reasons in ``precision_rules``).
+The rules run in fp32, which every backend implements. A precision the backend declares for a
+family (``Capabilities.precisions_of``) has rules of its own where a reference fixes its numbers
+(``PRECISION_RULE_SETS``: int8-emulated, whose quantized references are each family's own;
+reasons in ``precision_rules``).
 
 A rule failure never raises out of ``run_conformance``: an exception inside the backend is a
 failed rule showing its type and message. ``benchbase backend-test NAME`` runs the kit from
@@ -33,32 +34,23 @@ from dataclasses import dataclass
 
 from benchbase.backend import Backend
 from benchbase.errors import BenchbaseError, InputError
+from benchbase.families.parts import FamilyParts, parts_of_family
 from benchbase.kit.core import ConformanceFailure, Kit, describe_error
-from benchbase.kit.data import KIT_FAMILIES, KitData, load_kit_data
+from benchbase.kit.data import KitData, load_kit_data
 from benchbase.kit.model_rules import (
-    check_batchnorm_statistics,
-    check_ctc_loss,
     check_forward_parity,
     check_parameter_count,
     check_predict_shapes,
     check_weight_round_trip,
 )
 from benchbase.kit.precision_rules import (
+    check_int8_checkpoint,
     check_int8_forward,
     check_int8_ranges,
-    check_rnnt_int8_checkpoint,
-    check_rnnt_int8_encoder,
-    check_rnnt_int8_training_step,
+    check_int8_training_step,
+    check_rnnt_int8_forward,
 )
-from benchbase.kit.rnnt_rules import (
-    check_rnnt_checkpoint_round_trip,
-    check_rnnt_forward_parity,
-    check_rnnt_parameter_count,
-    check_rnnt_predict_shapes,
-    check_rnnt_prediction_matches_weights,
-    check_rnnt_transducer_loss,
-    check_rnnt_weight_round_trip,
-)
+from benchbase.kit.step_rules import check_batchnorm_statistics, check_loss
 from benchbase.kit.training_rules import (
     THREAD_RATIO_BOUND,
     check_checkpoint_round_trip,
@@ -68,12 +60,11 @@ from benchbase.kit.training_rules import (
     check_thread_budget,
     check_warm_up,
 )
+from benchbase.specs import ModelSpec
 
 __all__ = [
     "PRECISION_RULE_SETS",
-    "RNNT_RULES",
     "RULES",
-    "RULE_SETS",
     "ConformanceFailure",
     "Kit",
     "Rule",
@@ -92,6 +83,8 @@ class Rule:
     description: str
     check: Callable[[Kit], str | None]
     """Raises ConformanceFailure; may return a note (shown with a pass)."""
+    applies: Callable[[FamilyParts, ModelSpec], bool] = lambda parts, model: True
+    """Whether the rule proves anything for a family (on the family's kit model)."""
 
 
 @dataclass(frozen=True)
@@ -112,19 +105,23 @@ class RuleResult:
 WARM_UP_RULE = ("warm_up() (compiling before run_start, where the workload allows it) changes neither the weights "
                 "nor the losses that follow")
 
+def _has_running_statistics(parts: FamilyParts, model: ModelSpec) -> bool:
+    return bool(parts.normalization_layers(model))
+
+
 RULES: tuple[Rule, ...] = (
     Rule("parameter_count", "parameter_count() and export_weights()' names and shapes are what the spec implies",
          check_parameter_count),
     Rule("weight_round_trip", "import_weights then export_weights returns the same arrays; misfits are refused",
          check_weight_round_trip),
-    Rule("predict_shapes", "predict returns float32 log-softmax (batch, frames, symbols) and changes no state",
-         check_predict_shapes),
-    Rule("forward_parity", "predict matches the NumPy reference on random weights within float32's rounding bound",
-         check_forward_parity),
-    Rule("ctc_loss", "train_step's loss is the spec's mean CTC loss (impossible alignment = 0) within float32's "
-         "rounding bound", check_ctc_loss),
+    Rule("predict_shapes", "predict returns the family's float32 outputs (batch, frames, width), a log-softmax where "
+         "they are log-probabilities, and changes no state", check_predict_shapes),
+    Rule("forward_parity", "predict matches the family's NumPy reference on random weights within float32's rounding "
+         "bound", check_forward_parity),
+    Rule("loss", "train_step's loss is the spec's mean loss (CTC, transducer; impossible alignment = 0) within "
+         "float32's rounding bound", check_loss),
     Rule("batchnorm_statistics", "running BatchNorm mean/variance after a step are the reference's within float32's "
-         "rounding bound", check_batchnorm_statistics),
+         "rounding bound", check_batchnorm_statistics, _has_running_statistics),
     Rule("checkpoint_round_trip", "a checkpoint loaded by another seed's backend predicts and trains on "
          "identically (the same kernels)", check_checkpoint_round_trip),
     Rule("predict_sees_only_features", "predictions depend on features and weights only, never on labels seen",
@@ -135,32 +132,10 @@ RULES: tuple[Rule, ...] = (
          "does not", check_seed_determinism),
     Rule("thread_budget", f"with threads=1, train_step uses at most {THREAD_RATIO_BOUND} CPU seconds per second",
          check_thread_budget),
-    Rule("warm_up", WARM_UP_RULE, check_warm_up),
+    Rule("warm_up", "warm_up() (compiling before run_start, where the workload allows it) changes neither the "
+         "weights nor the losses that follow", check_warm_up),
 )
-
-RNNT_RULES: tuple[Rule, ...] = (
-    Rule("rnnt_parameter_count", "parameter_count() and export_weights()' names and shapes are what the rnnt spec "
-         "implies", check_rnnt_parameter_count),
-    Rule("rnnt_weight_round_trip", "import_weights then export_weights returns the same arrays; misfits are refused",
-         check_rnnt_weight_round_trip),
-    Rule("rnnt_predict_shapes", "predict returns the float32 encoder projection (batch, frames, joint_units) and "
-         "changes no state", check_rnnt_predict_shapes),
-    Rule("rnnt_forward_parity", "predict matches the NumPy reference encoder on random weights within float32's "
-         "rounding bound", check_rnnt_forward_parity),
-    Rule("rnnt_transducer_loss", "train_step's loss is the spec's mean transducer loss (no encoder frame = 0) "
-         "within float32's rounding bound", check_rnnt_transducer_loss),
-    Rule("rnnt_prediction_matches_weights", "after training, predict agrees with the reference encoder on the "
-         "backend's own export_weights() within the error model's bound", check_rnnt_prediction_matches_weights),
-    Rule("rnnt_seed_determinism", "the same seed gives the same weights and first losses; another seed does not",
-         check_seed_determinism),
-    Rule("rnnt_checkpoint_round_trip", "a checkpoint loaded by another seed's backend predicts and trains on "
-         "identically (the same kernels)", check_rnnt_checkpoint_round_trip),
-    Rule("rnnt_warm_up", WARM_UP_RULE, check_warm_up),
-)
-
-RULE_SETS: dict[str, tuple[Rule, ...]] = {"ds2": RULES, "rnnt": RNNT_RULES}
-"""Each model family's rules, run on that family's kit data (``KIT_FAMILIES``)."""
-assert tuple(RULE_SETS) == KIT_FAMILIES
+"""Every family's rules, in the kit's order (each family runs those that apply to it)."""
 
 PRECISION_RULE_SETS: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("ds2", "int8-emulated"): (
@@ -169,20 +144,21 @@ PRECISION_RULE_SETS: dict[tuple[str, str], tuple[Rule, ...]] = {
         Rule("int8_ranges", "the activation ranges a training step leaves are the reference's", check_int8_ranges),
     ),
     ("rnnt", "int8-emulated"): (
-        Rule("rnnt_int8_encoder", "an int8-emulated transducer's encoder projection matches the quantized "
-             "reference within the error model's grid-flip bound", check_rnnt_int8_encoder),
-        Rule("rnnt_int8_training_step", "the loss of an int8 training step and the ranges it leaves are the "
-             "reference's", check_rnnt_int8_training_step),
-        Rule("rnnt_int8_checkpoint", "a checkpoint keeps every activation range and the predictions",
-             check_rnnt_int8_checkpoint),
+        Rule("int8_forward", "an int8-emulated transducer's encoder projection matches the quantized "
+             "reference within the error model's grid-flip bound", check_rnnt_int8_forward),
+        Rule("int8_training_step", "the loss of an int8 training step and the ranges it leaves are the "
+             "reference's", check_int8_training_step),
+        Rule("int8_checkpoint", "a checkpoint keeps every activation range and the predictions",
+             check_int8_checkpoint),
     ),
 }
-"""(family, precision) -> the rules that prove a backend in that precision (on the family's kit data)."""
+"""(family, precision) -> the rules that prove a backend in that precision (on the family's kit data):
+each family's quantized reference is its own, so these are the one place the kit lists families."""
 
 
 def select_rules(names: Iterable[str] | None = None, family: str = "ds2", precision: str = "fp32") -> list[Rule]:
-    """The named rules of ``family`` (in ``precision``) in the kit's order (every rule for None); an
-    unknown name, family or precision, or another family's rule, is an InputError."""
+    """The named rules of ``family`` (in ``precision``) in the kit's order (every rule that applies
+    for None); an unknown name, family or precision, or a rule that does not apply, is an InputError."""
     rules = _rule_set(family, precision)
     if names is None:
         return list(rules)
@@ -190,15 +166,15 @@ def select_rules(names: Iterable[str] | None = None, family: str = "ds2", precis
     known = {rule.name for rule in rules}
     unknown = [name for name in wanted if name not in known]
     if unknown:
-        raise InputError(f"unknown {family} conformance rule {', '.join(map(repr, unknown))}{_elsewhere(unknown)}; "
-                         f"available: {', '.join(rule.name for rule in rules)}")
+        raise InputError(f"unknown {family} conformance rule {', '.join(map(repr, unknown))}"
+                         f"{_elsewhere(unknown, family)}; available: {', '.join(rule.name for rule in rules)}")
     return [rule for rule in rules if rule.name in wanted]
 
 
 def rules_by_family(names: Iterable[str] | None, families: Iterable[str],
                     precision: str = "fp32") -> dict[str, list[Rule]]:
     """Each of ``families`` with the named rules it has in ``precision`` (every rule for None); a
-    family none of the names belongs to is left out. A name in none of them is an InputError."""
+    family none of the names applies to is left out. A name in none of them is an InputError."""
     families = list(families)
     if names is None:
         return {family: select_rules(None, family, precision) for family in families}
@@ -211,15 +187,15 @@ def rules_by_family(names: Iterable[str] | None, families: Iterable[str],
                               for family in families)
         kind = "" if precision == "fp32" else f"{precision} "
         raise InputError(f"unknown {kind}conformance rule {', '.join(map(repr, unknown))} for the families "
-                         f"{', '.join(families)}{_elsewhere(unknown)}; available: {available}")
+                         f"{', '.join(families)}; available: {available}")
     return {family: rules for family, rules in chosen.items() if rules}
 
 
 def families_to_test(backend_class: type[Backend], family: str | None = None, precision: str = "fp32") -> list[str]:
     """``family``, which the backend must declare (in ``precision``), or every family it declares
-    in ``precision`` that the kit has rules for, in the kit's order (an InputError when there is none)."""
+    (in ``precision``, where the kit has rules for it), in name order; an InputError when there is none."""
     capabilities = backend_class.capabilities
-    declared = capabilities.families
+    declared = sorted(capabilities.families)
     proved = sorted({name for _, name in PRECISION_RULE_SETS})
     if precision != "fp32" and precision not in proved:
         raise InputError(f"the conformance kit has no {precision} rules; it proves fp32 and {', '.join(proved)}")
@@ -227,19 +203,18 @@ def families_to_test(backend_class: type[Backend], family: str | None = None, pr
         _rule_set(family, precision)
         if family not in declared:
             raise InputError(f"backend {backend_class.name!r} does not implement the {family} model family (it "
-                             f"declares {', '.join(sorted(declared))})")
+                             f"declares {', '.join(declared)})")
         if precision != "fp32" and precision not in capabilities.precisions_of(family):
             raise InputError(f"backend {backend_class.name!r} does not implement {family} in {precision} (it "
                              f"declares {', '.join(sorted(capabilities.precisions_of(family)))})")
         return [family]
-    families = [known for known in RULE_SETS if known in declared and (precision == "fp32" or (
-        (known, precision) in PRECISION_RULE_SETS and precision in capabilities.precisions_of(known)))]
-    if not families and precision == "fp32":
-        raise InputError(f"the conformance kit has no rules for the families backend {backend_class.name!r} "
-                         f"declares ({', '.join(sorted(declared))}); it has rules for {', '.join(RULE_SETS)}")
+    if precision == "fp32":
+        return declared
+    families = [known for known in declared
+                if (known, precision) in PRECISION_RULE_SETS and precision in capabilities.precisions_of(known)]
     if not families:
         raise InputError(f"backend {backend_class.name!r} declares {precision} for none of the families the kit "
-                         f"has {precision} rules for (it declares {', '.join(sorted(declared))})")
+                         f"has {precision} rules for (it declares {', '.join(declared)})")
     return families
 
 
@@ -247,7 +222,8 @@ def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = 
                     data: KitData | None = None, seed: int = 0, kit: Kit | None = None,
                     on_result: Callable[[RuleResult], None] | None = None,
                     precision: str = "fp32") -> list[RuleResult]:
-    """Run the named rules of ``family`` (all by default) on ``backend_class``; one result per rule, in order.
+    """Run the named rules of ``family`` (all that apply by default) on ``backend_class``; one result
+    per rule, in order.
 
     ``data`` defaults to the kit's cached speech for the family (prepared on first use); ``kit``
     shares one kit, and what its rules computed, between calls. Either must be the family's.
@@ -257,8 +233,8 @@ def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = 
         kit = Kit(backend_class, data or load_kit_data(family=family), seed)
     elif kit.backend_class is not backend_class:
         raise ValueError(f"the kit tests {kit.backend_class.__name__}, not {backend_class.__name__}")
-    if kit.model.family != family:
-        raise ValueError(f"the kit's data is the {kit.model.family} family's, not {family}'s")
+    if kit.family != family:
+        raise ValueError(f"the kit's data is the {kit.family} family's, not {family}'s")
     results = []
     for rule in selected:
         result = run_rule(rule, kit)
@@ -271,22 +247,25 @@ def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = 
 def run_rule(rule: Rule, kit: Kit) -> RuleResult:
     """One rule; its failure, or any exception from the backend, is a failed result."""
     started = time.perf_counter()
-    family = kit.model.family
     try:
         note = rule.check(kit)
     except ConformanceFailure as failure:
-        return RuleResult(rule.name, False, failure.message, time.perf_counter() - started, family)
+        return RuleResult(rule.name, False, failure.message, time.perf_counter() - started, kit.family)
     except Exception as error:  # noqa: BLE001  (a backend's error fails the rule, not the kit)
-        return RuleResult(rule.name, False, describe_error(error), time.perf_counter() - started, family)
-    return RuleResult(rule.name, True, note or "", time.perf_counter() - started, family)
+        return RuleResult(rule.name, False, describe_error(error), time.perf_counter() - started, kit.family)
+    return RuleResult(rule.name, True, note or "", time.perf_counter() - started, kit.family)
 
 
 def _rule_set(family: str, precision: str = "fp32") -> tuple[Rule, ...]:
-    if family not in RULE_SETS:
-        raise InputError(f"the conformance kit has no rules for model family {family!r}; it has rules for "
-                         f"{', '.join(RULE_SETS)}")
+    """The rules that apply to ``family`` in ``precision``; an InputError for a family the kit cannot
+    prove (no parts) or a precision it has no rules for."""
+    try:
+        parts = parts_of_family(family)
+    except BenchbaseError as error:
+        raise InputError(f"the conformance kit cannot prove model family {family!r}: {error}") from None
     if precision == "fp32":
-        return RULE_SETS[family]
+        model = parts.kit_model().model
+        return tuple(rule for rule in RULES if rule.applies(parts, model))
     if (family, precision) not in PRECISION_RULE_SETS:
         known = ", ".join(sorted({name for _, name in PRECISION_RULE_SETS}))
         raise InputError(f"the conformance kit has no {precision} rules for the {family} family (it proves fp32 and "
@@ -306,9 +285,7 @@ def resolve_backend(name: str) -> type[Backend]:
         raise BenchbaseError(f"backend {name!r} cannot be imported: {describe_error(error)}") from None
 
 
-def _elsewhere(names: list[str]) -> str:
-    """"; 'x' is a rule of the rnnt family" for each name some family has."""
-    owners = {rule.name: family for family, rules in RULE_SETS.items() for rule in rules}
-    owners |= {rule.name: f"{family} ({precision})" for (family, precision), rules in PRECISION_RULE_SETS.items()
-               for rule in rules}
-    return "".join(f"; {name!r} is a rule of the {owners[name]} family" for name in names if name in owners)
+def _elsewhere(names: list[str], family: str) -> str:
+    """"; 'x' does not apply to the rnnt family" for each name that is a rule the family skips."""
+    skipped = {rule.name for rule in RULES} - {rule.name for rule in _rule_set(family)}
+    return "".join(f"; {name!r} does not apply to the {family} family" for name in names if name in skipped)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Backend
-from benchbase.families.ds2.reference import bounded_step, random_weights
+from benchbase.families.parts import FamilyParts, ReferenceStep, family_parts
 from benchbase.kit.data import KitData
 from benchbase.specs import ModelSpec
 
@@ -29,21 +29,14 @@ class ConformanceFailure(Exception):
 @dataclass(frozen=True)
 class FirstStep:
     """One training step from the kit's random weights on the batch with an impossible
-    alignment, and the reference's view of it."""
+    alignment, and the family reference's view of it."""
 
     weights_before: dict[str, np.ndarray]
     loss: object
     """What train_step returned, unchecked."""
     weights_after: dict[str, np.ndarray]
-    reference_loss: float
-    reference_losses: np.ndarray
-    """Each utterance's CTC loss under the reference (+inf where impossible)."""
-    reference_running: dict[str, np.ndarray]
-    """The running BatchNorm statistics the reference computes for this step (float64)."""
-    reference_loss_bound: float
-    """How far a float32 computation of the loss may land from ``reference_loss``."""
-    reference_running_bound: dict[str, np.ndarray]
-    """Elementwise, how far a float32 computation of each running statistic may land."""
+    reference: ReferenceStep
+    """The reference's loss and running statistics of this step, with their float32 bounds."""
 
 
 class Kit:
@@ -58,6 +51,15 @@ class Kit:
         self.data = data
         self.seed = seed
         self._first_step: FirstStep | BaseException | None = None
+
+    @property
+    def parts(self) -> FamilyParts:
+        """The parts of the kit's model family: its layout, reference and bounds."""
+        return family_parts(self.data.model)
+
+    @property
+    def family(self) -> str:
+        return self.data.model.family
 
     @property
     def model(self) -> ModelSpec:
@@ -79,7 +81,7 @@ class Kit:
 
     def parity_weights(self) -> dict[str, np.ndarray]:
         """Random weights for the reference checks, the same for every rule of this kit."""
-        return random_weights(self.model, self.data.feature_dimension, seed=self.seed + 1)
+        return self.parts.random_weights(self.model, self.data.feature_dimension, self.seed + 1)
 
     def first_step(self) -> FirstStep:
         """train_step from the parity weights on the batch with an impossible alignment; a
@@ -100,9 +102,7 @@ class Kit:
             backend.import_weights(weights)
             loss = backend.train_step(batch)
             after = backend.export_weights()
-        step = bounded_step(weights, self.model, batch)
-        return FirstStep(weights, loss, after, step.loss, step.losses, step.reference.running, step.loss_bound,
-                         step.reference.running_bound)
+        return FirstStep(weights, loss, after, self.parts.reference_step(weights, self.model, batch))
 
 
 def describe_difference(found: np.ndarray, expected: np.ndarray, mask: np.ndarray | None = None) -> tuple[float, str]:

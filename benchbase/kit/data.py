@@ -14,11 +14,10 @@ counts as zero loss; only the loss and BatchNorm rules train on it, so that a ba
 mishandles it fails those rules and no others.
 
 Each model family the kit proves gets its own ``KitData`` from the same utterances
-(``load_kit_data(family=...)``): ds2's is the ds2-mini workload's model and optimizer; rnnt's
-is ``RNNT_KIT_MODEL``, a transducer of rnnt-mini's shape at a few tens of thousands of
-parameters, trained with ``RNNT_KIT_OPTIMIZER``. Every utterance ds2 keeps has encoder frames
-to spare (a transducer needs one frame, CTC one per label), so the store serves both; rnnt's
-impossible row is cut too short for any encoder frame, the one alignment a transducer cannot make.
+(``load_kit_data(family=...)``), with the family's own small model and optimizer
+(``FamilyParts.kit_model``): any family, a plugin's included. The family also says how short the
+impossible row must be cut (``FamilyParts.impossible_frames``): CTC needs an output frame per
+label, a transducer one encoder frame for any labels.
 """
 
 from __future__ import annotations
@@ -34,18 +33,17 @@ from pathlib import Path
 
 from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
 from benchbase.data.pipeline import pad_batch
-from benchbase.data.store import FeatureStore, Utterance
+from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, store_key
 from benchbase.errors import BenchbaseError, InputError
-from benchbase.families.rnnt.spec import RNNTModelSpec
+from benchbase.families.parts import parts_of_family
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import ModelSpec, OptimizerSpec, WorkloadSpec
-from benchbase.specs.optimizer import AdamWSpec
 
-__all__ = ["KIT_BATCH_SIZE", "KIT_FAMILIES", "KIT_WORKLOAD", "RNNT_KIT_MODEL", "RNNT_KIT_OPTIMIZER", "KitData",
-           "ensure_kit_store", "load_kit_data"]
+__all__ = ["KIT_BATCH_SIZE", "KIT_WORKLOAD", "KitData", "ensure_kit_store", "load_kit_data"]
 
 KIT_WORKLOAD = "ds2-mini"
+"""Whose features the kit's store holds (the kit's speech, prepared as this workload prepares it)."""
 KIT_BATCH_SIZE = 6
 """Small, so that the float64 NumPy reference runs in a fraction of a second."""
 KIT_BATCHES = 3
@@ -58,19 +56,6 @@ KIT_DATA_VERSION = 2
 """Bumped whenever the kit's corpus or its preparation changes."""
 IMPOSSIBLE_ROW = 1
 """The row of the first batch whose alignment is made impossible."""
-KIT_FAMILIES = ("ds2", "rnnt")
-"""The model families the kit has data (and rules) for."""
-RNNT_KIT_MODEL = RNNTModelSpec(
-    input_stack=3, input_subsample=3, encoder_pre_layers=1, stack_time_factor=2, encoder_post_layers=2,
-    encoder_units=24, prediction_embedding=16, prediction_layers=2, prediction_units=20, joint_units=28,
-    dropout=0.05)
-"""rnnt-mini's shape (input stacking, time stacking, the relu joint) with two post-stacking encoder layers
-and two prediction layers, so that what passes between layers is checked too, at widths that all differ
-(a transposed matrix cannot fit) and small enough for the float64 reference to take a fraction of a second."""
-RNNT_KIT_OPTIMIZER = AdamWSpec(learning_rate=3e-3, warmup_steps=2, hold_steps=1, decay_every_steps=1,
-                               decay_factor=0.5, weight_decay=1e-3, gradient_clip_norm=1.0)
-"""rnnt-mini's AdamW with its schedule compressed into the kit's few steps: the steps
-rnnt_checkpoint_round_trip takes after restoring follow the warm-up, so a schedule that restarts shows."""
 
 Progress = Callable[[str], None]
 
@@ -109,10 +94,12 @@ class KitData:
 
 
 def load_kit_data(cache: Path | None = None, progress: Progress | None = None, family: str = "ds2") -> KitData:
-    """The kit's batches for ``family``'s model, preparing the store first if this machine has none."""
-    if family not in KIT_FAMILIES:
-        raise InputError(f"the conformance kit has no data for model family {family!r} (it has "
-                         f"{', '.join(KIT_FAMILIES)})")
+    """The kit's batches for ``family``'s model, preparing the store first if this machine has none;
+    an unknown family is an InputError."""
+    try:
+        parts_of_family(family)
+    except BenchbaseError as error:
+        raise InputError(f"the conformance kit cannot prove model family {family!r}: {error}") from None
     store = ensure_kit_store(cache or default_cache(), progress)
     return _kit_data(store, family)
 
@@ -120,7 +107,8 @@ def load_kit_data(cache: Path | None = None, progress: Progress | None = None, f
 @lru_cache(maxsize=8)
 def _kit_data(store_root: Path, family: str = "ds2") -> KitData:
     workload = builtin_workload(KIT_WORKLOAD)
-    model, optimizer = (workload.model, workload.optimizer) if family == "ds2" else (RNNT_KIT_MODEL, RNNT_KIT_OPTIMIZER)
+    parts = parts_of_family(family)
+    model, optimizer = parts.kit_model().model, parts.kit_model().optimizer
     store = FeatureStore(store_root)
     utterances = [u for shard in store.shards(workload.data.train) for u in store.read(shard)]
     needed = KIT_BATCHES * KIT_BATCH_SIZE + SMALL_BATCH_SIZE
@@ -129,7 +117,9 @@ def _kit_data(store_root: Path, family: str = "ds2") -> KitData:
                              f"it holds {len(utterances)}; delete the folder to prepare it again")
     groups = [utterances[i * KIT_BATCH_SIZE : (i + 1) * KIT_BATCH_SIZE] for i in range(KIT_BATCHES)]
     cut_short = list(groups[0])
-    cut_short[IMPOSSIBLE_ROW] = _impossible(cut_short[IMPOSSIBLE_ROW], model)
+    impossible = cut_short[IMPOSSIBLE_ROW]
+    frames = parts.impossible_frames(model, len(impossible.labels))
+    cut_short[IMPOSSIBLE_ROW] = replace(impossible, features=impossible.features[:frames])
     small = utterances[KIT_BATCHES * KIT_BATCH_SIZE : needed]
     return KitData(
         spec_model=model,
@@ -140,19 +130,6 @@ def _kit_data(store_root: Path, family: str = "ds2") -> KitData:
         impossible_batch=pad_batch(cut_short, model),
         small_inputs=pad_batch(small, model).inputs(),
     )
-
-
-def _impossible(utterance: Utterance, model: ModelSpec) -> Utterance:
-    """The utterance cut so that its labels cannot be aligned: for CTC, to half as many output
-    frames as it has labels (at least one frame); for a transducer, which aligns any labels to one
-    frame, to the most feature frames that still give none."""
-    if model.family == "rnnt":
-        frames = model.input_frames_for(1) - 1
-        assert model.output_frames(frames) == 0
-    else:
-        frames = model.input_frames_for(max(len(utterance.labels) // 2, 1))
-        assert model.output_frames(frames) < len(utterance.labels)
-    return replace(utterance, features=utterance.features[:frames])
 
 
 def ensure_kit_store(cache: Path, progress: Progress | None = None) -> Path:

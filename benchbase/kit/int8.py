@@ -28,7 +28,7 @@ from benchbase.families.ds2.quantization import INT8_EMULATED, fake_quantize_wei
 from benchbase.families.ds2.reference import bounded_reference, random_weights
 from benchbase.kit.core import Kit
 from benchbase.kit.data import KitData
-from benchbase.kit.model_rules import valid_frames
+from benchbase.kit.outputs import valid_frames
 from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF
 from benchbase.specs import ModelSpec
 

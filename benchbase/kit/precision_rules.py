@@ -1,7 +1,7 @@
 """The kit's rules for a precision other than fp32: what `benchbase backend-test NAME --precision P` proves.
 
-fp32 is all a backend must implement, so the family's rules (``RULES``, ``RNNT_RULES``) run in
-fp32; a backend that declares another precision for a family (``Capabilities.precisions_of``)
+fp32 is all a backend must implement, so the kit's rules (``RULES``) run in fp32; a backend that
+declares another precision for a family (``Capabilities.precisions_of``)
 can be proved in it with these. int8-emulated is the one whose numbers a reference fixes: the
 fake quantization is bit for bit the NumPy reference's, and the error model bounds how far a
 grid step flipped by a rounding carries (``benchbase.kit.int8``). Mixed precisions
@@ -10,16 +10,16 @@ backends' own tests check them on the kit's data.
 
 Why each rule exists:
 
-- int8_forward / rnnt_int8_encoder: predict() of an int8-emulated model on random weights and
+- int8_forward (ds2, rnnt): predict() of an int8-emulated model on random weights and
   ranges is the quantized reference's within the flip bound, and its median difference within
   float32's own (a backend that skipped an input or kernel quantizer is far beyond it). A
   skipped h(t-1) quantizer moves values by less than a grid step, which the next layer's input
   quantizer mostly snaps back: only the ranges of the next rule show it.
-- int8_ranges / rnnt_int8_training_step: the activation ranges one step leaves (from zero: the
+- int8_ranges (ds2), int8_training_step (rnnt): the activation ranges one step leaves (from zero: the
   first step sets them; and moving) are the reference's, and for the transducer the step's loss
   is too; a range updated after quantizing instead of before, or joint.output's taken over the
   padding, shows here.
-- rnnt_int8_checkpoint: a checkpoint keeps every range, so a resumed run quantizes as it did.
+- int8_checkpoint (rnnt): a checkpoint keeps every range, so a resumed run quantizes as it did.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from benchbase.kit.int8 import (
 )
 from benchbase.numerics.tolerances import BOTH_SIDES, same_kernels
 
-__all__ = ["check_int8_forward", "check_int8_ranges", "check_rnnt_int8_checkpoint", "check_rnnt_int8_encoder",
-           "check_rnnt_int8_training_step"]
+__all__ = ["check_int8_checkpoint", "check_int8_forward", "check_int8_ranges", "check_int8_training_step",
+           "check_rnnt_int8_forward"]
 
 
 def check_int8_forward(kit: Kit) -> None:
@@ -58,27 +58,27 @@ def check_int8_ranges(kit: Kit) -> None:
         _expect_ranges("int8_ranges", found, expected, bound, first)
 
 
-def check_rnnt_int8_encoder(kit: Kit) -> None:
+def check_rnnt_int8_forward(kit: Kit) -> None:
     """The transducer's int8-emulated encoder projection against the quantized reference."""
     from benchbase.kit.rnnt_int8 import quantized_encoder
 
-    _expect_within_flips("rnnt_int8_encoder", "encoder projection", quantized_encoder(kit.backend_class, kit.data))
+    _expect_within_flips("int8_forward", "encoder projection", quantized_encoder(kit.backend_class, kit.data))
 
 
-def check_rnnt_int8_training_step(kit: Kit) -> None:
+def check_int8_training_step(kit: Kit) -> None:
     """The loss of one int8 training step of the transducer and the ranges it leaves."""
     from benchbase.kit.rnnt_int8 import quantized_training_step
 
     for first in (True, False):
         step = quantized_training_step(kit.backend_class, kit.data, first=first)
         if not abs(step.loss - step.expected_loss) <= BOTH_SIDES * step.loss_bound:
-            raise ConformanceFailure("rnnt_int8_training_step", f"train_step returned {step.loss:.6g}, the "
+            raise ConformanceFailure("int8_training_step", f"train_step returned {step.loss:.6g}, the "
                                      f"quantized reference's loss is {step.expected_loss:.6g} (bound "
                                      f"{BOTH_SIDES * step.loss_bound:.3g}, {_start(first)})")
-        _expect_ranges("rnnt_int8_training_step", step.ranges, step.expected_ranges, step.range_bounds, first)
+        _expect_ranges("int8_training_step", step.ranges, step.expected_ranges, step.range_bounds, first)
 
 
-def check_rnnt_int8_checkpoint(kit: Kit) -> None:
+def check_int8_checkpoint(kit: Kit) -> None:
     """A checkpoint of an int8 transducer after one step keeps its ranges and its predictions."""
     from benchbase.families.rnnt.quantization import input_range_names
 
@@ -92,16 +92,16 @@ def check_rnnt_int8_checkpoint(kit: Kit) -> None:
             restored.load_checkpoint(path)
             weights, again = restored.export_weights(), restored.predict(kit.data.small_inputs)
     if not np.isfinite(loss):
-        raise ConformanceFailure("rnnt_int8_checkpoint", f"an int8-emulated train_step returned {loss}")
+        raise ConformanceFailure("int8_checkpoint", f"an int8-emulated train_step returned {loss}")
     unset = [name for name in input_range_names(model) if not saved[name] > 0]
     if unset:
-        raise ConformanceFailure("rnnt_int8_checkpoint", f"after a training step the ranges {', '.join(unset)} "
+        raise ConformanceFailure("int8_checkpoint", f"after a training step the ranges {', '.join(unset)} "
                                  "are still 0 (the first step sets each to its input's max|x|)")
     lost = [name for name in input_range_names(model) if weights[name] != saved[name]]
     if lost:
-        raise ConformanceFailure("rnnt_int8_checkpoint", f"a loaded checkpoint changed the ranges {', '.join(lost)}")
+        raise ConformanceFailure("int8_checkpoint", f"a loaded checkpoint changed the ranges {', '.join(lost)}")
     if not np.abs(again - encoded).max() <= same_kernels(encoded):
-        raise ConformanceFailure("rnnt_int8_checkpoint", f"the loaded checkpoint predicts up to "
+        raise ConformanceFailure("int8_checkpoint", f"the loaded checkpoint predicts up to "
                                  f"{np.abs(again - encoded).max():.3g} away from the saved backend")
 
 

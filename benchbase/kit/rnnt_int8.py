@@ -28,7 +28,7 @@ from benchbase.families.rnnt.reference import lattice_cells, random_weights
 from benchbase.kit.core import Kit
 from benchbase.kit.data import KitData
 from benchbase.kit.int8 import QuantizedForward, in_precision
-from benchbase.kit.model_rules import valid_frames
+from benchbase.kit.outputs import valid_frames
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import ctc_recursion_bound, rounding_bound
 

@@ -16,7 +16,7 @@ Why each rule exists:
   Its exported weights are a claim the reference can check: after a few training steps (the
   weights and BatchNorm's running statistics have moved), what predict() returns must be what
   the reference computes from ``export_weights()``, utterance by utterance within the error
-  model's bound (``benchbase.numerics.agreement``). A run's harness asks the same at every
+  model's bound (``benchbase.families.agreement``). A run's harness asks the same at every
   evaluation (independent scoring); this rule shows a backend author the disagreement before
   a run is aborted for it.
 - seed_determinism: seeded runs are the basis of the olympic score's spread; the same seed
@@ -32,18 +32,17 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from benchbase.backend import Backend, BatchShape, Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.agreement import Agreement, UtteranceOutputs, compare_with_reference
 from benchbase.families.layout import differing_weights
-from benchbase.families.parts import family_parts
 from benchbase.kit.core import ConformanceFailure, Kit, describe_difference, describe_error
-from benchbase.kit.model_rules import check_layout, check_prediction, valid_frames
-from benchbase.numerics.agreement import Agreement, UtteranceOutputs, compare_with_reference
+from benchbase.kit.model_rules import check_layout
+from benchbase.kit.outputs import check_outputs, valid_frames
 from benchbase.numerics.tolerances import same_kernels
 from benchbase.run_folder import RunFolder
 
@@ -55,8 +54,6 @@ __all__ = [
     "check_seed_determinism",
     "check_thread_budget",
     "check_warm_up",
-    "checkpoint_round_trip",
-    "prediction_matches_weights",
 ]
 
 THREAD_RATIO_BOUND = 1.25
@@ -70,15 +67,12 @@ or one that never used the model, shows."""
 
 
 def check_checkpoint_round_trip(kit: Kit) -> str | None:
-    """Save after 2 steps, load into a backend built with another seed: same predictions, same next losses."""
-    symbols = kit.data.spec_model.symbols
-    return checkpoint_round_trip(
-        kit, lambda result, inputs: check_prediction("checkpoint_round_trip", result, inputs, symbols))
+    """Save after 2 steps, load into a backend built with another seed: same predictions, same next
+    losses (the optimizer's schedule included); a file of garbage is refused."""
 
+    def outputs(result: object, inputs: Inputs) -> np.ndarray:
+        return check_outputs("checkpoint_round_trip", result, inputs, kit)
 
-def checkpoint_round_trip(kit: Kit, outputs: Callable[[object, Inputs], np.ndarray]) -> str | None:
-    """The checkpoint rule of any family: ``outputs`` checks predict()'s result has the family's
-    form and returns it (raising ConformanceFailure under the family's rule name)."""
     spec, batches, probe = kit.data.spec_model, kit.data.batches, kit.data.small_inputs
     following = (batches[2], batches[0])
     with tempfile.TemporaryDirectory(prefix="benchbase-kit-") as folder:
@@ -99,18 +93,15 @@ def checkpoint_round_trip(kit: Kit, outputs: Callable[[object, Inputs], np.ndarr
 
 def check_predict_sees_only_features(kit: Kit) -> None:
     """After training on a batch, predict() equals a fresh backend's on the exported weights."""
-    batch = kit.data.batches[0]
-    symbols = kit.model.symbols
+    batch, rule = kit.data.batches[0], "predict_sees_only_features"
     with kit.backend() as trained:
         trained.train_step(batch)
         weights = trained.export_weights()
-        from_inputs = check_prediction("predict_sees_only_features", trained.predict(batch.inputs()), batch.inputs(),
-                                       symbols)
-        from_batch = check_prediction("predict_sees_only_features", trained.predict(batch), batch, symbols)
+        from_inputs = check_outputs(rule, trained.predict(batch.inputs()), batch.inputs(), kit)
+        from_batch = check_outputs(rule, trained.predict(batch), batch, kit)
     with kit.backend() as fresh:
         fresh.import_weights(weights)
-        from_weights = check_prediction("predict_sees_only_features", fresh.predict(batch.inputs()), batch.inputs(),
-                                        symbols)
+        from_weights = check_outputs(rule, fresh.predict(batch.inputs()), batch.inputs(), kit)
     mask = valid_frames(batch, from_inputs.shape[1])
     _expect_close(from_inputs, from_weights, mask, "the backend that trained on the batch predicts it differently "
                   "from a fresh backend holding the same exported weights")
@@ -119,30 +110,22 @@ def check_predict_sees_only_features(kit: Kit) -> None:
 
 
 def check_prediction_matches_weights(kit: Kit) -> None:
-    """After TRAINED_STEPS steps, predict() agrees with the reference on the backend's own export_weights()."""
-    symbols = kit.model.symbols
-    prediction_matches_weights(
-        kit, "prediction_matches_weights", "log-probabilities",
-        lambda result, inputs: check_prediction("prediction_matches_weights", result, inputs, symbols))
-
-
-def prediction_matches_weights(kit: Kit, rule: str, what: str, outputs: Callable[[object, Inputs], np.ndarray],
-                               reference: str = "reference") -> None:
-    """The rule of any family: ``outputs`` checks predict()'s result has the family's form (``what``
-    names it) and returns it; the reference (``reference`` names it) is the family's
-    (``compare_with_reference``)."""
+    """After TRAINED_STEPS steps, predict() agrees with the family's reference on the backend's own
+    export_weights(), utterance by utterance (``benchbase.families.agreement``)."""
+    rule = "prediction_matches_weights"
     probes = {"the full batch": kit.data.impossible_batch.inputs(), "the small batch": kit.data.small_inputs}
     with kit.backend(model=kit.data.spec_model) as backend:  # trained as a run trains, dropout included
         for step in range(TRAINED_STEPS):
             backend.train_step(kit.data.batches[step % len(kit.data.batches)])
-        predicted = {label: outputs(backend.predict(inputs), inputs) for label, inputs in probes.items()}
+        predicted = {label: check_outputs(rule, backend.predict(inputs), inputs, kit)
+                     for label, inputs in probes.items()}
         weights = backend.export_weights()  # after predicting: the weights those predictions claim to come from
-    check_layout(rule, weights, family_parts(kit.model).weight_layout(kit.model, kit.data.feature_dimension))
+    check_layout(rule, weights, kit.parts.weight_layout(kit.model, kit.data.feature_dimension))
     utterances = [utterance for label, inputs in probes.items()
                   for utterance in _utterance_outputs(label, inputs, predicted[label])]
     agreement = compare_with_reference(weights, kit.model, utterances)  # inference has no dropout
     if agreement.disagreeing:
-        raise ConformanceFailure(rule, _describe_disagreement(agreement, what, reference))
+        raise ConformanceFailure(rule, _describe_disagreement(agreement, kit.parts.outputs_name))
 
 
 def check_seed_determinism(kit: Kit) -> None:
@@ -273,11 +256,11 @@ def _utterance_outputs(label: str, inputs: Inputs, log_probs: np.ndarray) -> lis
     return [UtteranceOutputs.of_row(f"{label}, row {row}", inputs, log_probs, row) for row in range(inputs.size)]
 
 
-def _describe_disagreement(agreement: Agreement, what: str, reference: str) -> str:
+def _describe_disagreement(agreement: Agreement, what: str) -> str:
     worst = int(np.argmax(agreement.differences / np.maximum(agreement.tolerances, np.finfo(np.float64).tiny)))
     return (f"after {TRAINED_STEPS} training steps, predict() is not what the backend's own export_weights() "
             f"predict: {len(agreement.disagreeing)} of {len(agreement.utterance_ids)} utterances differ from the "
-            f"{reference}, worst by {agreement.differences[worst]:.3g} ({agreement.utterance_ids[worst]}; tolerance "
+            f"reference, worst by {agreement.differences[worst]:.3g} ({agreement.utterance_ids[worst]}; tolerance "
             f"{agreement.tolerances[worst]:.3g}, {agreement.worst_ratio:.3g} times over); predict() must compute "
             f"the {what} from the weights it exports")
 

@@ -1,8 +1,8 @@
-"""The numerics a score depends on: the error model, the references' rounded arithmetic, agreement.
+"""The numerics a score depends on: the error model and the references' rounded arithmetic.
 
 ``tolerances`` is the error model (how far one float32 computation may land from the float64
 reference); ``rounded`` is the arithmetic every family's reference computes through, with the
-model's rounding moves injected where a bound is wanted; ``agreement`` compares what a backend
-predicted with what its exported weights compute (independent scoring, ``benchbase verify``).
-The harness imports this package; the conformance kit (``benchbase.kit``) builds on it too.
+model's rounding moves injected where a bound is wanted. It knows no model family: the families
+(``benchbase.families``, whose ``agreement`` compares a backend's predictions with what its
+exported weights compute) and the conformance kit (``benchbase.kit``) build on it.
 """

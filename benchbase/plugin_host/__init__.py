@@ -27,7 +27,6 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "PluginFailure",
     "PluginManager",
-    "entry_point_distributions",
     "get_plugin_manager",
     "load_entrypoint_plugins",
 ]
@@ -126,15 +125,6 @@ def _allowed_plugins() -> set[str] | None:
     if value is None:
         return None
     return {name.strip() for name in value.split(",") if name.strip()}
-
-
-def entry_point_distributions() -> dict[str, str]:
-    """Entry-point name -> "distribution version", for `benchbase plugins`."""
-    found = {}
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry_point.dist is not None:
-            found[entry_point.name] = f"{entry_point.dist.name} {entry_point.dist.version}"
-    return found
 
 
 def _import_plugin_families() -> list[str]:

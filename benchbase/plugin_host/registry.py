@@ -9,10 +9,11 @@ import pluggy
 
 from benchbase.backend import Backend, BackendReference
 from benchbase.errors import InputError
-from benchbase.plugin_host import DEFAULT_PLUGINS, PluginFailure, PluginManager, entry_point_distributions
+from benchbase.plugin_host import DEFAULT_PLUGINS, PluginFailure, PluginManager
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.specs.strategy import StrategyDefinition, register_strategy_spec
 from benchbase.specs.yaml_files import load_spec_file, names_a_file
+from benchbase.telemetry.environment import entry_point_distributions
 from benchbase.telemetry.hardware_detect import AUTO_PROFILE, detect_profile
 
 __all__ = ["Registry", "collect_registry"]

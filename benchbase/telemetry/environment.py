@@ -115,11 +115,18 @@ def _nvml_gpus() -> dict[str, object]:
         nvml.nvmlShutdown()
 
 
+def entry_point_distributions(group: str = "benchbase") -> dict[str, str]:
+    """Entry-point name -> "distribution version", for `benchbase plugins` and a run's environment."""
+    found = {}
+    for entry_point in metadata.entry_points(group=group):
+        if entry_point.dist is not None:
+            found[entry_point.name] = f"{entry_point.dist.name} {entry_point.dist.version}"
+    return found
+
+
 def backend_distribution(backend_name: str, backend_module: str) -> str | None:
     """"name version" of the distribution that registered the backend (its entry point), or that
     provides its module; None where neither is known (a plugin class defined in a test)."""
-    from benchbase.plugin_host import entry_point_distributions
-
     registered = entry_point_distributions().get(backend_name)
     if registered:
         return registered

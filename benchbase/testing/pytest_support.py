@@ -3,9 +3,11 @@
     class TestMyBackend(BackendConformance):
         backend = "mine"               # a registered backend name ...
         # backend_class = MyBackend    # ... or the class itself
+        # family = "rnnt"              # the model family to prove (default ds2)
 
-A failing rule fails its test with the rule's message. The kit's data and what several rules
-share (the first training step) are made once per test class.
+A failing rule fails its test with the rule's message; a rule that does not apply to the family
+is skipped. The kit's data and what several rules share (the first training step) are made
+once per test class.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import ClassVar
 import pytest
 
 from benchbase.backend import Backend
-from benchbase.kit.conformance import RULES, Kit, resolve_backend, run_conformance
+from benchbase.kit.conformance import RULES, Kit, resolve_backend, run_conformance, select_rules
 from benchbase.kit.data import load_kit_data
 
 __all__ = ["BackendConformance"]
@@ -27,15 +29,18 @@ class BackendConformance:
     backend: ClassVar[str | None] = None
     backend_class: ClassVar[type[Backend] | None] = None
     conformance_seed: ClassVar[int] = 0
+    family: ClassVar[str] = "ds2"
 
     @pytest.fixture(scope="class")
     @classmethod
     def conformance_kit(cls) -> Kit:
-        return Kit(_backend_under_test(cls), load_kit_data(), seed=cls.conformance_seed)
+        return Kit(_backend_under_test(cls), load_kit_data(family=cls.family), seed=cls.conformance_seed)
 
     @pytest.mark.parametrize("rule", [rule.name for rule in RULES])
     def test_conformance(self, conformance_kit: Kit, rule: str) -> None:
-        [result] = run_conformance(conformance_kit.backend_class, [rule], kit=conformance_kit)
+        if rule not in {applying.name for applying in select_rules(None, self.family)}:
+            pytest.skip(f"{rule} does not apply to the {self.family} family")
+        [result] = run_conformance(conformance_kit.backend_class, [rule], family=self.family, kit=conformance_kit)
         if not result.passed:
             pytest.fail(f"{rule}: {result.message}", pytrace=False)
 

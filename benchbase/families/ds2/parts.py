@@ -8,37 +8,29 @@ import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.decode.factory import Decoder
-from benchbase.decode.greedy import greedy_decode
-from benchbase.families.ds2.reference import bounded_reference, reference_forward
+from benchbase.families.ctc import CTCHead, bounded_ctc_step, ctc_impossible_frames
+from benchbase.families.ds2.reference import batchnorm_names, bounded_reference, random_weights, reference_forward
 from benchbase.families.ds2.spec import DS2ModelSpec
 from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
-from benchbase.families.parts import Weights
-from benchbase.metrics.ctc import ctc_loss
+from benchbase.families.parts import KitModel, ReferenceStep, Weights
+from benchbase.numerics.tolerances import RoundingModel
+from benchbase.specs.optimizer import AdaDeltaSpec
 
-__all__ = ["PARTS", "CTCHead", "DS2Parts"]
+__all__ = ["KIT_MODEL", "PARTS", "DS2Parts"]
 
-
-class CTCHead:
-    """predict()'s log-probabilities decoded by the workload's decoder; the CTC loss of each utterance."""
-
-    def __init__(self, decoder: Decoder, model: DS2ModelSpec) -> None:
-        self.decoder = decoder
-        self.model = model
-
-    def decode(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
-        return self.decoder.decode(outputs, lengths)
-
-    def greedy(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
-        return greedy_decode(outputs, lengths, self.model.blank_index)
-
-    def losses(self, outputs: np.ndarray, batch: Batch) -> np.ndarray:
-        losses = ctc_loss(outputs, batch.output_lengths, batch.labels, batch.label_lengths, self.model.blank_index)
-        if self.model.ctc_impossible_alignments == "zero":
-            losses = np.where(np.isinf(losses), 0.0, losses)
-        return losses
+KIT_MODEL = KitModel(
+    DS2ModelSpec(conv_channels=96, conv_width=11, conv_stride=2, conv_activation="clipped_relu", lstm_layers=2,
+                 lstm_units=96, dropout=0.05),
+    AdaDeltaSpec(learning_rate=1.0, rho=0.95, epsilon=1e-8))
+"""ds2-mini's model and optimizer (tests/test_conformance.py holds them equal): two LSTM layers, so
+that what passes between layers is checked too, small enough for the float64 reference."""
 
 
 class DS2Parts:
+    loss_name = "CTC loss"
+    outputs_name = "log-probabilities"
+    log_probability_outputs = True
+
     def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> CTCHead:
         return CTCHead(decoder, model)  # CTC decoding needs the log-probabilities only, never the weights
 
@@ -61,6 +53,24 @@ class DS2Parts:
         bounded = bounded_reference(weights, model, features, feature_lengths, training=False,
                                     operand_roundoff=operand_roundoff, draws=draws)
         return bounded.log_probs, bounded.log_probs_bound
+
+    def random_weights(self, model, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
+        return random_weights(model, feature_dimension, seed)
+
+    def reference_step(self, weights: Weights, model, batch: Batch) -> ReferenceStep:
+        def forward(rounding: RoundingModel | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+            return reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
+
+        return bounded_ctc_step(forward, batch, model.blank_index, model.batchnorm_momentum)
+
+    def normalization_layers(self, model) -> list[str]:
+        return batchnorm_names(model)
+
+    def impossible_frames(self, model, labels: int) -> int:
+        return ctc_impossible_frames(model, labels)
+
+    def kit_model(self) -> KitModel:
+        return KIT_MODEL
 
 
 PARTS = DS2Parts()

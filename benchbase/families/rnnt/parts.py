@@ -20,17 +20,30 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.data.alphabet import decode_labels
 from benchbase.decode.factory import Decoder
-from benchbase.families.parts import Weights
-from benchbase.families.rnnt.bounds import rounded_encoder
+from benchbase.families.parts import KitModel, ReferenceStep, Weights
+from benchbase.families.rnnt.bounds import bounded_transducer_loss, rounded_encoder
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import transducer_loss
-from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward
+from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, random_weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import RoundingModel, rounding_bound
+from benchbase.specs.optimizer import AdamWSpec
 
-__all__ = ["PARTS", "RNNTParts", "TransducerHead"]
+__all__ = ["KIT_MODEL", "PARTS", "RNNTParts", "TransducerHead"]
+
+KIT_MODEL = KitModel(
+    RNNTModelSpec(input_stack=3, input_subsample=3, encoder_pre_layers=1, stack_time_factor=2, encoder_post_layers=2,
+                  encoder_units=24, prediction_embedding=16, prediction_layers=2, prediction_units=20,
+                  joint_units=28, dropout=0.05),
+    AdamWSpec(learning_rate=3e-3, warmup_steps=2, hold_steps=1, decay_every_steps=1, decay_factor=0.5,
+              weight_decay=1e-3, gradient_clip_norm=1.0))
+"""rnnt-mini's shape (input stacking, time stacking, the relu joint) with two post-stacking encoder
+layers and two prediction layers, so that what passes between layers is checked too, at widths
+that all differ (a transposed matrix cannot fit) and small enough for the float64 reference; and
+rnnt-mini's AdamW with its schedule compressed into the kit's few steps (the steps the checkpoint
+rule takes after restoring follow the warm-up, so a schedule that restarts shows)."""
 
 
 class TransducerHead:
@@ -57,6 +70,10 @@ class TransducerHead:
 
 
 class RNNTParts:
+    loss_name = "transducer loss"
+    outputs_name = "encoder projection"
+    log_probability_outputs = False  # the joint's encoder projection; the harness runs the joint
+
     def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> TransducerHead:
         return TransducerHead(model, weights())  # the search needs the prediction network and joint
 
@@ -81,6 +98,26 @@ class RNNTParts:
 
         exact, bound = rounding_bound(compute, draws=draws, operand_roundoff=operand_roundoff)
         return exact["encoded"], bound["encoded"]
+
+
+    def random_weights(self, model, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
+        return random_weights(model, feature_dimension, np.random.default_rng(seed))
+
+    def reference_step(self, weights: Weights, model, batch: Batch) -> ReferenceStep:
+        bounded = bounded_transducer_loss(weights, model, batch)  # no running statistics: no BatchNorm
+        return ReferenceStep(bounded.loss, bounded.losses, bounded.bound)
+
+    def normalization_layers(self, model) -> list[str]:
+        return []
+
+    def impossible_frames(self, model, labels: int) -> int:
+        """A transducer aligns any labels to one encoder frame: the most frames that give none."""
+        frames = model.input_frames_for(1) - 1
+        assert model.output_frames(frames) == 0
+        return frames
+
+    def kit_model(self) -> KitModel:
+        return KIT_MODEL
 
 
 PARTS = RNNTParts()
