@@ -12,10 +12,10 @@ features (the harness's features are standardized) and zeros past each length, l
 one character per 6 input frames (never the blank) and the output lengths of
 ``ModelSpec.output_frames``, built into ``benchbase.backend.Batch`` as ``pad_batch`` does.
 
-FLOPs are counted analytically from the ModelSpec per conv output frame (forward):
-conv 2*width*features*channels, each LSTM layer 2*4*units*(inputs+units) plus 13*units of
-elementwise work, the output layer 2*units*symbols; a training step is 3x the forward pass
-(backward = 2x forward). MFU divides them by the median step time and the GPU's peak dense
+FLOPs are counted analytically from the ModelSpec per conv output frame (forward), by
+``benchbase.families.ds2.cost``: the convolution, each LSTM layer with its elementwise work, the
+output layer; a training step is 3x the forward pass (backward = 2x forward). MFU divides them
+by the median step time and the GPU's peak dense
 FP32 rate without tensor cores (H100 SXM: 67 TFLOP/s), once counting the padded frames (what
 the GPU computes) and once only the true frames; the ratio to the TF32 tensor-core peak
 (H100 SXM: 495 TFLOP/s dense) is given for context.
@@ -59,6 +59,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchbase.backend import Backend, BackendReference, Batch, BuildContext, DevicePlan  # noqa: E402
+from benchbase.families.ds2.cost import TRAINING_FACTOR, forward_flops_per_frame, total_forward_flops  # noqa: E402
 from benchbase.specs import ModelSpec, OptimizerSpec  # noqa: E402
 from benchbase.specs.model import validate_model  # noqa: E402
 from benchbase.specs.optimizer import validate_optimizer  # noqa: E402
@@ -73,10 +74,6 @@ BACKENDS = {
     "jax": "benchbase_jax_ds2.backend:JaxBackend",
     "tf": "benchbase_tf_ds2.backend:TensorFlowBackend",
 }
-LSTM_ELEMENTWISE_PER_UNIT = 13
-"""Gate bias (4), three sigmoids and two tanh (5, one FLOP each), c = f*c + i*g (3), h = o*tanh(c) (1)."""
-TRAINING_FACTOR = 3
-"""Forward + backward, the backward pass counted as twice the forward."""
 # Peak dense throughput in FLOP/s: FP32 on the CUDA cores (no tensor cores), TF32 and BF16/FP16 on
 # the tensor cores, from NVIDIA's H100 and H200 datasheets (tensor-core rates there are quoted with
 # 2:4 sparsity; dense is half). H100 SXM FP32: 132 SMs x 128 FP32 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s.
@@ -121,17 +118,6 @@ def profile_batches() -> list[int]:
         profile = yaml.safe_load((REPO / "hardware_profiles" / f"{name}.yaml").read_text())
         sizes.add(int(profile["pipeline"]["batch_per_device"]))
     return sorted(sizes | {LARGER_BATCH})
-
-
-def forward_flops_per_output_frame(model: ModelSpec, feature_dimension: int) -> dict[str, int]:
-    """Forward FLOPs of one conv output frame of one utterance, by layer (multiply-add = 2 FLOPs)."""
-    units = model.lstm_units
-    inputs = [model.conv_channels] + [units] * (model.lstm_layers - 1)
-    return {
-        "conv": 2 * model.conv_width * feature_dimension * model.conv_channels,
-        "lstm": sum(2 * 4 * units * (size + units) + LSTM_ELEMENTWISE_PER_UNIT * units for size in inputs),
-        "output": 2 * units * model.symbols,
-    }
 
 
 def gpu_peaks(name: str) -> tuple[float | None, float | None, str]:
@@ -410,7 +396,7 @@ def run_worker(args: argparse.Namespace) -> None:
     print(f"[{args.worker}] {report['versions']}", flush=True)
     model, optimizer, feature_dimension, _, _ = load_workload()
     sampler = NvmlSampler() if kind == "cuda" else None
-    flops_frame = sum(forward_flops_per_output_frame(model, feature_dimension).values())
+    flops_frame = total_forward_flops(forward_flops_per_frame(model, feature_dimension))
     peak_fp32, peak_tf32 = args.peak_fp32_tflops * 1e12 if args.peak_fp32_tflops else None, None
     if sampler is not None:
         report["gpu"] = sampler.describe()
@@ -579,7 +565,7 @@ def main() -> None:
 
     out = Path(args.out or Path(os.environ.get("OUT") or REPO / "runs") / "gpu_ds2.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    flops = forward_flops_per_output_frame(model, feature_dimension)
+    flops = forward_flops_per_frame(model, feature_dimension)
     summary: dict = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": [Path(sys.executable).name, *sys.argv],
@@ -590,7 +576,7 @@ def main() -> None:
         "frames": args.frames, "min_frames": args.min_frames, "frames_per_label": args.frames_per_label,
         "output_frames_padded": model.output_frames(args.frames),
         "forward_flops_per_output_frame": flops,
-        "training_flops_per_output_frame": TRAINING_FACTOR * sum(flops.values()),
+        "training_flops_per_output_frame": TRAINING_FACTOR * total_forward_flops(flops),
         "flop_counting": "analytic from the ModelSpec; training = 3x forward; 'padded' counts every conv output "
                          "frame of the padded batch (what the GPU computes), 'true' only the utterances' own",
         "nvidia_smi": _nvidia_smi() if args.device != "cpu" else None,

@@ -52,9 +52,10 @@ baseline is the backend as it is in the tree and each lever is measured on its o
 
 LEVER+LEVER applies several.
 
-FLOPs are those of benchmarks/gpu_ds2.py: 51.2 MFLOP forward per conv output frame of ds2, a
-training step 3x that, 153.7 MFLOP per padded frame, 830 padded frames per utterance. MFU
-divides by the H100 SXM's dense peaks: 67 TFLOP/s FP32 (CUDA cores) and 989 TFLOP/s BF16.
+FLOPs are those of benchbase.families.ds2.cost, as in benchmarks/gpu_ds2.py: 51.2 MFLOP forward
+per conv output frame of ds2, a training step 3x that, 153.7 MFLOP per padded frame, 830 padded
+frames per utterance. MFU divides by the H100 SXM's dense peaks: 67 TFLOP/s FP32 (CUDA cores) and
+989 TFLOP/s BF16.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from benchbase.families.ds2.cost import TRAINING_FACTOR, forward_flops, total_forward_flops
+from benchbase.specs.model import validate_model
+from benchbase.specs.workload import FeatureSpec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -479,19 +484,12 @@ def summarize_trace(folder: Path) -> None:
 # ---------------------------------------------------------------------------------------------- summarize
 
 def flops_per_step(config: dict) -> float:
-    """Training FLOPs of one step on the padded batch: 3x the forward FLOPs of every conv output frame."""
-    model, data = config["workload"]["model"], config["workload"]["data"]
-    features = 93  # 80 log-mel + 13 MFCC (the store's feature dimension for ds2's features)
-    channels, width, stride = model["conv_channels"], model["conv_width"], model["conv_stride"]
-    units, layers = model["lstm_units"], model["lstm_layers"]
-    symbols = model.get("symbols", 30)
-    forward = 2 * width * features * channels + 2 * units * symbols
-    for layer in range(layers):
-        inputs = channels if layer == 0 else units
-        forward += 2 * 4 * units * (inputs + units) + 13 * units
-    frames = (data["pad_to_frames"] - width) // stride + 1
-    batch = config["hardware"]["pipeline"]["batch_per_device"]
-    return 3 * forward * frames * batch
+    """Training FLOPs of one step on the padded batch: 3x the forward FLOPs of every padded utterance."""
+    workload = config["workload"]
+    model = validate_model(workload["model"])
+    dimension = FeatureSpec.model_validate(workload["features"]).dimension
+    utterance = total_forward_flops(forward_flops(model, dimension, workload["data"]["pad_to_frames"]))
+    return TRAINING_FACTOR * utterance * config["hardware"]["pipeline"]["batch_per_device"]
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchbase.families.ds2.cost import forward_flops_per_frame
 from benchbase.harness.independent_scoring import ROUNDING_DRAWS
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
-from benchbase.specs import ModelSpec
 from benchbase.telemetry.cpu_features import cpu_model
 
 FORWARDS_PER_SCORE = 1 + ROUNDING_DRAWS * 2
@@ -70,9 +70,10 @@ def measured(run: Path) -> None:
 
 
 def estimated_for_ds2() -> None:
-    model = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2").model
-    features = 93
-    per_frame = _multiply_adds_per_output_frame(model, features)
+    workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2")
+    model = workload.model
+    flops = forward_flops_per_frame(model, workload.features.dimension)
+    per_frame = (flops["conv"] + flops["lstm_matmul"] + flops["output"]) // 2  # the reference's work: its matmuls
     input_frames = LIBRISPEECH_DEV_CLEAN_SECONDS * 100  # 10 ms hop
     output_frames = model.output_frames(int(input_frames))
     flops = 2 * per_frame * output_frames * FORWARDS_PER_SCORE
@@ -88,15 +89,6 @@ def estimated_for_ds2() -> None:
           f"utterance ({FORWARDS_PER_SCORE} forwards' worth with the bound)")
     print(f"  float64 here: GEMM {gemm / 1e9:.1f} GFLOP/s, recurrent step (batch 4) {recurrent / 1e9:.1f} GFLOP/s "
           f"({share:.0%} of the work is recurrent): about {seconds:.0f} s per utterance on this CPU")
-
-
-def _multiply_adds_per_output_frame(model: ModelSpec, features: int) -> int:
-    conv = model.conv_width * features * model.conv_channels
-    lstm, inputs = 0, model.conv_channels
-    for _ in range(model.lstm_layers):
-        lstm += (inputs + model.lstm_units) * 4 * model.lstm_units
-        inputs = model.lstm_units
-    return conv + lstm + model.lstm_units * model.symbols
 
 
 def _flops_per_second(left: tuple[int, int], right: tuple[int, int], repeats: int = 20) -> float:
