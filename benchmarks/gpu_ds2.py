@@ -63,6 +63,7 @@ from benchbase.families.ds2.cost import TRAINING_FACTOR, forward_flops_per_frame
 from benchbase.specs import ModelSpec, OptimizerSpec  # noqa: E402
 from benchbase.specs.model import validate_model  # noqa: E402
 from benchbase.specs.optimizer import validate_optimizer  # noqa: E402
+from benchbase.telemetry.nvml import Gpu, open_nvml, read_gpu  # noqa: E402
 
 WORKLOAD = "ds2"
 PROFILES = ("sys1", "sys2", "sys10")
@@ -165,23 +166,29 @@ def random_batches(model: ModelSpec, rows: int, frames: int, min_frames: int, fe
 
 
 class NvmlSampler:
-    """Samples GPU utilization, memory in use, SM clock and power every 50 ms in a thread."""
+    """Samples the GPU's utilization, memory in use, SM clock and power every 50 ms in a thread.
 
-    def __init__(self, index: int = 0) -> None:
-        import pynvml
+    Read through benchbase's own NVML reader (``benchbase.telemetry.nvml``), as a run's telemetry
+    reads it: the GPU is the first one CUDA_VISIBLE_DEVICES selects (CUDA's device 0), and a
+    reading the board refuses is None rather than the end of the measurement.
+    """
 
-        self.nvml = pynvml
-        pynvml.nvmlInit()
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        self.samples: list[tuple[float, float, float, float, float]] = []
+    def __init__(self, nvml, gpu: Gpu) -> None:
+        self.nvml, self.gpu = nvml, gpu
+        self.samples: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def open(cls) -> tuple[NvmlSampler | None, str]:
+        """(a sampler of the GPU this process trains on, NVML's status line); None where NVML reads no GPU."""
+        nvml, gpus, status = open_nvml(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"))
+        return (cls(nvml, gpus[0]) if gpus else None), status
+
     def describe(self) -> dict:
-        nvml, handle = self.nvml, self.handle
-        name = nvml.nvmlDeviceGetName(handle)
+        nvml, handle = self.nvml, self.gpu.handle
         return {
-            "name": name.decode() if isinstance(name, bytes) else name,
+            "name": self.gpu.name,
             "driver": _text(nvml.nvmlSystemGetDriverVersion()),
             "memory_total_mib": nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**20,
             "max_sm_clock_mhz": nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM),
@@ -200,26 +207,36 @@ class NvmlSampler:
             self._thread.join()
         if not self.samples:
             return {"samples": 0}
-        values = np.asarray(self.samples)
+
+        def read(key: str) -> list[float]:
+            return [sample[key] for sample in self.samples if sample[key] is not None]
+
+        utilization = read("util")
         return {
-            "samples": len(values),
-            "utilization_mean_pct": float(values[:, 0].mean()),
-            "utilization_median_pct": float(np.median(values[:, 0])),
-            "memory_bandwidth_util_mean_pct": float(values[:, 1].mean()),
-            "memory_used_peak_mib": float(values[:, 2].max()),
-            "sm_clock_mean_mhz": float(values[:, 3].mean()),
-            "power_mean_w": float(values[:, 4].mean()),
+            "samples": len(self.samples),
+            "utilization_mean_pct": _mean(utilization),
+            "utilization_median_pct": float(np.median(utilization)) if utilization else None,
+            "memory_bandwidth_util_mean_pct": _mean(read("mem_util")),
+            "memory_used_peak_mib": max(read("mem_used_mb"), default=None),  # read_gpu's MB are MiB (2**20 bytes)
+            "sm_clock_mean_mhz": _mean(read("sm_clock_mhz")),
+            "power_mean_w": _mean(read("power_w")),
         }
 
     def _run(self) -> None:
-        nvml, handle = self.nvml, self.handle
         while not self._stop.is_set():
-            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-            power = nvml.nvmlDeviceGetPowerUsage(handle) / 1000
-            self.samples.append((rates.gpu, rates.memory, memory.used / 2**20, clock, power))
+            self.samples.append(read_gpu(self.nvml, self.gpu.handle) | {"sm_clock_mhz": self._sm_clock()})
             self._stop.wait(NVML_PERIOD_S)
+
+    def _sm_clock(self) -> float | None:
+        """The one reading here that a run's telemetry does not take (read_gpu has no clock)."""
+        try:
+            return self.nvml.nvmlDeviceGetClockInfo(self.gpu.handle, self.nvml.NVML_CLOCK_SM)
+        except self.nvml.NVMLError:
+            return None
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
 
 
 def _safely(read):
@@ -395,7 +412,7 @@ def run_worker(args: argparse.Namespace) -> None:
     report["versions"] = _safely(framework.versions)
     print(f"[{args.worker}] {report['versions']}", flush=True)
     model, optimizer, feature_dimension, _, _ = load_workload()
-    sampler = NvmlSampler() if kind == "cuda" else None
+    sampler, report["nvml_status"] = NvmlSampler.open() if kind == "cuda" else (None, "not a GPU run")
     flops_frame = total_forward_flops(forward_flops_per_frame(model, feature_dimension))
     peak_fp32, peak_tf32 = args.peak_fp32_tflops * 1e12 if args.peak_fp32_tflops else None, None
     if sampler is not None:
