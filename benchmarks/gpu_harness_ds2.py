@@ -280,7 +280,7 @@ def apply_lever(lever: str) -> None:
 
         backend.TorchBackend.train_step = graphed_step
     elif lever == "frame_norm":
-        from benchbase_torch_ds2 import model
+        from benchbase_torch_ds2.ds2 import model
 
         def frame_norm_forward(self, features):
             if self.quantizer is not None:

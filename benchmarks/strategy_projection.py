@@ -61,7 +61,7 @@ SYSTEMS = (
 
 def payloads() -> dict[str, float]:
     """Bytes one learner sends per step under each strategy, from the full ds2's parameter tensors."""
-    from benchbase_torch_ds2.model import DeepSpeech2
+    from benchbase_torch_ds2.ds2.model import DeepSpeech2
 
     workload = builtin_workload("ds2")
     network = DeepSpeech2(workload.model, workload.features.dimension)

@@ -431,7 +431,7 @@ def test_a_bf16_run_logs_its_precision_and_the_fp32_accuracy_of_its_weights(tmp_
 def test_torchs_bf16_runs_its_lstms_in_bf16_and_trains_the_float32_weights():
     # torch.autocast alone ran cuDNN's LSTM in float16 under a bf16 autocast (docs/BENCHMARKS.md).
     import torch
-    from benchbase_torch_ds2.model import _lstm
+    from benchbase_torch_ds2.ds2.model import _lstm
 
     lstm = torch.nn.LSTM(96, 96, batch_first=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -24,9 +24,9 @@ from benchbase.errors import BenchbaseError
 from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase.specs import OptimizerSpec
 from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, SGDSpec
-from benchbase_torch_ds2 import weights
-from benchbase_torch_ds2.model import DeepSpeech2
-from benchbase_torch_ds2.rnnt import backend as rnnt
+from benchbase_torch_ds2.ds2 import weights
+from benchbase_torch_ds2.ds2.model import DeepSpeech2
+from benchbase_torch_ds2.rnnt import family as rnnt
 from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy, synchronizes_statistics
 
 # torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core

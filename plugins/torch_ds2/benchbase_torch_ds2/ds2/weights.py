@@ -1,4 +1,4 @@
-"""The PyTorch model's weights to and from benchbase's framework-neutral layout.
+"""The DS2 network's weights to and from benchbase's framework-neutral layout.
 
 The layout is Keras's (benchbase.families.ds2.weight_layout): kernels are (inputs, outputs), the
 convolution (width, inputs, outputs); PyTorch keeps (outputs, inputs) and (outputs, inputs,
@@ -15,7 +15,7 @@ import torch
 
 from benchbase.families.ds2.quantization import input_range_names
 from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS
-from benchbase_torch_ds2.model import DeepSpeech2
+from benchbase_torch_ds2.ds2.model import DeepSpeech2
 
 __all__ = ["export_weights", "import_weights"]
 
