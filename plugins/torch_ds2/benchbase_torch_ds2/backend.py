@@ -1,17 +1,22 @@
-"""The PyTorch backend: builds the model, runs optimizer steps on CTC or the transducer loss, predicts.
+"""The PyTorch backend: builds the model family's network, runs optimizer steps on its loss, and
+returns what the family's ``predict`` returns (DS2: per-frame log-probabilities; RNN-T: the joint's
+encoder projection).
+
+Each model family is a folder (``ds2/``, ``rnnt/``) whose ``FAMILY`` meets ``family.ModelFamily``;
+``build()`` picks the spec's once, and everything here is the same for every family.
 
 On several devices it trains one process per device (torch's launcher starts them; the harness
 has initialized the default process group: gloo on CPUs, NCCL on GPUs), each on its slice of the
 global batch, combined as the run's training strategy says (``strategies``): under sync (the
-default) DistributedDataParallel averages the gradients and DS2's BatchNorm layers all-reduce
-their statistics, so that a step on N processes is the step on the global batch that one
-process would take (up to the all-reduce's rounding).
+default) DistributedDataParallel averages the gradients and the network's statistics (DS2's
+BatchNorm, int8-emulated's activation ranges) are the global batch's, so that a step on N
+processes is the step on the global batch that one process would take (up to the all-reduce's
+rounding).
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,13 +26,10 @@ import torch._dynamo  # (see below)
 
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.weight_layout import validate_weights
 from benchbase.specs import OptimizerSpec
 from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, SGDSpec
-from benchbase_torch_ds2.ds2 import weights
-from benchbase_torch_ds2.ds2.model import DeepSpeech2
-from benchbase_torch_ds2.rnnt import family as rnnt
-from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy, synchronizes_statistics
+from benchbase_torch_ds2 import families
+from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy
 
 # torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core
 # machine, 4.4 s from a cold page cache): imported here, with torch itself, it stays in init, off
@@ -39,14 +41,16 @@ DROPOUT_SEED_STRIDE = 1_000_003
 PINNED_COPY_BYTES = 1 << 20
 """Host arrays at least this large go to a GPU through page-locked memory (``_tensor``)."""
 
+FAMILIES = families.discovered_families()
+
 
 class TorchBackend(Backend):
     name = "torch"
-    description = f"PyTorch {torch.__version__}: DS2 (CTC) and RNN-T (transducer loss) with cuDNN/oneDNN LSTMs"
-    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw", "sgd"}),
+    description = f"PyTorch {torch.__version__}: {families.summaries(FAMILIES)} with cuDNN/oneDNN LSTMs"
+    capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw", "sgd"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1024,
-                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
-                                family_precisions=(("rnnt", rnnt.TRANSDUCER_PRECISIONS),),
+                                precisions=families.all_precisions(FAMILIES),
+                                family_precisions=families.narrower_precisions(FAMILIES),
                                 strategies=IMPLEMENTED, process_model="process_per_device")
 
     @classmethod
@@ -54,6 +58,7 @@ class TorchBackend(Backend):
         return None if kind == "cpu" else torch.cuda.device_count()  # CUDA_VISIBLE_DEVICES respected
 
     def build(self, context: BuildContext) -> None:
+        self.family = families.family_named(context.model.family)
         self.context = context
         self.device = _select_device(context.plan)
         _configure_threads(context.plan.threads)
@@ -69,16 +74,8 @@ class TorchBackend(Backend):
         torch.manual_seed(context.seed)
         self.spec = context.model
         self.world_size = context.plan.world_size
-        if context.model.family == "rnnt":
-            self.network = rnnt.build_network(context).to(self.device)
-        else:
-            self.network = DeepSpeech2(context.model, context.feature_dimension,
-                                       distributed=synchronizes_statistics(context)).to(self.device)
+        self.network = self.family.build_network(context).to(self.device)
         self.network.train()
-        if context.plan.distributed:
-            # DS2's synchronized BatchNorm uses torch.distributed.nn's differentiable all_reduce, which
-            # PyTorch marks deprecated in favour of a private module; it is the public one that works on gloo.
-            warnings.filterwarnings("ignore", message="torch.distributed.nn.functional.all_reduce is deprecated")
         self.strategy = build_strategy(context, self.network, self.device)
         self.model = self.strategy.model  # what training runs forward through: the network, or DDP around it
         if context.plan.rank:
@@ -90,10 +87,7 @@ class TorchBackend(Backend):
     def train_step(self, batch: Batch) -> float:
         self.strategy.meter.reset()
         self.strategy.before_step()
-        if self.spec.family == "rnnt":
-            loss = rnnt.training_loss(self.model, batch, self._tensor)
-        else:
-            loss = self._ctc_loss(batch)
+        loss = self.family.training_loss(self.model, batch, self.spec, self._tensor, self._autocast)
         self.optimizer.zero_grad(set_to_none=True)
         _schedule_learning_rate(self.optimizer, self.context.optimizer)
         clip = self.context.optimizer.gradient_clip_norm
@@ -116,20 +110,6 @@ class TorchBackend(Backend):
             torch.distributed.all_reduce(loss)
             loss /= self.world_size
         return float(loss.detach())  # .item() waits for the device: the update is complete
-
-    def _ctc_loss(self, batch: Batch) -> torch.Tensor:
-        features = self._tensor(batch.features)
-        labels = self._tensor(batch.labels)
-        output_lengths = self._tensor(batch.output_lengths).long()
-        label_lengths = self._tensor(batch.label_lengths).long()
-        with self._autocast():
-            log_probs = self.model(features)
-        # mean_over_batch: each utterance's NLL summed over frames, then averaged over the batch;
-        # zero_infinity is the spec's "zero" for impossible alignments. Always in float32.
-        return torch.nn.functional.ctc_loss(
-            log_probs.float().transpose(0, 1), labels, output_lengths, label_lengths,
-            blank=self.spec.ctc_blank_index, reduction="sum", zero_infinity=True,
-        ) / batch.size
 
     def step_timings(self) -> dict[str, float]:
         if self.world_size == 1:
@@ -156,12 +136,10 @@ class TorchBackend(Backend):
         self.network.eval()
         try:
             with torch.inference_mode(), self._autocast():
-                # rnnt: the joint's encoder projection; the harness runs the search on exported weights.
-                log_probs = (rnnt.encoder_outputs(self.network, features) if self.spec.family == "rnnt"
-                             else self.network(features))
+                outputs = self.family.predict(self.network, features)
         finally:
             self.network.train()
-        return log_probs.float().cpu().numpy()
+        return outputs.float().cpu().numpy()
 
     def save_checkpoint(self, path: Path) -> None:
         state = {"model": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -191,16 +169,11 @@ class TorchBackend(Backend):
         return sum(p.numel() for p in self.network.parameters() if p.requires_grad)
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        if self.spec.family == "rnnt":
-            return rnnt.export_weights(self.network)
-        return weights.export_weights(self.network)
+        return self.family.export_weights(self.network)
 
     def import_weights(self, neutral: Mapping[str, np.ndarray]) -> None:
-        if self.spec.family == "rnnt":
-            rnnt.import_weights(self.network, neutral, self.context.feature_dimension)
-        else:
-            validate_weights(neutral, self.spec, self.context.feature_dimension)
-            weights.import_weights(self.network, neutral)
+        self.family.layout.validate_weights(neutral, self.spec, self.context.feature_dimension)
+        self.family.import_weights(self.network, neutral)
 
     def devices_in_use(self) -> tuple[str, ...]:
         if self.device.type == "cuda":
