@@ -179,6 +179,14 @@ def test_tracker_pattern():
 # Every list a doc keeps
 # -------------------------------------------------------------------------------------------
 
+PACKAGES = sorted(path.parent.name for path in (ROOT / "benchbase").glob("*/__init__.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_package_in_design(package):
+    assert re.search(rf"^    {package}/ ", section(_read("docs/design.md"), "## Architecture"), re.MULTILINE)
+
+
 FAMILIES = sorted(path.parent.name for path in (ROOT / "benchbase" / "families").glob("*/parts.py"))
 
 
@@ -318,10 +326,20 @@ MODULE_PATH = re.compile(r"\b(?:benchbase|plugins/\w+/benchbase_\w+)/[\w/]*\w\.p
 TUTORIAL = "plugins/tutorial_ds2/"  # written from docs/writing-a-backend.md by tests/test_tutorial_backend.py
 
 
+SHORT_MODULE_PATH = re.compile(r"`((\w+)/[\w/]*\w\.py)`")
+"""A module named from benchbase/ down, as docs/design.md does: `harness/runner.py`."""
+
+
 def _module_paths() -> list[str]:
     files = _text_files("README.md", "CONTRIBUTING.md", "docs", "benchbase", "benchmarks")
-    found = {match.group(0) for path in files if _relative(path) not in HISTORY_FILES
-             for match in MODULE_PATH.finditer(path.read_text(encoding="utf-8"))}
+    found = set()
+    for path in files:
+        if _relative(path) in HISTORY_FILES:
+            continue
+        text = path.read_text(encoding="utf-8")
+        found |= {match.group(0) for match in MODULE_PATH.finditer(text)}
+        found |= {f"benchbase/{match.group(1)}" for match in SHORT_MODULE_PATH.finditer(text)
+                  if match.group(2) in PACKAGES}
     return sorted(path for path in found if not path.startswith(TUTORIAL))
 
 
