@@ -13,7 +13,7 @@ import numpy as np
 
 from benchbase.backend import Batch, Inputs
 from benchbase.families.ds2.reference import bounded_reference, bounded_step
-from benchbase.kit.model_rules import normalization_bound
+from benchbase.kit.outputs import normalization_bound
 from benchbase.numerics.tolerances import BOTH_SIDES, after_steps
 from benchbase.specs import ModelSpec
 

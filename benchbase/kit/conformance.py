@@ -187,7 +187,7 @@ def rules_by_family(names: Iterable[str] | None, families: Iterable[str],
                               for family in families)
         kind = "" if precision == "fp32" else f"{precision} "
         raise InputError(f"unknown {kind}conformance rule {', '.join(map(repr, unknown))} for the families "
-                         f"{', '.join(families)}; available: {available}")
+                         f"{', '.join(families)}{_elsewhere(unknown, *families)}; available: {available}")
     return {family: rules for family, rules in chosen.items() if rules}
 
 
@@ -285,7 +285,10 @@ def resolve_backend(name: str) -> type[Backend]:
         raise BenchbaseError(f"backend {name!r} cannot be imported: {describe_error(error)}") from None
 
 
-def _elsewhere(names: list[str], family: str) -> str:
-    """"; 'x' does not apply to the rnnt family" for each name that is a rule the family skips."""
-    skipped = {rule.name for rule in RULES} - {rule.name for rule in _rule_set(family)}
-    return "".join(f"; {name!r} does not apply to the {family} family" for name in names if name in skipped)
+def _elsewhere(names: list[str], *families: str) -> str:
+    """"; 'x' does not apply to the rnnt family" for each name that is a rule every one of
+    ``families`` skips."""
+    skipped = {rule.name for rule in RULES}.difference(*({rule.name for rule in _rule_set(family)}
+                                                         for family in families))
+    return "".join(f"; {name!r} does not apply to the {' or '.join(families)} family" for name in names
+                   if name in skipped)

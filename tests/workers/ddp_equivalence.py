@@ -17,11 +17,11 @@ import numpy as np
 from benchbase_torch_ds2.backend import TorchBackend
 
 from benchbase.data.store import FeatureStore
-from benchbase.families.ds2.reference import bounded_step
+from benchbase.families.ds2.reference import batchnorm_names, bounded_step
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.harness.devices import device_plan, own_slice
 from benchbase.harness.world import World, coordinator_for
-from benchbase.kit.model_rules import largest_statistic_excess
+from benchbase.kit.step_rules import largest_statistic_excess
 from benchbase.numerics.tolerances import BOTH_SIDES
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
@@ -63,7 +63,7 @@ def main(store_path: str, out: str, batches: int, precision: str) -> None:
         # after the first step, both for the first global batch.
         step = bounded_step(initial, workload.model, first_batch)
         first_loss_bound = BOTH_SIDES * step.loss_bound / abs(step.loss)
-        statistics_excess = largest_statistic_excess(initial, after_first, workload.model, step.reference)
+        statistics_excess = largest_statistic_excess(initial, after_first, batchnorm_names(workload.model), step)
         weights = backend.export_weights()
         np.savez(Path(out) / "weights.npz", **weights)
         np.savez(Path(out) / "initial.npz", **initial)

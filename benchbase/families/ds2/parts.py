@@ -8,12 +8,17 @@ import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.decode.factory import Decoder
-from benchbase.families.ctc import CTCHead, bounded_ctc_step, ctc_impossible_frames
-from benchbase.families.ds2.reference import batchnorm_names, bounded_reference, random_weights, reference_forward
+from benchbase.families.ctc import CTCHead, ctc_impossible_frames
+from benchbase.families.ds2.reference import (
+    batchnorm_names,
+    bounded_reference,
+    bounded_step,
+    random_weights,
+    reference_forward,
+)
 from benchbase.families.ds2.spec import DS2ModelSpec
 from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
 from benchbase.families.parts import KitModel, ReferenceStep, Weights
-from benchbase.numerics.tolerances import RoundingModel
 from benchbase.specs.optimizer import AdaDeltaSpec
 
 __all__ = ["KIT_MODEL", "PARTS", "DS2Parts"]
@@ -58,10 +63,7 @@ class DS2Parts:
         return random_weights(model, feature_dimension, seed)
 
     def reference_step(self, weights: Weights, model, batch: Batch) -> ReferenceStep:
-        def forward(rounding: RoundingModel | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-            return reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
-
-        return bounded_ctc_step(forward, batch, model.blank_index, model.batchnorm_momentum)
+        return bounded_step(weights, model, batch)
 
     def normalization_layers(self, model) -> list[str]:
         return batchnorm_names(model)

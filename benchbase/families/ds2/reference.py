@@ -28,16 +28,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Batch
+from benchbase.families.ctc import bounded_ctc_step
 from benchbase.families.ds2 import quantization
 from benchbase.families.ds2.weight_layout import weight_layout
-from benchbase.metrics.ctc import ctc_loss
+from benchbase.families.parts import ReferenceStep
 from benchbase.numerics.rounded import RoundedArithmetic, log_softmax, lstm_layer
-from benchbase.numerics.tolerances import INJECTION_DRAWS, RoundingModel, ctc_recursion_bound, rounding_bound
+from benchbase.numerics.tolerances import INJECTION_DRAWS, RoundingModel, rounding_bound
 from benchbase.specs import ModelSpec
 
 __all__ = [
     "BoundedReference",
-    "BoundedStep",
     "batchnorm_names",
     "bounded_reference",
     "bounded_step",
@@ -109,35 +109,13 @@ def bounded_reference(weights: Mapping[str, np.ndarray], model: ModelSpec, featu
     return BoundedReference(exact["log_probs"], running, bound.pop("log_probs"), bound)
 
 
-@dataclass(frozen=True)
-class BoundedStep:
-    """The reference's view of one training step on a batch, with the float32 rounding bounds."""
+def bounded_step(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Batch) -> ReferenceStep:
+    """A training step's forward pass on ``batch``: its mean CTC loss and the running statistics it
+    leaves, each with its rounding bound (``benchbase.families.ctc.bounded_ctc_step``)."""
+    def forward(rounding: RoundingModel | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
 
-    reference: BoundedReference
-    """The training forward pass: log-probabilities and the running statistics it leaves."""
-    loss: float
-    """The spec's mean CTC loss, impossible alignments counted zero."""
-    loss_bound: float
-    losses: np.ndarray
-    """Each utterance's loss (+inf where no alignment exists)."""
-
-
-def bounded_step(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Batch) -> BoundedStep:
-    """A training step's forward pass on ``batch`` and its loss, each with its rounding bound
-    (the loss computed from the moved log-probabilities, plus the CTC recursion's own)."""
-    def compute(rounding: RoundingModel | None) -> dict[str, np.ndarray]:
-        log_probs, running = reference_forward(weights, model, batch.features, batch.feature_lengths, True, rounding)
-        losses = ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, model.ctc_blank_index)
-        mean = np.asarray(np.where(np.isfinite(losses), losses, 0.0).mean())
-        return {"log_probs": log_probs, **running, "loss": mean, "losses": losses}
-
-    exact, bound = rounding_bound(compute)
-    losses = exact["losses"]
-    loss_bound = float(bound.pop("loss")) + ctc_recursion_bound(batch.output_lengths, losses)
-    running = {name: value for name, value in exact.items() if name not in ("log_probs", "loss", "losses")}
-    running_bound = {name: value for name, value in bound.items() if name in running}
-    reference = BoundedReference(exact["log_probs"], running, bound["log_probs"], running_bound)
-    return BoundedStep(reference, float(exact["loss"]), loss_bound, losses)
+    return bounded_ctc_step(forward, batch, model.ctc_blank_index, model.batchnorm_momentum)
 
 
 class _Quantizer:
