@@ -1,8 +1,8 @@
 """The docs against the code they describe, in the manner of datasette's tests/test_docs.py.
 
 Every list a doc keeps is read from the code and looked up in the doc that keeps it, so that a
-new model family, compliance rule, training strategy, hook, command, conformance-kit rule or
-benchmark script fails here until it is documented. A version of the backend contract is named
+new package, model family, compliance rule, training strategy, hook, command, conformance-kit
+rule or benchmark script fails here until it is documented. A version of the backend contract is named
 as ``benchbase.backend.CONTRACT_VERSION`` defines it, a module a doc names exists, and a comment
 or doc names a finding by its subject, never by a tracker's number.
 """
