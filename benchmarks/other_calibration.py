@@ -41,10 +41,10 @@ from benchbase.data.synth.sentences import generate_sentences
 from benchbase.data.synth.voices import Voice, cast_voices
 from benchbase.data.workload_data import CORPUS_SEED, ensure_workload_data, store_key
 from benchbase.decode import evaluation_decoder
+from benchbase.families.agreement import ReferencePredictor
 from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline
-from benchbase.families.agreement import ReferencePredictor
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
 

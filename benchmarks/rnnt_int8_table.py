@@ -31,12 +31,12 @@ import numpy as np
 
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
+from benchbase.families.agreement import ReferencePredictor
 from benchbase.families.parts import family_parts
 from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward
 from benchbase.harness.evaluation import evaluate_subsets
 from benchbase.harness.replay import load_run_config, replay_pipeline
-from benchbase.families.agreement import ReferencePredictor
 from benchbase.run_folder import RunFolder
 
 
