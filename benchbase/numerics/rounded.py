@@ -32,6 +32,14 @@ class RoundedArithmetic:
         magnitude = np.abs(x) @ np.abs(kernel) + np.abs(bias)
         return self.model.accumulation(value, magnitude, kernel.shape[0] + 1)
 
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a @ b over stacked matrices (attention's scores and sums), moved by the bound of a
+        (b's rows)-term accumulation."""
+        value = a @ b
+        if self.model is None:
+            return value
+        return self.model.accumulation(value, np.abs(a) @ np.abs(b), b.shape[-2])
+
     def mean(self, values: np.ndarray, axis: int = 0) -> np.ndarray:
         """The mean over ``axis``, moved by the bound of that many terms."""
         return self.sum(values, axis) / values.shape[axis]

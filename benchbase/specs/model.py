@@ -202,7 +202,8 @@ class ModelSpec(Spec):
         raise NotImplementedError
 
 
-BUILTIN_FAMILIES = {"ds2": "benchbase.families.ds2.spec", "rnnt": "benchbase.families.rnnt.spec"}
+BUILTIN_FAMILIES = {"conformer": "benchbase.families.conformer.spec", "ds2": "benchbase.families.ds2.spec",
+                    "rnnt": "benchbase.families.rnnt.spec"}
 """The families benchbase ships, imported when first asked for: a family's package imports this
 module, so this module cannot import the families at its top."""
 
