@@ -1,0 +1,9 @@
+"""The torch backend's Conformer family: AlgoPerf's LibriSpeech Conformer, its CTC training and neutral weights."""
+
+from __future__ import annotations
+
+from benchbase_torch_ds2.conformer.family import ConformerFamily
+
+__all__ = ["FAMILY"]
+
+FAMILY = ConformerFamily()
