@@ -256,7 +256,7 @@ class DeclaresDs2Only(Backend):
 
 
 def test_the_families_to_test_are_those_the_backend_declares_or_the_one_asked_for():
-    assert families_to_test(TorchBackend) == ["ds2", "rnnt"]
+    assert families_to_test(TorchBackend) == ["conformer", "ds2", "rnnt"]
     assert families_to_test(TorchBackend, "rnnt") == ["rnnt"]
     assert families_to_test(DeclaresDs2Only) == ["ds2"]
     with pytest.raises(InputError, match=r"^backend 'ds2-only' does not implement the rnnt model family \(it "
@@ -293,9 +293,9 @@ def test_the_command_runs_each_declared_familys_rules_labelled_by_family():
     done = run_benchbase("backend-test", "torch", "--rule", "parameter_count", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["passed"] and report["families"] == ["ds2", "rnnt"]
+    assert report["passed"] and report["families"] == ["conformer", "ds2", "rnnt"]
     assert [(rule["family"], rule["rule"]) for rule in report["rules"]] == [
-        ("ds2", "parameter_count"), ("rnnt", "parameter_count")]
+        ("conformer", "parameter_count"), ("ds2", "parameter_count"), ("rnnt", "parameter_count")]
 
 
 def test_the_command_with_family_runs_that_familys_rules_only():

@@ -66,7 +66,9 @@ class ConformerModelSpec(ModelSpec):
     max_timescale: float = Field(
         10_000.0, gt=1.0, le=1e9,
         description="The sinusoidal positions' longest timescale: position p, dimension k < d/2 gets sin(p w_k), "
-        "dimension d/2 + k cos(p w_k), w_k = max_timescale ** (-k / (d/2 - 1)) (AlgoPerf: 10000).")
+        "dimension d/2 + k cos(p w_k), w_k = max_timescale ** (-k / (d/2 - 1)) (AlgoPerf: 10000), computed in "
+        "float64 and rounded once to the model's type (AlgoPerf computes the angles in float32, whose error "
+        "grows with the position).")
     init: Literal["xavier_uniform"] = Field(
         "xavier_uniform",
         description="Initializer of every kernel: Xavier-uniform (a convolution's fans are its receptive field "

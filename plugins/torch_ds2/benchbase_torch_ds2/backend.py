@@ -46,7 +46,7 @@ FAMILIES = families.discovered_families()
 
 class TorchBackend(Backend):
     name = "torch"
-    description = f"PyTorch {torch.__version__}: {families.summaries(FAMILIES)} with cuDNN/oneDNN LSTMs"
+    description = f"PyTorch {torch.__version__}: {families.summaries(FAMILIES)}"
     capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw", "sgd"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1024,
                                 precisions=families.all_precisions(FAMILIES),
@@ -131,12 +131,12 @@ class TorchBackend(Backend):
         del self.profiler
 
     def predict(self, inputs: Inputs) -> np.ndarray:
-        features = self._tensor(inputs.features)
+        features, feature_lengths = self._tensor(inputs.features), self._tensor(inputs.feature_lengths)
         # The module itself, not its DDP wrapper: rank 0 predicts alone, with nothing to synchronize.
         self.network.eval()
         try:
             with torch.inference_mode(), self._autocast():
-                outputs = self.family.predict(self.network, features)
+                outputs = self.family.predict(self.network, features, feature_lengths)
         finally:
             self.network.train()
         return outputs.float().cpu().numpy()

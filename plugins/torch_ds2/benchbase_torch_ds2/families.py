@@ -61,4 +61,5 @@ def narrower_precisions(families: Mapping[str, ModelFamily]) -> tuple[tuple[str,
 
 def summaries(families: Mapping[str, ModelFamily]) -> str:
     """The families as the backend's description names them: "DS2 (CTC) and RNN-T (transducer loss)"."""
-    return " and ".join(member.summary for member in families.values())
+    names = [member.summary for member in families.values()]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

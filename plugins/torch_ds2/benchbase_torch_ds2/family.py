@@ -54,9 +54,10 @@ class ModelFamily(Protocol):
         strategy's wrapper around it (DistributedDataParallel), which training runs forward through."""
         ...
 
-    def predict(self, network: torch.nn.Module, features: torch.Tensor) -> torch.Tensor:
-        """What ``Backend.predict()`` returns for these features (the backend has put the network in
-        eval mode, under inference mode and the run's autocast)."""
+    def predict(self, network: torch.nn.Module, features: torch.Tensor, feature_lengths: torch.Tensor) -> torch.Tensor:
+        """What ``Backend.predict()`` returns for these features and their lengths (int32, on the
+        device; a family whose outputs at valid frames cannot see the padding may ignore them). The
+        backend has put the network in eval mode, under inference mode and the run's autocast."""
         ...
 
     def export_weights(self, network: torch.nn.Module) -> dict[str, np.ndarray]:

@@ -12,5 +12,5 @@ def register_backends(register):
     register(BackendReference(
         name="torch",
         target="benchbase_torch_ds2.backend:TorchBackend",
-        description="PyTorch: DS2 (CTC, AdaDelta) and RNN-T (transducer loss, AdamW) with oneDNN or cuDNN LSTMs",
+        description="PyTorch: the Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss)",
     ))

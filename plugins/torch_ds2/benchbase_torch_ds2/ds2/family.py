@@ -52,7 +52,7 @@ class DS2Family:
             blank=spec.ctc_blank_index, reduction="sum", zero_infinity=True,
         ) / batch.size
 
-    def predict(self, network: torch.nn.Module, features: torch.Tensor) -> torch.Tensor:
+    def predict(self, network: torch.nn.Module, features: torch.Tensor, feature_lengths: torch.Tensor) -> torch.Tensor:
         return network(features)
 
     def export_weights(self, network: torch.nn.Module) -> dict[str, np.ndarray]:

@@ -52,7 +52,7 @@ class RNNTFamily:
         blank, emit = model(to_device(batch.features), labels, output_lengths, label_lengths)
         return mean_over_batch(lattice_losses(blank, emit, output_lengths, label_lengths))
 
-    def predict(self, network: torch.nn.Module, features: torch.Tensor) -> torch.Tensor:
+    def predict(self, network: torch.nn.Module, features: torch.Tensor, feature_lengths: torch.Tensor) -> torch.Tensor:
         return network.encode(features)
 
     def export_weights(self, network: torch.nn.Module) -> dict[str, np.ndarray]:
