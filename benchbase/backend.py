@@ -99,6 +99,7 @@ class Batch(Inputs):
       values are in [0, symbols) and never the blank inside ``label_lengths``.
     - ``label_lengths`` is int32 (batch,), at least 1 and never more than
       ``BuildContext.max_label_length``.
+    - With a workload's ``augmentation``, the harness has SpecAugment-masked ``features``: draw no masks.
     """
 
     labels: np.ndarray

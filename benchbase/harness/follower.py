@@ -10,6 +10,7 @@ a follower writes nothing, and leaves its error in the process group's store for
 from __future__ import annotations
 
 from benchbase.backend import Backend
+from benchbase.data.augmentation import training_batch
 from benchbase.data.store import FeatureStore
 from benchbase.errors import Terminated
 from benchbase.harness.assembly import build_context, run_pipeline
@@ -49,9 +50,10 @@ def _follow(config: RunConfig, backend_class: type[Backend], coordinator: Coordi
         for epoch in range(1, config.workload.max_epochs + 1):
             batches = train_data.epoch(epoch)
             try:
-                for batch in batches:
+                for batch_in_epoch, batch in enumerate(batches, start=1):
+                    trained = training_batch(batch, config.workload.augmentation, config.seed, epoch, batch_in_epoch)
                     with deferred_termination():
-                        backend.train_step(own_slice(batch, plan))
+                        backend.train_step(own_slice(trained, plan))
                     _obey(coordinator.agree(_own_verdict()))
             finally:
                 batches.close()

@@ -13,6 +13,7 @@ from benchbase.backend import Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import StopReason, constants
+from benchbase.data.augmentation import training_batch
 from benchbase.data.pipeline import EpochBatches
 from benchbase.errors import BenchbaseError, NonFiniteError, PredictionMismatch, Terminated
 from benchbase.families.parts import EvaluationHead, family_parts
@@ -128,10 +129,12 @@ class TrainingLoop:
             batch = next(batches, None)
             if batch is None:
                 break
+            # Masked here, inside the data wait, and before slicing: every rank masks the global batch alike.
+            trained = training_batch(batch, self.workload.augmentation, self.config.seed, epoch, batch_in_epoch)
             step_from, cpu_from = time.perf_counter(), time.process_time()
             with deferred_termination(), self.profiler.around(self.progress.batch_index + 1):
                 # SIGTERM waits for the update to complete
-                loss = self.backend.train_step(own_slice(batch, self.inputs.plan))
+                loss = self.backend.train_step(own_slice(trained, self.inputs.plan))
             step, cpu = time.perf_counter() - step_from, time.process_time() - cpu_from
             if not isinstance(loss, float):
                 raise BenchbaseError(f"backend {self.config.backend!r}: train_step returned a "

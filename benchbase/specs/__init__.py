@@ -4,6 +4,7 @@ All are frozen; the specs a person writes reject unknown fields, a result read b
 
 from __future__ import annotations
 
+from benchbase.specs.augmentation import SpecAugmentSpec
 from benchbase.specs.hardware import CPUSpec, DeviceSpec, HardwareProfile, PipelineDefaults, PriceSpec
 from benchbase.specs.model import ModelSpec
 from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, OptimizerSpec
@@ -39,6 +40,7 @@ __all__ = [
     "ResultProblem",
     "RunConfig",
     "RunResult",
+    "SpecAugmentSpec",
     "TTARule",
     "Target",
     "TargetReached",

@@ -88,8 +88,11 @@ def set_field_at(data: dict[str, Any], path: str, value: Any) -> None:
 def _no_field(label: str, path: str, data: dict[str, Any]) -> str:
     """Why ``path`` cannot be set in ``data``: a section on the way is missing, or the field."""
     *parents, last = path.split(".")
-    if parents and not isinstance(field_at(data, ".".join(parents)), dict):
-        return f"{label} has no {'.'.join(parents)} section to set {last} in"
+    section = ".".join(parents)
+    if parents and field_at(data, section) is None:  # an optional section that is off (workload.augmentation)
+        return f"{label}.{section} is none (off); set it whole, e.g. --set '{label}.{section}={{{last}: VALUE}}'"
+    if parents and not isinstance(field_at(data, section), dict):
+        return f"{label} has no {section} section to set {last} in"
     return f"{label} has no field {path!r}"
 
 

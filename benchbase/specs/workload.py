@@ -11,6 +11,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BeforeValidator, Field, SerializeAsAny, model_validator
 
 from benchbase.specs._base import Spec
+from benchbase.specs.augmentation import SpecAugmentSpec
 from benchbase.specs.model import ModelSpec, QuantizationSpec, validate_model
 from benchbase.specs.optimizer import AdaDeltaSpec, OptimizerSpec, validate_optimizer
 from benchbase.specs.tta import TTARule
@@ -126,6 +127,9 @@ class WorkloadSpec(Spec):
     model: FamilyModel = Field(description="Acoustic model: its family's spec (``family``, ds2 when absent).")
     features: FeatureSpec = Field(default_factory=FeatureSpec, description="Feature extraction.")
     data: DataSpec = Field(description="Dataset, splits and filters.")
+    augmentation: SpecAugmentSpec | None = Field(
+        None, description="SpecAugment masks the harness draws from the run's seed over every training batch "
+        "before a backend sees it (evaluation batches never); None: off.")
     optimizer: NamedOptimizer = Field(default_factory=AdaDeltaSpec,
                                       description="Optimizer and its pinned settings (``name``, adadelta when absent).")
     evaluation: EvalSpec = Field(default_factory=EvalSpec, description="Evaluation cadence and decoder.")
