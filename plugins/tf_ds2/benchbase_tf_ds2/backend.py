@@ -1,8 +1,10 @@
-"""The TensorFlow backend: builds the model, runs its optimizer's steps, returns per-frame outputs.
+"""The TensorFlow backend: builds the model family's Keras model, runs its optimizer's steps, and
+returns what the family's ``predict`` returns (DS2: per-frame log-probabilities; RNN-T: the
+joint's encoder projection).
 
-Two model families: DS2 (CTC, log-probabilities), and the RNN transducer, whose family-specific
-parts live in benchbase_tf_ds2.rnnt (the transducer loss; ``predict`` returns the joint's
-encoder projection); everything below is shared.
+Each model family is a folder (such as ``ds2/`` and ``rnnt/``) whose ``FAMILY`` meets
+``family.ModelFamily``: its model, its utterances' losses, its predictions and its neutral
+weights. ``build()`` picks the spec's once, and everything here is the same for every family.
 
 Training is data-parallel through tf.distribute. In one process (a plain ``benchbase run``), a
 MirroredStrategy has one replica per device the plan names, GPUs or logical CPU devices (a CPU
@@ -45,36 +47,35 @@ import tensorflow as tf
 
 from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.weight_layout import validate_weights
-from benchbase_tf_ds2 import ctc
+from benchbase_tf_ds2 import families
 from benchbase_tf_ds2.devices import check_gpus, logical_cpus
-from benchbase_tf_ds2.model import DeepSpeech2
 from benchbase_tf_ds2.optimizers import keras_optimizer, schedule_learning_rate
-from benchbase_tf_ds2.rnnt import backend as rnnt
-from benchbase_tf_ds2.weights import neutral_variables
 
 __all__ = ["TensorFlowBackend"]
 
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
 """What a cross-worker collective raises when another worker ends or cannot be reached."""
 
+FAMILIES = families.discovered_families()
+"""The model families this package's folders hold: what the capabilities and the description name."""
+
 
 class TensorFlowBackend(Backend):
     name = "tf"
-    description = (f"TensorFlow {tf.__version__} + Keras {keras.__version__}: DS2 (CTC) and RNN-T (transducer "
-                   f"loss) with fused/cuDNN LSTMs")
-    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
+    description = (f"TensorFlow {tf.__version__} + Keras {keras.__version__}: {families.summaries(FAMILIES)} "
+                   f"with fused/cuDNN LSTMs")
+    capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=8,
-                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
-                                family_precisions=(("rnnt", rnnt.TRANSDUCER_PRECISIONS),),
+                                precisions=families.all_precisions(FAMILIES),
+                                family_precisions=families.narrower_precisions(FAMILIES),
                                 process_model="process_per_machine")
 
     def __init__(self, *, fused_lstm: bool | None = None) -> None:
         """``fused_lstm`` exists for benchmarks/backend_parity.py; a run takes the default.
 
-        None picks TensorFlow's fused LSTM kernel on a CPU and Keras's cuDNN path on GPUs for DS2,
-        Keras's LSTM everywhere for rnnt (benchbase_tf_ds2.rnnt.model says why);
-        False forces Keras's own LSTM (a tf.while_loop on a CPU) to measure what fusing gains.
+        None leaves the LSTM kernel to the model family (DS2 fuses on a CPU and takes Keras's
+        cuDNN path on GPUs, RNN-T runs Keras's LSTM everywhere: each family's ``build_model`` says
+        why); False forces Keras's own LSTM (a tf.while_loop on a CPU) to measure what fusing gains.
         """
         self.fused_lstm = fused_lstm
 
@@ -89,6 +90,7 @@ class TensorFlowBackend(Backend):
         return 1 if _launched_as_one_of_several() else None
 
     def build(self, context: BuildContext) -> None:
+        self.family = families.family_of(context.model)
         _configure_threads(context.plan.threads)
         # The spec's fp32 is IEEE float32; TensorFlow would use TF32 matmuls on Ampere and later.
         # Only tf32 allows them (the float32 parts of bf16, fp16 and int8-emulated are IEEE too).
@@ -98,14 +100,8 @@ class TensorFlowBackend(Backend):
         self.spec = context.model
         self.optimizer_spec = context.optimizer
         self.strategy = _strategy(context.plan)
-        self.transducer = context.model.family == "rnnt"
         with self.strategy.scope():
-            if self.transducer:
-                self.model = rnnt.build_model(context, fused_lstm=self.fused_lstm)
-            else:
-                fused = context.plan.kind == "cpu" if self.fused_lstm is None else self.fused_lstm
-                self.model = DeepSpeech2(context.model, context.feature_dimension, fused_lstm=fused)
-                self.model.build_weights()
+            self.model = self.family.build_model(context, self.fused_lstm)
             self.optimizer = keras_optimizer(context.optimizer)
             if context.model.precision == "fp16":
                 # fp16's dynamic loss scaling, with Keras's defaults (2**15, halved and the step
@@ -122,8 +118,7 @@ class TensorFlowBackend(Backend):
         replicas = self._local_replicas()
         if batch.size % replicas:
             raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
-        arrays = (rnnt.training_arrays(self.model.spec, batch) if self.transducer
-                  else (batch.features, batch.output_lengths, batch.labels, batch.label_lengths))
+        arrays = (batch.features, batch.output_lengths, batch.labels, batch.label_lengths)
         slices = [_replica_slices(array, replicas) for array in arrays]
         schedule_learning_rate(self.optimizer, self.optimizer_spec)
         try:
@@ -145,9 +140,7 @@ class TensorFlowBackend(Backend):
         self._predict_function.get_concrete_function()
 
     def predict(self, inputs: Inputs) -> np.ndarray:
-        if self.transducer:
-            return rnnt.encoder_outputs(self._predict_function, self.model.spec, inputs)
-        return self._predict_function(inputs.features).numpy()
+        return self.family.predict(self._predict_function, self.spec, inputs)
 
     def save_checkpoint(self, path: Path) -> None:
         arrays = {f"{group}/{index:04d}": variable.numpy()
@@ -177,16 +170,13 @@ class TensorFlowBackend(Backend):
         return int(sum(math.prod(v.shape) for v in self.model.trainable_variables))
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        if self.transducer:
-            return rnnt.export_weights(self.model)
-        return {name: np.asarray(variable.numpy(), dtype=np.float32)
-                for name, variable in neutral_variables(self.model).items()}
+        # Copies: a caller may keep them while training goes on.
+        return {name: np.array(variable.numpy(), dtype=np.float32)
+                for name, variable in self.family.neutral_variables(self.model).items()}
 
     def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        if self.transducer:
-            return rnnt.import_weights(self.model, weights, self.context.feature_dimension)
-        validate_weights(weights, self.spec, self.context.feature_dimension)
-        for name, variable in neutral_variables(self.model).items():
+        self.family.layout.validate_weights(weights, self.spec, self.context.feature_dimension)
+        for name, variable in self.family.neutral_variables(self.model).items():
             variable.assign(np.asarray(weights[name], dtype=np.float32))
 
     def devices_in_use(self) -> tuple[str, ...]:
@@ -250,18 +240,13 @@ class TensorFlowBackend(Backend):
         with tf.GradientTape() as tape:
             # Summed over this replica's utterances, divided by the global batch: the replicas'
             # losses and gradients add up (all-reduce SUM) to those of the batch mean.
-            losses = self._utterance_losses(features, output_lengths, labels, label_lengths)
+            losses = self.family.utterance_losses(self.model, features, output_lengths, labels, label_lengths)
             loss = tf.reduce_sum(losses) / tf.cast(global_size, tf.float32)
             scaled = self.optimizer.scale_loss(loss)  # fp16's loss scale; the loss itself otherwise
         variables = self.model.trainable_variables
         gradients = self._clipped(tape.gradient(scaled, variables), context)
         self.optimizer.apply(gradients, variables)  # the LossScaleOptimizer unscales and checks them
         return loss
-
-    def _utterance_losses(self, features, output_lengths, labels, label_lengths):
-        if self.transducer:
-            return rnnt.utterance_losses(self.model, features, output_lengths, labels, label_lengths)
-        return ctc.utterance_losses(self.model, self.spec, features, output_lengths, labels, label_lengths)
 
     def _clipped(self, gradients, context):
         clip = self.optimizer_spec.gradient_clip_norm

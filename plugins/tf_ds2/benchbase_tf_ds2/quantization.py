@@ -1,5 +1,8 @@
 """int8-emulated in TensorFlow: fake quantization exactly as ``ModelSpec.quantization`` pins it.
 
+These are the primitives both families' models build their int8-emulated passes from (the DS2
+model's ``_quantized_call``, the transducer's ``rnnt.quantization.TransducerQuantizer``).
+
 ``benchbase.families.ds2.quantization`` is the NumPy reference these functions are tested against
 (tests/test_precision.py): the same float32 operations in the same order (tf.round rounds
 half to even, as NumPy does). The straight-through gradient is ``x + stop_gradient(q(x) - x)``:

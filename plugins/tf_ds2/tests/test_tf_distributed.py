@@ -26,9 +26,9 @@ from benchbase.backend import BuildContext, DevicePlan  # noqa: E402
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
 from benchbase.data.store import FeatureStore  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
-from benchbase.families.ds2.reference import bounded_reference, bounded_step  # noqa: E402
+from benchbase.families.ds2.reference import batchnorm_names, bounded_reference, bounded_step  # noqa: E402
 from benchbase.kit.int8 import range_update_rounding  # noqa: E402
-from benchbase.kit.model_rules import largest_statistic_excess  # noqa: E402
+from benchbase.kit.step_rules import largest_statistic_excess  # noqa: E402
 from benchbase.numerics.tolerances import BOTH_SIDES, after_steps  # noqa: E402
 from benchbase.plugin_host.builtins.workloads import builtin_workload  # noqa: E402
 
@@ -95,8 +95,8 @@ def main(store: Path, out: Path) -> None:
     first_step = bounded_step(initial, model, batches[0])
     results["first_loss_bound"] = np.array(BOTH_SIDES * first_step.loss_bound / abs(first_step.loss))  # relative
     first_loss = two.train_step(batches[0])
-    results["statistics_excess"] = np.array(largest_statistic_excess(initial, two.export_weights(), model,
-                                                                      first_step.reference))
+    results["statistics_excess"] = np.array(largest_statistic_excess(initial, two.export_weights(),
+                                                                      batchnorm_names(model), first_step))
     results["two_losses"] = np.array([first_loss] + [two.train_step(batch) for batch in batches[1:]])
     results["two_weights"] = _stacked(two.export_weights())
     results["tracing_count"] = np.array(two._train_function.experimental_get_tracing_count())

@@ -26,7 +26,7 @@ from benchbase.families.rnnt.bounds import (
 from benchbase.families.rnnt.parts import PARTS
 from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase.families.rnnt.weight_layout import weight_layout
+from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import (
     BOTH_SIDES,
@@ -47,7 +47,7 @@ tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from benchbase_tf_ds2.optimizers import SpecAdamW  # noqa: E402
-from benchbase_tf_ds2.rnnt import backend as rnnt  # noqa: E402
+from benchbase_tf_ds2.rnnt import FAMILY as RNNT  # noqa: E402
 from benchbase_tf_ds2.rnnt.loss import lattice_losses, mean_over_batch, transducer_lattice, transducer_losses  # noqa: E402
 from benchbase_tf_ds2.rnnt.model import RNNTransducer  # noqa: E402
 
@@ -85,8 +85,16 @@ def random_batch(seed=0, rows=4, frames=47, labels=6, model=TINY):
 def network_on(weights, model=NO_DROPOUT, fused=False):
     network = RNNTransducer(model, FEATURES, fused_lstm=fused)
     network.build_weights()
-    rnnt.import_weights(network, weights, FEATURES)
+    validate_weights(weights, model, FEATURES)
+    for name, variable in RNNT.neutral_variables(network).items():
+        variable.assign(np.asarray(weights[name], dtype=np.float32))
     return network
+
+
+def exported_weights(network):
+    """The network's weights by their neutral names, as the backend's export_weights() reads them."""
+    return {name: np.array(variable.numpy(), dtype=np.float32)
+            for name, variable in RNNT.neutral_variables(network).items()}
 
 
 def forward(network, batch):
@@ -267,7 +275,7 @@ def test_int8_ranges_count_the_lattice_cells_within_the_lengths_and_none_of_the_
     network = network_on(weights, model=INT8)
     network.lattice_of(tf.constant(features), tf.constant(labels), tf.constant(INT8.output_frames(feature_lengths)),
                        tf.constant(label_lengths), training=True)
-    found = rnnt.export_weights(network)
+    found = exported_weights(network)
     expected = reference_ranges(weights, features, feature_lengths, labels, label_lengths)
     for name, value in expected.items():
         assert found[name] == pytest.approx(value, rel=1e-2), name
@@ -289,7 +297,7 @@ def test_int8_ranges_count_the_lattice_cells_within_the_lengths_and_none_of_the_
 
 
 def test_export_and_import_round_trip_exactly(weights):
-    exported = rnnt.export_weights(network_on(weights))
+    exported = exported_weights(network_on(weights))
     layout = weight_layout(NO_DROPOUT, FEATURES)
     assert list(exported) == list(layout)
     assert all(exported[name].shape == shape and exported[name].dtype == np.float32 for name, shape in layout.items())

@@ -1,7 +1,7 @@
 """The DS2 family's loss in TensorFlow: each utterance's CTC loss, as ``ModelSpec`` pins it.
 
-The counterpart of benchbase_tf_ds2.rnnt's transducer loss: ``TensorFlowBackend``'s replica step
-asks the family's module for the utterances' losses and sums them itself.
+The counterpart of benchbase_tf_ds2.rnnt.loss's transducer loss: ``TensorFlowBackend``'s replica
+step asks the family (``benchbase_tf_ds2.ds2.family``) for the utterances' losses and sums them itself.
 """
 
 from __future__ import annotations

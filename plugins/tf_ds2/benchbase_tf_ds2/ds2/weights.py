@@ -1,4 +1,4 @@
-"""The Keras model's variables by their names in benchbase's framework-neutral layout.
+"""The DS2 Keras model's variables by their names in benchbase's framework-neutral layout.
 
 The neutral layout is Keras's own (kernels (inputs, outputs), the convolution (width, inputs,
 outputs), LSTM gates i, f, c, o, one bias per gate), so no array is transposed here.
@@ -7,7 +7,7 @@ outputs), LSTM gates i, f, c, o, one bias per gate), so no array is transposed h
 from __future__ import annotations
 
 from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS
-from benchbase_tf_ds2.model import DeepSpeech2
+from benchbase_tf_ds2.ds2.model import DeepSpeech2
 
 __all__ = ["neutral_variables"]
 

@@ -6,7 +6,7 @@
 
 It mirrors ``benchbase_torch_ds2.rnnt.model`` layer for layer. Inputs are right-padded and every
 LSTM is unidirectional, so an utterance's valid frames never see its padding: no mask is
-passed. Each LSTM is the DS2 model's ``SequenceLSTM``, whose weights are Keras's own and already
+passed. Each LSTM is ``benchbase_tf_ds2.lstm.SequenceLSTM``, whose weights are Keras's own and already
 in the neutral layout (kernels (inputs, outputs), gates i, f, c, o, one bias per gate). Unlike
 DS2 it runs as Keras's LSTM by default, on a CPU too (Keras's cuDNN path on a GPU): at
 rnnt-mini's widths (279 inputs, 128 units) Keras's loop trained faster, a median step of 32
@@ -42,7 +42,7 @@ from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
 from benchbase_tf_ds2.cross_replica import ReplicaDropout
-from benchbase_tf_ds2.model import ForgetGateBias, SequenceLSTM
+from benchbase_tf_ds2.lstm import ForgetGateBias, SequenceLSTM
 from benchbase_tf_ds2.rnnt.quantization import TransducerQuantizer
 
 __all__ = ["RNNTransducer", "gather_rows", "stack_frames"]

@@ -1,8 +1,8 @@
 """int8-emulated for the TensorFlow transducer (``benchbase.families.rnnt.quantization`` is the spec).
 
-The fake quantizers are the DS2 model's (``benchbase_tf_ds2.quantization``: the same float32
-operations as the NumPy reference, round half to even, straight-through gradients) and so is
-the handling of each moving-average range: a non-trainable float32 variable of the model
+The fake quantizers are the ones the DS2 model uses too (``benchbase_tf_ds2.quantization``: the
+same float32 operations as the NumPy reference, round half to even, straight-through gradients)
+and so is the handling of each moving-average range: a non-trainable float32 variable of the model
 (checkpointed with its variables, in the neutral layout as ``<layer>.input_range``), updated
 first with the batch's max|x| and then used, that max all-reduced (MAX) across replicas so that
 every replica keeps the global batch's range.

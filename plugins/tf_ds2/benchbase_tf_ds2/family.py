@@ -1,0 +1,67 @@
+"""What ``TensorFlowBackend`` asks of a model family: the protocol each family folder's ``FAMILY`` meets.
+
+The backend keeps everything that does not depend on the family (devices, threads, the seed,
+tf.distribute and its replica step, the optimizer and its schedule, fp16's loss scaling,
+gradient clipping, checkpoints, the profiler). A family supplies the rest: its Keras model,
+each utterance's loss inside the training step, what ``predict()`` returns, and which variables
+hold its weights in benchbase's neutral layout. ``benchbase_tf_ds2.families`` finds the
+families; a new one is one new folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Protocol
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from benchbase.backend import BuildContext, Inputs
+from benchbase.specs import ModelSpec
+
+__all__ = ["Infer", "ModelFamily"]
+
+Infer = Callable[[np.ndarray], tf.Tensor]
+"""The backend's compiled inference pass: the model called on (batch, frames, features), training off."""
+
+
+class ModelFamily(Protocol):
+    name: str
+    """``ModelSpec.family``; also the name of the folder the family lives in."""
+
+    summary: str
+    """What the backend's description says of it, e.g. ``DS2 (CTC)``."""
+
+    precisions: frozenset[str]
+    """The precisions in which this backend trains the family (``Capabilities.precisions_of``)."""
+
+    layout: ModuleType
+    """``benchbase.families.<name>.weight_layout``: the neutral names, shapes and ``validate_weights``."""
+
+    def build_model(self, context: BuildContext, fused_lstm: bool | None) -> keras.Model:
+        """The model of ``context.model``, every variable created (from Keras's generator, which the
+        backend has seeded), under the backend's tf.distribute scope.
+
+        ``fused_lstm`` is ``TensorFlowBackend``'s: True or False forces the LSTM kernel
+        (``benchbase_tf_ds2.lstm.SequenceLSTM``), None leaves the choice to the family.
+        """
+        ...
+
+    def utterance_losses(self, model: keras.Model, features: tf.Tensor, output_lengths: tf.Tensor,
+                         labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
+        """Each utterance's loss (batch,), float32, from the training pass (dropout on), 0 for one
+        that admits no alignment; traced inside one replica's step on its slice of the batch. The
+        backend sums them and divides by the global batch."""
+        ...
+
+    def predict(self, infer: Infer, spec: ModelSpec, inputs: Inputs) -> np.ndarray:
+        """What ``Backend.predict()`` returns for ``inputs``, float32; ``infer`` runs the model."""
+        ...
+
+    def neutral_variables(self, model: keras.Model) -> dict[str, tf.Variable]:
+        """Each name of ``layout``'s, in its order -> the Keras variable that holds it (the neutral
+        layout is Keras's orientation: no array is transposed). The backend exports and imports
+        the weights through these."""
+        ...

@@ -1,0 +1,79 @@
+"""The TensorFlow backend's model families: each a folder with a ``FAMILY``, found without a list."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchbase.errors import BenchbaseError
+
+pytest.importorskip("tensorflow")
+benchbase_tf_ds2 = pytest.importorskip("benchbase_tf_ds2")
+
+from benchbase_tf_ds2 import families  # noqa: E402
+from benchbase_tf_ds2.backend import TensorFlowBackend  # noqa: E402
+
+PACKAGE = Path(benchbase_tf_ds2.__file__).parent
+
+
+def test_the_folders_are_the_families_and_give_the_capabilities():
+    assert list(families.discovered_families()) == ["ds2", "rnnt"]
+    capabilities = TensorFlowBackend.capabilities
+    assert capabilities.families == {"ds2", "rnnt"}
+    assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
+    assert capabilities.family_precisions == (("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})),)
+    assert ": DS2 (CTC) and RNN-T (transducer loss) with fused/cuDNN LSTMs" in TensorFlowBackend.description
+
+
+def test_an_unknown_family_is_a_one_line_error():
+    with pytest.raises(BenchbaseError, match="no model family 'w2v' \\(it has ds2, rnnt\\)") as raised:
+        families.family_of(SimpleNamespace(family="w2v", precision="fp32"))
+    assert "\n" not in str(raised.value)
+
+
+def _write_family(root: Path, folder: str, name: str) -> None:
+    (root / folder).mkdir()
+    (root / folder / "__init__.py").write_text(
+        "from benchbase.families.ds2 import weight_layout\n\n\n"
+        "class Family:\n"
+        f"    name = {name!r}\n"
+        "    summary = 'a test family'\n"
+        "    precisions = frozenset({'fp32'})\n"
+        "    layout = weight_layout\n\n\n"
+        "FAMILY = Family()\n")
+
+
+def _discover_with(folder: Path, monkeypatch) -> dict:
+    monkeypatch.setattr(benchbase_tf_ds2, "__path__", [*benchbase_tf_ds2.__path__, str(folder)])
+    try:
+        return dict(families.discovered_families.__wrapped__())  # past the cache of the real package
+    finally:
+        for module in [name for name in sys.modules if name.startswith("benchbase_tf_ds2.extra")]:
+            del sys.modules[module]
+        vars(benchbase_tf_ds2).pop("extra", None)
+
+
+def test_a_new_family_is_one_new_folder(tmp_path, monkeypatch):
+    _write_family(tmp_path, "extra", "extra")
+    found = _discover_with(tmp_path, monkeypatch)
+    assert list(found) == ["ds2", "extra", "rnnt"]
+    assert families.narrower_precisions(found) == (("extra", frozenset({"fp32"})),
+                                                   ("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})))
+    assert families.summaries(found) == "DS2 (CTC) and a test family and RNN-T (transducer loss)"
+
+
+def test_a_family_in_a_folder_of_another_name_is_refused(tmp_path, monkeypatch):
+    _write_family(tmp_path, "extra", "ds2")
+    with pytest.raises(TypeError, match="named after it"):
+        _discover_with(tmp_path, monkeypatch)
+
+
+def test_no_module_of_the_backend_branches_on_a_family_name():
+    branch = re.compile(r"family *(==|!=|in) |\.family\b.*[=!]= *[\"']|transducer *=")
+    offending = [f"{path.relative_to(PACKAGE)}:{number}" for path in sorted(PACKAGE.rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if branch.search(line)]
+    assert offending == []
