@@ -1,20 +1,20 @@
-"""The JAX backend: the benchbase contract on top of the pure functions of model and training.
+"""The JAX backend: the benchbase contract on top of a model family's pure functions.
 
 The whole training state is one immutable pytree that each jitted step replaces (donating
 the old one), so predict() can never disturb training, and a checkpoint is that pytree
 written out.
 
-Two model families: DS2 (``model``, ``training``) and the RNN transducer (``rnnt``), parallel
-pure functions over the same state, optimizers, buckets and checkpoints. What differs by family
-is the batch the step takes, what ``predict()`` returns (log-probabilities; the joint's encoder
-projection) and the neutral weight layout.
+A model family is a folder (``ds2/``, ``rnnt/``) whose ``FAMILY`` supplies what differs by
+family (``family.ModelFamily``): the initial state, the jitted step and predict, the batch the
+step takes, what ``predict()`` returns and the neutral weight layout. build() picks the run's
+family once; everything here serves every family the same way, over the same state, optimizers,
+buckets and checkpoints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 
 import jax
 import jax.numpy as jnp
@@ -22,31 +22,31 @@ import numpy as np
 
 from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2 import weight_layout as ds2_layout
-from benchbase.families.rnnt import weight_layout as rnnt_layout
-from benchbase_jax_ds2 import training as ds2
 from benchbase_jax_ds2.checkpoint import read_state, write_state
-from benchbase_jax_ds2.model import split_weights
-from benchbase_jax_ds2.rnnt import training as transducer
+from benchbase_jax_ds2.families import all_precisions, discovered_families, family_named, narrower_precisions
+from benchbase_jax_ds2.family import ModelFamily, StepBatch
+from benchbase_jax_ds2.optimizers import make_optimizer, next_learning_rate
 from benchbase_jax_ds2.shapes import Buckets, synthetic_batches
+from benchbase_jax_ds2.state import TrainState, split_weights
 from benchbase_jax_ds2.threads import limit_cpu_threads
-from benchbase_jax_ds2.training import PaddedBatch, TrainState, make_optimizer, next_learning_rate
 
 __all__ = ["JaxBackend"]
+
+_FAMILIES = discovered_families()
 
 
 class JaxBackend(Backend):
     name = "jax"
-    description = (f"JAX {jax.__version__}: DS2 (optax CTC) and RNN-T (transducer loss) compiled with XLA, "
-                   "scanned LSTMs, AdaDelta and AdamW")
-    capabilities = Capabilities(families=frozenset({"ds2", "rnnt"}), optimizers=frozenset({"adadelta", "adamw"}),
+    description = (f"JAX {jax.__version__}: {' and '.join(known.summary for known in _FAMILIES.values())} "
+                   "compiled with XLA, scanned LSTMs, AdaDelta and AdamW")
+    capabilities = Capabilities(families=frozenset(_FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1,
-                                precisions=frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"}),
-                                family_precisions=(("rnnt", transducer.TRANSDUCER_PRECISIONS),),
+                                precisions=all_precisions(_FAMILIES), family_precisions=narrower_precisions(_FAMILIES),
                                 process_model="single_process")
 
     def __init__(self) -> None:
         self._state: TrainState | None = None
+        self._family: ModelFamily | None = None
         self._train_step = self._predict = None
 
     def build(self, context: BuildContext) -> None:
@@ -56,8 +56,7 @@ class JaxBackend(Backend):
         self.buckets = Buckets(rows=context.plan.batch_per_device * context.plan.count,
                                max_frames=context.max_frames, max_label_length=context.max_label_length)
         optimizer = make_optimizer(context.optimizer)
-        self._transducer = context.model.family == "rnnt"
-        family = transducer if self._transducer else ds2  # each: initial_state, make_train_step, make_predict
+        self._family = family = family_named(context.model.family)
         self._state = family.initial_state(context.model, context.feature_dimension, optimizer, context.seed,
                                            self.device)
         self._train_step = family.make_train_step(context.model, optimizer, self.device.platform)
@@ -76,7 +75,8 @@ class JaxBackend(Backend):
         learning_rate = next_learning_rate(self.context.optimizer, self._state.optimizer)
         seen: set[tuple] = set()
         for shape in shapes:
-            batches = synthetic_batches(shape, self.context.model, self.context.feature_dimension)
+            batches = synthetic_batches(shape, self.context.model, self.context.feature_dimension,
+                                        self._family.warm_up_label_lengths(shape.label_length))
             for batch in batches:
                 padded = self._padded(batch)
                 signature = tuple(np.shape(leaf) for leaf in jax.tree_util.tree_leaves(padded))
@@ -90,24 +90,18 @@ class JaxBackend(Backend):
                 seen.add(predicted)
                 self.predict(inputs)
 
-    def _padded(self, batch: Batch) -> transducer.TransducerBatch | PaddedBatch:
+    def _padded(self, batch: Batch) -> StepBatch:
         """The batch padded to its bucket's shape, on the device."""
-        model = self.context.model
-        if self._transducer:
-            arrays = self.buckets.transducer_arrays(batch, model) | transducer.harness_extent(batch)
-            return transducer.TransducerBatch(**jax.device_put(arrays, self.device))
-        return PaddedBatch(**jax.device_put(self.buckets.training_arrays(batch, model), self.device))
+        return jax.device_put(self._family.padded_batch(self.buckets, batch, self.context.model), self.device)
 
     def predict(self, inputs: Inputs) -> np.ndarray:
+        """The family's predict() output (DS2's log-probabilities, the transducer's encoder projection)
+        cut to the caller's rows and output frames."""
+        model = self.context.model
         features = jax.device_put(self.buckets.features(inputs), self.device)
-        frames = self.context.model.output_frames(inputs.features.shape[1])
-        if self._transducer:  # the joint's encoder projection; the harness runs the search on exported weights
-            outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
-                                               np.int32(inputs.size), np.int32(inputs.features.shape[1])))
-        else:
-            outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
-                                               np.int32(inputs.size), np.int32(frames)))
-        return outputs[: inputs.size, :frames].copy()
+        outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
+                                           *self._family.predict_extent(model, inputs)))
+        return outputs[: inputs.size, : model.output_frames(inputs.features.shape[1])].copy()
 
     def save_checkpoint(self, path: Path) -> None:
         write_state(path, self._state)
@@ -120,20 +114,16 @@ class JaxBackend(Backend):
 
     def export_weights(self) -> dict[str, np.ndarray]:
         weights = self._state.parameters | self._state.statistics
-        layout = self._layout().weight_layout(self.context.model, self.context.feature_dimension)
+        layout = self._family.layout.weight_layout(self.context.model, self.context.feature_dimension)
         return {name: np.array(weights[name], dtype=np.float32) for name in layout}
 
     def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        self._layout().validate_weights(weights, self.context.model, self.context.feature_dimension)
+        self._family.layout.validate_weights(weights, self.context.model, self.context.feature_dimension)
         neutral = {name: np.asarray(value, np.float32) for name, value in weights.items()}
         # Running statistics (BatchNorm's, int8-emulated's ranges; the transducer has only ranges) are not parameters.
         parameters, statistics = split_weights(neutral)
         placed = jax.device_put((parameters, statistics), self.device)
         self._state = self._state._replace(parameters=placed[0], statistics=placed[1])
-
-    def _layout(self) -> ModuleType:
-        """The family's neutral weight layout module (names, shapes, validation)."""
-        return rnnt_layout if self._transducer else ds2_layout
 
     def devices_in_use(self) -> tuple[str, ...]:
         if self._state is None:

@@ -12,5 +12,5 @@ def register_backends(register):
     register(BackendReference(
         name="jax",
         target="benchbase_jax_ds2.backend:JaxBackend",
-        description="JAX: DS2 compiled with XLA, scanned LSTMs, optax CTC and AdaDelta",
+        description="JAX: the model families in its folders, compiled with XLA, scanned LSTMs, AdaDelta and AdamW",
     ))

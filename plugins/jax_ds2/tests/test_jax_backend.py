@@ -14,9 +14,11 @@ from numerics import assert_log_probs_agree, assert_normalized
 
 jax = pytest.importorskip("jax")
 jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")
-jax_model = pytest.importorskip("benchbase_jax_ds2.model")
-jax_training = pytest.importorskip("benchbase_jax_ds2.training")
 jnp = jax.numpy
+
+from benchbase_jax_ds2.dropout import counter_hash  # noqa: E402
+from benchbase_jax_ds2.optimizers import make_optimizer  # noqa: E402
+from benchbase_jax_ds2.recurrence import recurrence  # noqa: E402
 
 from benchbase.backend import BackendReference, BuildContext, DevicePlan  # noqa: E402
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
@@ -197,7 +199,7 @@ def test_a_checkpoint_that_does_not_fit_is_refused_with_its_path(backend, tmp_pa
 @pytest.mark.parametrize("clip", [None, 0.5])
 def test_adadelta_is_pytorchs(clip):
     spec = AdaDeltaSpec(learning_rate=0.7, rho=0.9, epsilon=1e-6, gradient_clip_norm=clip)
-    optimizer = jax_training.make_optimizer(spec)
+    optimizer = make_optimizer(spec)
     rng = np.random.default_rng(0)
     parameters = {"w": rng.normal(size=5).astype(np.float32)}
     state = optimizer.init(parameters)
@@ -236,7 +238,7 @@ def test_the_lstms_hand_written_gradient_equals_autodiffs():
     weights = rng.normal(size=(9, 3, 5)).astype(np.float32)
     with jax.default_matmul_precision("highest"):
         found, expected = (jax.grad(lambda x, w, fn=fn: jnp.sum(fn(x, w) * weights), argnums=(0, 1))(inputs, kernel)
-                           for fn in (jax_model.recurrence, differentiated_scan))
+                           for fn in (recurrence, differentiated_scan))
     # The same float32 gradient by two orders of the same sums: the longest is over the 9 steps
     # and the 4 x 5 gates (or the 3 rows), of terms no larger than the gradients' magnitude.
     for a, b in zip(found, expected, strict=True):
@@ -248,7 +250,7 @@ def test_the_lstms_hand_written_gradient_equals_autodiffs():
 def test_dropout_keeps_each_element_with_the_spec_probability():
     keys = jax.random.key_data(jax.random.split(jax.random.key(0, impl="rbg"), 2))
     threshold = np.uint32(round(0.95 * 2**32))
-    first, second = (np.asarray(jax_model.counter_hash((1000, 1000), key)) < threshold for key in keys)
+    first, second = (np.asarray(counter_hash((1000, 1000), key)) < threshold for key in keys)
     assert abs(first.mean() - 0.95) < 0.002 and abs(second.mean() - 0.95) < 0.002
     assert abs((first & second).mean() - 0.95**2) < 0.002  # independent across keys
 

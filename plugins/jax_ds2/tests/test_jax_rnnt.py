@@ -44,12 +44,12 @@ jax = pytest.importorskip("jax")
 jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")
 jnp = jax.numpy
 
-from benchbase_jax_ds2.model import arithmetic  # noqa: E402
+from benchbase_jax_ds2.arithmetic import arithmetic  # noqa: E402
+from benchbase_jax_ds2.optimizers import make_optimizer, next_learning_rate  # noqa: E402
 from benchbase_jax_ds2.rnnt import model as transducer  # noqa: E402
 from benchbase_jax_ds2.rnnt.loss import transducer_losses  # noqa: E402
-from benchbase_jax_ds2.shapes import transducer_cells  # noqa: E402
+from benchbase_jax_ds2.rnnt.padding import transducer_cells  # noqa: E402
 from benchbase_jax_ds2.threads import limit_cpu_threads  # noqa: E402
-from benchbase_jax_ds2.training import make_optimizer, next_learning_rate  # noqa: E402
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 

@@ -13,10 +13,6 @@ extra frames at the end never reach the frames before them.
 
 from __future__ import annotations
 
-import functools
-import math
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,68 +22,13 @@ from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS, weight_layout
 from benchbase.specs import ModelSpec
 from benchbase.specs.workload import QuantizationSpec
-from benchbase_jax_ds2.cpu_bf16 import native_bf16_dots
-from benchbase_jax_ds2.quantization import quantize_activation, quantize_state, quantize_weight, updated_range
+from benchbase_jax_ds2.arithmetic import Arithmetic, arithmetic
+from benchbase_jax_ds2.dropout import counter_hash
+from benchbase_jax_ds2.quantization import quantize_activation, quantize_weight, updated_range
+from benchbase_jax_ds2.recurrence import Recurrent, recurrence
+from benchbase_jax_ds2.state import STATISTICS
 
-__all__ = ["STATISTICS", "counter_hash", "forward", "initial_weights", "split_weights"]
-
-STATISTICS = ("mean", "variance", "input_range")
-"""Weights that are running statistics, not trainable parameters: BatchNorm's, and int8-emulated's
-activation ranges."""
-
-HIGHEST = lax.Precision.HIGHEST  # ModelSpec.precision "fp32": no TF32 or bf16 passes on GPUs
-
-
-class Arithmetic(NamedTuple):
-    """How the model's matmuls and the convolution compute in the spec's precision.
-
-    Operands are cast to ``operands`` and accumulated in float32 (``preferred_element_type``),
-    so bf16 and fp16 run the tensor cores' formats with float32 master weights, float32
-    accumulators, and float32 elementwise work (gates, cell state, BatchNorm, log-softmax),
-    as cuDNN's half-precision RNNs do; tf32 keeps float32 operands at XLA's default
-    (TF32 tensor-core) precision; fp32 and int8-emulated compute in true float32.
-
-    On XLA's CPU, bf16 multiplies bfloat16 operands natively (YNNPACK's bf16 dot, float32 result)
-    where ``benchbase_jax_ds2.cpu_bf16.native_bf16_dots`` finds that this jaxlib and CPU can, with
-    ``ordered`` on: each dot is computed with its result's indices in operand order (the canonical
-    (M, K) x (K, N) form that path takes) and transposed afterwards, behind an optimization
-    barrier, which keeps XLA's simplifier from folding the transpose back into the dot as swapped
-    operands, a form XLA's own dot kernel cannot run in bf16 x bf16 -> f32.
-
-    ``rounded``: elsewhere on a CPU (fp16, or no native bf16 dot) the operands are rounded to the
-    half type and multiplied in float32. That is the same number: the product of two bf16 (fp16)
-    values is exact in float32, and the sum is float32 either way.
-    """
-
-    operands: Any
-    precision: lax.Precision
-    rounded: bool = False
-    ordered: bool = False
-
-    def operand(self, x: jax.Array) -> jax.Array:
-        """``x`` as a matmul operand: in the half type, or rounded to it (``rounded``)."""
-        low = x.astype(self.operands)
-        return low.astype(jnp.float32) if self.rounded else low
-
-    def dot(self, subscripts: str, x: jax.Array, y: jax.Array) -> jax.Array:
-        x, y = self.operand(x), self.operand(y)
-        inputs, result = subscripts.split("->")
-        left, right = inputs.split(",")
-        order = "".join([index for index in left if index not in right] + [i for i in right if i not in left])
-        if not self.ordered or order == result:
-            return jnp.einsum(subscripts, x, y, precision=self.precision, preferred_element_type=jnp.float32)
-        product = jnp.einsum(f"{inputs}->{order}", x, y, precision=self.precision, preferred_element_type=jnp.float32)
-        return jnp.einsum(f"{order}->{result}", lax.optimization_barrier(product))
-
-
-def arithmetic(spec: ModelSpec, platform: str = "cpu") -> Arithmetic:
-    """The arithmetic of ``spec.precision`` on a device of ``platform`` ("cpu", "gpu")."""
-    operands = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(spec.precision, jnp.float32)
-    if operands is not jnp.float32 and platform == "cpu":
-        if operands is jnp.bfloat16 and native_bf16_dots():
-            return Arithmetic(operands, HIGHEST, ordered=True)
-        return Arithmetic(operands, HIGHEST, rounded=True)
-    return Arithmetic(operands, HIGHEST if spec.precision in ("fp32", "int8-emulated") else lax.Precision.DEFAULT)
+__all__ = ["forward", "initial_weights"]
 
 
 def initial_weights(spec: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
@@ -119,13 +60,6 @@ def _xavier_uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndar
     fan_in, fan_out = shape[-2] * receptive_field, shape[-1] * receptive_field
     limit = np.sqrt(6.0 / (fan_in + fan_out))
     return rng.uniform(-limit, limit, shape).astype(np.float32)
-
-
-def split_weights(weights: dict) -> tuple[dict, dict]:
-    """(trainable parameters, BatchNorm running statistics)."""
-    parameters = {name: value for name, value in weights.items() if name.rsplit(".", 1)[-1] not in STATISTICS}
-    statistics = {name: value for name, value in weights.items() if name not in parameters}
-    return parameters, statistics
 
 
 def forward(spec: ModelSpec, parameters: dict, statistics: dict, features: jax.Array, *,
@@ -229,26 +163,6 @@ class _Layer:
         return self.statistics[name] if part in STATISTICS else self.parameters[name]
 
 
-def counter_hash(shape: tuple[int, ...], key: jax.Array) -> jax.Array:
-    """32 random bits per element: each element's index through two rounds of MurmurHash3's
-    finalizer (a bijection), keyed by two words of ``key``.
-
-    Dropout's masks need independence, not cryptographic strength. JAX's generators cost
-    far more on a CPU: RngBitGenerator about 25 ns per element (50 ms of a 400 ms ds2-mini
-    step for the three masks), threefry a few ns but most of a second of compilation per mask
-    and shape.
-    This is a handful of integer operations that XLA fuses into the dropout itself.
-    """
-    index = lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-    return _fmix32(_fmix32(index ^ key[0]) ^ key[1])
-
-
-def _fmix32(h: jax.Array) -> jax.Array:
-    h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
-    h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
-    return h ^ (h >> 16)
-
-
 def _masked_moments(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-channel mean and biased variance over the masked (batch, frame) positions."""
     weights = mask[..., None].astype(x.dtype)
@@ -268,87 +182,4 @@ def _lstm(x: jax.Array, input_kernel: jax.Array, recurrent_kernel: jax.Array, bi
           math: Arithmetic, state_quantizer: QuantizationSpec | None = None) -> jax.Array:
     """Unidirectional LSTM from a zero state over (batch, frames, inputs); gates i, f, g, o."""
     inputs = math.dot("bti,ig->tbg", x, input_kernel) + bias  # one matmul for all frames
-    return jnp.swapaxes(recurrence(inputs, recurrent_kernel, _Recurrent(math, state_quantizer)), 0, 1)
-
-
-class _Recurrent(NamedTuple):
-    """The recurrence's static settings: its arithmetic, and int8-emulated's quantization of h(t-1)."""
-
-    math: Arithmetic
-    state_quantizer: QuantizationSpec | None
-
-    def state(self, h: jax.Array) -> jax.Array:
-        return h if self.state_quantizer is None else quantize_state(self.state_quantizer, h)
-
-
-FP32_RECURRENCE = _Recurrent(Arithmetic(jnp.float32, HIGHEST), None)
-
-
-def recurrence(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent = FP32_RECURRENCE) -> jax.Array:
-    """The LSTM's loop (see ``_recurrence``), in fp32 unless ``settings`` say otherwise."""
-    return _recurrence(inputs, recurrent_kernel, settings)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _recurrence(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent) -> jax.Array:
-    """The LSTM's loop: (frames, batch, 4 units) input projections -> (frames, batch, units) outputs.
-
-    Its gradient is written by hand, as cuDNN's and PyTorch's are: the loop back in time only
-    carries the hidden and cell gradients, and the recurrent kernel's gradient is one matmul
-    over all frames afterwards. Differentiating the scan instead accumulates a small matmul per
-    frame inside the loop and keeps several (frames, batch, 4 units) residuals, which on a CPU
-    costs about as much as the rest of the step.
-
-    int8-emulated quantizes h(t-1) before the recurrent matmul (``settings.state_quantizer``);
-    its gradient is straight-through, so the backward pass is the same with the quantized h.
-    """
-    return _recurrence_forward(inputs, recurrent_kernel, settings)[0]
-
-
-def _recurrence_forward(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent):
-    def step(carry, z):
-        h, c = carry
-        z = z + settings.math.dot("bu,ug->bg", settings.state(h), recurrent_kernel)
-        i, f, g, o = jnp.split(z, 4, axis=-1)
-        i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
-        c = f * c + i * g
-        h = o * jnp.tanh(c)
-        return (h, c), (h, c, jnp.concatenate([i, f, g, o], axis=-1))
-
-    zeros = jnp.zeros(inputs.shape[1:2] + recurrent_kernel.shape[:1], inputs.dtype)
-    _, (hidden, cells, gates) = lax.scan(step, (zeros, zeros), inputs)
-    return hidden, (hidden, cells, gates, recurrent_kernel)
-
-
-def _recurrence_backward_rule(settings: _Recurrent, residuals, hidden_gradient: jax.Array):
-    return _recurrence_backward(residuals, hidden_gradient, settings)
-
-
-def _recurrence_forward_rule(inputs: jax.Array, recurrent_kernel: jax.Array, settings: _Recurrent):
-    return _recurrence_forward(inputs, recurrent_kernel, settings)
-
-
-def _recurrence_backward(residuals, hidden_gradient: jax.Array,
-                         settings: _Recurrent) -> tuple[jax.Array, jax.Array]:
-    hidden, cells, gates, recurrent_kernel = residuals
-    previous_cells = jnp.concatenate([jnp.zeros_like(cells[:1]), cells[:-1]])
-
-    def step(carry, frame):
-        dh_next, dc_next = carry
-        dh, c, c_previous, gate = frame
-        i, f, g, o = jnp.split(gate, 4, axis=-1)
-        dh = dh + dh_next
-        tanh_c = jnp.tanh(c)
-        dc = dh * o * (1 - tanh_c**2) + dc_next
-        dz = jnp.concatenate([dc * g * i * (1 - i), dc * c_previous * f * (1 - f), dc * i * (1 - g**2),
-                              dh * tanh_c * o * (1 - o)], axis=-1)
-        return (settings.math.dot("bg,ug->bu", dz, recurrent_kernel), dc * f), dz
-
-    zeros = jnp.zeros_like(hidden[0])
-    _, input_gradient = lax.scan(step, (zeros, zeros), (hidden_gradient, cells, previous_cells, gates), reverse=True)
-    previous_hidden = settings.state(jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]]))
-    kernel_gradient = settings.math.dot("tbu,tbg->ug", previous_hidden, input_gradient)
-    return input_gradient, kernel_gradient
-
-
-_recurrence.defvjp(_recurrence_forward_rule, _recurrence_backward_rule)
+    return jnp.swapaxes(recurrence(inputs, recurrent_kernel, Recurrent(math, state_quantizer)), 0, 1)

@@ -1,11 +1,10 @@
-"""The loss, the optimizer and the jitted steps.
+"""DS2's CTC loss, its initial training state and its jitted steps.
 
 optax's CTC returns a large finite loss (not infinity) for an utterance whose labels cannot
 be aligned within its frames, with gradients that are meaningless; the spec pins zero loss
 and zero gradient for those (PyTorch's zero_infinity), so they are found and masked here.
-optax's AdaDelta is PyTorch's (sq, delta, acc in that order); plugins/jax_ds2/tests/test_jax_backend.py
-checks it against the formula. AdamW's learning rate follows ``OptimizerSpec.learning_rate_at``,
-which the host evaluates for each step (``make_optimizer``).
+fp16 scales the loss dynamically (``TrainState.loss_scale``). The optimizers are every
+family's (``benchbase_jax_ds2.optimizers``).
 """
 
 from __future__ import annotations
@@ -17,41 +16,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from benchbase.errors import BenchbaseError
-from benchbase.specs import ModelSpec, OptimizerSpec
-from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec
-from benchbase_jax_ds2.model import arithmetic, forward, initial_weights, split_weights
+from benchbase.specs import ModelSpec
+from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
+from benchbase_jax_ds2.dropout import DROPOUT_RNG
+from benchbase_jax_ds2.ds2.model import forward, initial_weights
+from benchbase_jax_ds2.state import TrainState, initial_train_state
 
 __all__ = [
     "PaddedBatch",
-    "TrainState",
     "ctc_per_utterance",
-    "in_precision",
     "initial_state",
-    "make_optimizer",
     "make_predict",
     "make_train_step",
-    "next_learning_rate",
 ]
-
-
-DROPOUT_RNG = "rbg"
-"""The key that the state carries and each step splits; the masks themselves come from
-``model.counter_hash``. rbg keys split without threefry's unrolled rounds, which would add to
-every compilation (one per batch shape, on the run clock)."""
-
-
-class TrainState(NamedTuple):
-    """Everything a step changes, and everything a checkpoint holds."""
-
-    parameters: dict
-    statistics: dict
-    optimizer: optax.OptState
-    dropout_key: jax.Array
-    """Raw key data (uint32), so that the state holds plain arrays only."""
-    loss_scale: dict | None = None
-    """fp16 only: the dynamic loss scale ({"scale", "finite_steps"}); None (no leaves, so the
-    checkpoint of every other precision is unchanged) otherwise."""
 
 
 class PaddedBatch(NamedTuple):
@@ -69,62 +46,13 @@ class PaddedBatch(NamedTuple):
     frames: jax.Array
 
 
-def make_optimizer(spec: OptimizerSpec) -> optax.GradientTransformationExtraArgs:
-    """The spec's optimizer (and the clip), over all parameters as one vector.
-
-    One vector: a handful of fused kernels instead of a few per weight, which takes seconds
-    off every compilation (elementwise, so the numbers are the same).
-
-    AdamW takes each step's learning rate as the extra argument ``learning_rate``
-    (``update(grads, state, params, learning_rate=...)``), from ``next_learning_rate(spec, state)``:
-    the schedule is then the spec's own formula, evaluated in float64 by the host and rounded
-    once, where optax's schedules would evaluate their own float32 version of it on the device.
-    It counts the optimizer's steps (Adam's ``count``, in the state and so in a checkpoint), so a
-    restored checkpoint resumes the schedule. AdaDelta's rate is constant and built in; it
-    ignores the argument.
-    """
-    if isinstance(spec, AdamWSpec):
-        # optax's AdamW is this chain; its decay is decoupled, lr * weight_decay * w, as PyTorch's.
-        transform = optax.chain(optax.scale_by_adam(b1=spec.beta1, b2=spec.beta2, eps=spec.epsilon),
-                                optax.add_decayed_weights(spec.weight_decay), _scale_by_given_learning_rate())
-    elif isinstance(spec, AdaDeltaSpec):
-        transform = optax.adadelta(spec.learning_rate, rho=spec.rho, eps=spec.epsilon)
-    else:
-        raise BenchbaseError(f"the JAX backend has no optimizer {spec.name!r}")
-    if spec.gradient_clip_norm is not None:
-        transform = optax.chain(optax.clip_by_global_norm(spec.gradient_clip_norm), transform)
-    return optax.flatten(transform)
-
-
-def next_learning_rate(spec: OptimizerSpec, optimizer_state: optax.OptState) -> np.float32:
-    """The learning rate of the optimizer's next step: ``spec.learning_rate_at`` of the steps it has taken."""
-    steps = optax.tree_utils.tree_get(optimizer_state, "count", 0)
-    return np.float32(spec.learning_rate_at(int(steps)))
-
-
-def _scale_by_given_learning_rate() -> optax.GradientTransformationExtraArgs:
-    """-learning_rate * updates, the rate given to ``update`` (optax.scale_by_learning_rate's sign)."""
-
-    def update(updates: optax.Updates, state: optax.EmptyState, params: optax.Params | None = None, *,
-               learning_rate: jax.Array, **extra_args: object) -> tuple[optax.Updates, optax.EmptyState]:
-        del params, extra_args
-        return jax.tree_util.tree_map(lambda update: -learning_rate * update, updates), state
-
-    return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
-
-
 def initial_state(spec: ModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
                   device: jax.Device) -> TrainState:
-    """The state before the first step, on ``device``."""
-    parameters, statistics = jax.device_put(split_weights(initial_weights(spec, feature_dimension, seed)), device)
-    with jax.default_device(device):
-        dropout_key = jax.random.key_data(jax.random.key(seed, impl=DROPOUT_RNG))
-        loss_scale = None
-        if spec.precision == "fp16":
-            loss_scale = {"scale": jnp.float32(LOSS_SCALE_INITIAL), "finite_steps": jnp.int32(0)}
-        state = TrainState(parameters, statistics, jax.jit(optimizer.init)(parameters), dropout_key, loss_scale)
-    # Committed to the device like every later state: jit compiles again for an uncommitted argument.
-    return jax.device_put(state, device)
+    """The state before the first step, on ``device``; fp16's starts its loss scale."""
+    loss_scale = None
+    if spec.precision == "fp16":
+        loss_scale = {"scale": np.float32(LOSS_SCALE_INITIAL), "finite_steps": np.int32(0)}
+    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device, loss_scale)
 
 
 def ctc_per_utterance(spec: ModelSpec, log_probs: jax.Array, output_lengths: jax.Array, labels: jax.Array,
@@ -146,7 +74,7 @@ def _alignable(output_lengths: jax.Array, labels: jax.Array, label_lengths: jax.
 
 def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, platform: str = "cpu"):
     """A jitted (state, batch, learning_rate) -> (state, loss) that donates the old state, for a device of
-    ``platform``; ``learning_rate``: see ``make_optimizer``."""
+    ``platform``; ``learning_rate``: see ``benchbase_jax_ds2.optimizers.make_optimizer``."""
     math = arithmetic(spec, platform)
 
     def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key, scale):
@@ -217,15 +145,3 @@ def _frame_mask(spec: ModelSpec, batch: PaddedBatch) -> jax.Array:
     """(rows, conv output frames): True where the harness's own batch is."""
     rows, frames = batch.features.shape[0], spec.output_frames(batch.features.shape[1])
     return (jnp.arange(rows)[:, None] < batch.rows) & (jnp.arange(frames)[None] < batch.frames)
-
-
-def in_precision(spec: ModelSpec, function):
-    """Runs ``function`` (while it is traced) with float32 matmuls everywhere the model does not
-    set its own, optax's CTC included: true float32, or TF32 for the spec's tf32."""
-    precision = "tensorfloat32" if spec.precision == "tf32" else "highest"
-
-    def traced(*args):
-        with jax.default_matmul_precision(precision):
-            return function(*args)
-
-    return traced

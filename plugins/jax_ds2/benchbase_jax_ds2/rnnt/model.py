@@ -16,12 +16,12 @@ the reference reads them; the loss reads no cell outside the lengths.
 
 Dropout (``spec.dropout``, training only) falls where the torch backend puts it: on the input of
 every LSTM layer but the first of each network (the encoder's time stacking included), and on the
-joint's hidden layer after its activation. Its masks come from the DS2 model's counter hash, a
-handful of integer operations XLA fuses into the dropout itself.
+joint's hidden layer after its activation. Its masks come from the shared counter hash
+(``benchbase_jax_ds2.dropout``), a handful of integer operations XLA fuses into the dropout itself.
 
 int8-emulated (``benchbase.families.rnnt.quantization``, whose ``Quantizer`` is the spec): a
 ``Quantizer`` fake-quantizes each layer's input (after dropout: the input as the layer receives
-it) and kernels and every LSTM's h(t-1), with the DS2 model's primitives
+it) and kernels and every LSTM's h(t-1), with the primitives both families share
 (``benchbase_jax_ds2.quantization``). A range is over the harness's batch only (``Extent``): the
 rows, frames and label positions the backend padded on are masked out of its max|x|, as the DS2
 model masks them, so a range never depends on the compiled shape. joint.output's range is over
@@ -43,9 +43,10 @@ from benchbase.families.rnnt import reference
 from benchbase.families.rnnt.quantization import tensor_name
 from benchbase.families.rnnt.spec import RNNTModelSpec, stacked_frames
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
-from benchbase_jax_ds2.model import FP32_RECURRENCE, Arithmetic, counter_hash, recurrence
-from benchbase_jax_ds2.model import _Recurrent as Recurrent
+from benchbase_jax_ds2.arithmetic import Arithmetic
+from benchbase_jax_ds2.dropout import counter_hash
 from benchbase_jax_ds2.quantization import quantize_activation, quantize_weight, updated_range
+from benchbase_jax_ds2.recurrence import FP32_RECURRENCE, Recurrent, recurrence
 
 __all__ = ["Extent", "Lattice", "Parameters", "Quantizer", "dropout_keys", "encode", "every_cell", "initial_weights",
            "lattice", "predict_labels", "stack_frames"]
@@ -187,7 +188,7 @@ def lattice(spec: RNNTModelSpec, parameters: Parameters, encoded: jax.Array, pre
     """The joint on the lattice cells ``cells`` only, reduced to the two numbers per cell the loss reads.
 
     ``cells`` (capacity,) int32: flat indices ``(row * T' + t) * (U + 1) + u`` of the cells to compute,
-    ascending; indices past the lattice are unused capacity (``shapes.Buckets.transducer_arrays``).
+    ascending; indices past the lattice are unused capacity (``rnnt.padding.transducer_cells``).
     The joint's (cells, joint_units) hidden layer is a training step's largest tensor, and a
     padded batch's lattice holds two to three times the cells within its lengths, which are all
     the loss reads; the other cells of the result hold 0 and are never read. The log-softmax is
@@ -254,8 +255,8 @@ def dropout_keys(spec: RNNTModelSpec, key: jax.Array) -> Iterator[jax.Array]:
 
 def _lstm(parameters: Parameters, prefix: str, x: jax.Array, math: Arithmetic, quantizer: Quantizer) -> jax.Array:
     """A unidirectional LSTM from a zero state over time-major (frames, batch, inputs); gates i, f, g, o.
-    The DS2 model's recurrence, whose backward pass is written by hand (h(t-1) quantized in its
-    loop where int8-emulated says). ``x`` is the input as quantized already."""
+    The shared recurrence (``benchbase_jax_ds2.recurrence``), whose backward pass is written by hand
+    (h(t-1) quantized in its loop where int8-emulated says). ``x`` is the input as quantized already."""
     inputs = (math.dot("tbi,ig->tbg", x, quantizer.kernel(parameters, f"{prefix}.input_kernel"))
               + parameters[f"{prefix}.bias"])
     return recurrence(inputs, quantizer.kernel(parameters, f"{prefix}.recurrent_kernel"),

@@ -1,6 +1,7 @@
 """The transducer's training state, jitted training step and jitted predict, in parallel with DS2's
-(``benchbase_jax_ds2.training``): the same ``TrainState`` pytree (without running statistics, which
-the transducer has none of), the same optimizers, the same precision and donation rules.
+(``benchbase_jax_ds2.ds2.training``): the same ``TrainState`` pytree (``benchbase_jax_ds2.state``;
+without running statistics but int8-emulated's ranges), the same optimizers, the same precision
+and donation rules.
 
 The batch loss is ``loss_reduction`` "mean_over_batch": each utterance's negative log-likelihood
 summed, divided by the harness's batch size. Rows the backend pads on have no output frame, so
@@ -22,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from benchbase.backend import Batch
 from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase_jax_ds2.model import arithmetic, split_weights
+from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
+from benchbase_jax_ds2.dropout import DROPOUT_RNG
 from benchbase_jax_ds2.rnnt.loss import transducer_losses
 from benchbase_jax_ds2.rnnt.model import (
     Extent,
@@ -37,10 +38,10 @@ from benchbase_jax_ds2.rnnt.model import (
     lattice,
     predict_labels,
 )
-from benchbase_jax_ds2.training import DROPOUT_RNG, TrainState, in_precision
+from benchbase_jax_ds2.state import TrainState, initial_train_state
 
-__all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "harness_extent", "initial_state",
-           "make_predict", "make_train_step"]
+__all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "initial_state", "make_predict",
+           "make_train_step"]
 
 TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
 """What the JAX backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the model's
@@ -49,7 +50,7 @@ Mixed precision is DS2's only."""
 
 
 class TransducerBatch(NamedTuple):
-    """A batch padded to a compiled shape (``shapes.Buckets.transducer_arrays``); ``rows`` is the
+    """A batch padded to a compiled shape (``rnnt.padding.padded_batch``); ``rows`` is the
     harness's batch size, the other rows are padding with no output frame and no label."""
 
     features: jax.Array
@@ -60,15 +61,9 @@ class TransducerBatch(NamedTuple):
     """The lattice cells the joint computes (``model.lattice``)."""
     rows: jax.Array
     frames: jax.Array
-    """The feature frames of the harness's padded batch (``harness_extent``)."""
+    """The feature frames of the harness's padded batch, which int8-emulated's ranges are over."""
     label_width: jax.Array
     """U of the harness's padded labels."""
-
-
-def harness_extent(batch: Batch) -> dict[str, np.int32]:
-    """The ``TransducerBatch`` fields that say how far the harness padded ``batch``: int8-emulated's
-    ranges are over that padding, not the compiled shape's."""
-    return {"frames": np.int32(batch.features.shape[1]), "label_width": np.int32(batch.labels.shape[1])}
 
 
 def check_precision(spec: RNNTModelSpec) -> None:
@@ -82,13 +77,7 @@ def initial_state(spec: RNNTModelSpec, feature_dimension: int, optimizer: optax.
     """The state before the first step, on ``device``: the parameters, as statistics int8-emulated's
     ranges (0: the first step sets them; none in another precision), no loss scale."""
     check_precision(spec)
-    parameters, statistics = jax.device_put(split_weights(initial_weights(spec, feature_dimension, seed)), device)
-    with jax.default_device(device):
-        dropout_key = jax.random.key_data(jax.random.key(seed, impl=DROPOUT_RNG))
-        state = TrainState(parameters, statistics, jax.jit(optimizer.init)(parameters), dropout_key)
-    # Committed to the device like every later state: jit compiles again for an uncommitted argument.
-    committed: TrainState = jax.device_put(state, device)
-    return committed
+    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device)
 
 
 def batch_loss(spec: RNNTModelSpec, parameters: Parameters, statistics: Parameters, batch: TransducerBatch,
@@ -113,7 +102,7 @@ def make_train_step(spec: RNNTModelSpec, optimizer: optax.GradientTransformation
     """A jitted (state, batch, learning_rate) -> (state, loss) that donates the old state.
 
     ``learning_rate``: the schedule's rate for this step (``OptimizerSpec.learning_rate_at``),
-    computed by the caller; see ``benchbase_jax_ds2.training.make_optimizer``.
+    computed by the caller; see ``benchbase_jax_ds2.optimizers.make_optimizer``.
     """
 
     def step(state: TrainState, batch: TransducerBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:

@@ -1,0 +1,78 @@
+"""What ``JaxBackend`` asks of a model family: the protocol each family folder's ``FAMILY`` meets.
+
+The backend keeps everything that does not depend on the family: the device and its threads,
+the training state's pytree and its checkpoints, the optimizers and their schedule, the padded
+shapes and the warm-up over them. A family supplies the rest as pure functions: its initial
+state, its jitted training step and predict, the batch its step takes, and its weights' neutral
+layout. ``benchbase_jax_ds2.families`` finds the families; a new one is one new folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+import optax
+
+from benchbase.backend import Batch, Inputs
+from benchbase.specs import ModelSpec
+from benchbase_jax_ds2.shapes import Buckets
+from benchbase_jax_ds2.state import TrainState
+
+__all__ = ["ModelFamily", "Predict", "StepBatch", "TrainStep"]
+
+StepBatch = tuple
+"""The NamedTuple of arrays a family's training step takes (DS2's ``PaddedBatch``, the transducer's
+``TransducerBatch``): a batch padded to a compiled shape."""
+
+TrainStep = Callable[[TrainState, Any, np.float32], tuple[TrainState, jax.Array]]
+"""A jitted (state, padded batch, learning rate) -> (state, loss) that donates the state it is given."""
+
+Predict = Callable[[dict, dict, jax.Array, np.int32, np.int32], jax.Array]
+"""A jitted (parameters, statistics, padded features, rows, frames) -> what ``Backend.predict()``
+returns, before it is cut to the caller's rows and output frames."""
+
+
+class ModelFamily(Protocol):
+    name: str
+    """``ModelSpec.family``; also the name of the folder the family lives in."""
+
+    summary: str
+    """What the backend's description says of it, e.g. ``DS2 (optax CTC)``."""
+
+    precisions: frozenset[str]
+    """The precisions this backend implements for the family (``Capabilities.precisions_of``)."""
+
+    layout: ModuleType
+    """``benchbase.families.<name>.weight_layout``: the neutral names, shapes and ``validate_weights``."""
+
+    def initial_state(self, spec: ModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation,
+                      seed: int, device: jax.Device) -> TrainState:
+        """The state before the first step, committed to ``device``."""
+        ...
+
+    def make_train_step(self, spec: ModelSpec, optimizer: optax.GradientTransformationExtraArgs,
+                        platform: str) -> TrainStep:
+        """The training step for a device of ``platform`` ("cpu", "gpu")."""
+        ...
+
+    def make_predict(self, spec: ModelSpec, platform: str) -> Predict:
+        """predict() in inference mode, for a device of ``platform``."""
+        ...
+
+    def padded_batch(self, buckets: Buckets, batch: Batch, spec: ModelSpec) -> StepBatch:
+        """``batch`` padded to its bucket's shape, as host arrays, in the form the training step takes."""
+        ...
+
+    def predict_extent(self, spec: ModelSpec, inputs: Inputs) -> tuple[np.int32, np.int32]:
+        """(rows, frames): how much of the padded features is the caller's batch, in the units the
+        family's ``Predict`` masks by (an untrained int8-emulated model takes its ranges from it)."""
+        ...
+
+    def warm_up_label_lengths(self, label_length: int) -> Sequence[int]:
+        """The label lengths of the synthetic batches whose labels are padded to ``label_length``
+        that together reach every program a real batch of that shape can compile."""
+        ...
