@@ -9,8 +9,11 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -324,3 +327,125 @@ def test_datasette_serves_the_file_read_only(two_machines, tmp_path):
 def test_runs_table_has_a_column_for_everything_a_run_is_filed_under():
     assert {"run_id", "workload", "backend", "system", "seed", "division", "status", "precision",
             "benchbase_version", "benchbase_commit", "started_at"} <= set(RUNS.c.keys())
+
+
+# --- faults: a killed import, imports at once, a wrong --db, a killed run --------------------------------
+
+KILLED_AFTER_CREATING_RUNS = """
+import os, signal, sys
+import sqlalchemy as sa
+from benchbase.cli import main
+
+def die_after_creating_runs(connection, cursor, statement, *rest):
+    if statement.lstrip().upper().startswith("CREATE TABLE RUNS"):
+        os.kill(os.getpid(), signal.SIGKILL)  # as a kill -9 (or a SIGTERM) midway through the first import
+
+sa.event.listen(sa.Engine, "after_cursor_execute", die_after_creating_runs)
+main(["results", "add", *sys.argv[2:], "--db", sys.argv[1]])
+"""
+
+ADD_AT_THE_SIGNAL = """
+import sys, time
+from pathlib import Path
+import sqlalchemy as sa
+import benchbase.cli, benchbase.results_db.importing  # imported before the start, so that the adds meet
+from benchbase.cli import main
+
+looked = []
+
+def linger_after_looking_for_the_schema(connection, cursor, statement, parameters, *rest):
+    # Widens the race: every add sees no schema yet before any of them makes it, unless they take turns.
+    if not looked and "alembic_version" in f"{statement} {parameters}":
+        looked.append(statement)
+        time.sleep(1)
+
+sa.event.listen(sa.Engine, "after_cursor_execute", linger_after_looking_for_the_schema)
+ready, start = Path(sys.argv[1]), Path(sys.argv[2])
+ready.touch()
+while not start.exists():
+    time.sleep(0.001)
+main(["results", "add", *sys.argv[4:], "--db", sys.argv[3]])
+"""
+
+
+def _python(script: str, *arguments: str, **options) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", script, *arguments], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **options)
+
+
+def test_an_import_killed_while_making_the_schema_leaves_a_usable_store(two_machines, database, capsys):
+    folder = str(two_machines["tf-cpu"])
+    killed = _python(KILLED_AFTER_CREATING_RUNS, database, folder)
+    _, stderr = killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL, stderr[-2000:]  # it did die midway, after CREATE TABLE runs
+    added = _cli(capsys, "results", "add", folder, "--db", database)
+    assert added.returncode == 0, added.stderr[-2000:]
+    assert "added 5 run(s), 0 already in the database" in added.stdout
+    assert _row_counts(database)["runs"] == 5
+
+
+def test_imports_at_the_same_moment_into_a_new_store_each_add_every_run_once(database, tmp_path, capsys):
+    importers = 4
+    folders = _copy_runs(RUNS_DATA / "torch-cpu", tmp_path / "runs", range(importers))
+    start = tmp_path / "start"
+    processes = []
+    for index in range(importers):  # each adds its own run and the next one's: every run from two at once
+        ready = tmp_path / f"ready-{index}"
+        runs = [str(folders / f"seed-{seed % importers}") for seed in (index, index + 1)]
+        processes.append((ready, _python(ADD_AT_THE_SIGNAL, str(ready), str(start), database, *runs)))
+    deadline = time.monotonic() + 120
+    while not all(ready.exists() for ready, _ in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    start.touch()
+    for _, process in processes:
+        _, stderr = process.communicate(timeout=180)
+        assert process.returncode == 0, stderr[-3000:]
+    counts = _row_counts(database)
+    assert counts["runs"] == importers and counts["run_groups"] == importers
+    listed = _cli(capsys, "results", "list", "--db", database)
+    assert f"{importers} run(s)" in listed.stdout
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda path: path.write_text("not a database\n"), "not a SQLite database"),
+    (lambda path: path.mkdir(), "is a folder"),
+    (lambda path: None, "no such folder"),
+], ids=["a-text-file", "a-folder", "in-a-missing-folder"])
+def test_a_database_path_that_cannot_be_one_is_one_line_and_creates_nothing(two_machines, tmp_path, capsys, make,
+                                                                            words):
+    given = tmp_path / "given.sqlite"
+    make(given)
+    if not given.exists():
+        given = tmp_path / "no" / "such" / "folder" / "results.sqlite"
+    before = sorted(tmp_path.rglob("*"))
+    for command in (["results", "add", str(two_machines["tf-cpu"])], ["results", "list"]):
+        found = _cli(capsys, *command, "--db", str(given))
+        assert found.returncode == 2, found.stderr
+        [line] = found.stderr.strip().splitlines()
+        assert line.startswith(f"benchbase: error: {given}: ") and words in line, line
+    assert sorted(tmp_path.rglob("*")) == before
+    if given.is_file():
+        assert given.read_text() == "not a database\n"
+
+
+def test_the_readme_commands_work_as_written(two_machines, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BENCHBASE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("BENCHBASE_RESULTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert _cli(capsys, "results", "add", str(two_machines["torch-cpu"])).returncode == 0
+    assert _cli(capsys, "results", "list").returncode == 0
+    reported = _cli(capsys, "report", "--from-db", "results.sqlite", "--no-figures", "--out", "report/")
+    assert reported.returncode == 0, reported.stderr
+    assert (tmp_path / "report" / "tta-minutes.csv").is_file()
+    assert not (tmp_path / "results.sqlite").exists()
+
+
+def test_a_killed_run_named_directly_is_left_out_and_named(two_machines, tmp_path, capsys):
+    killed = shutil.copytree(two_machines["tf-cpu"] / "seed-0", tmp_path / "killed")
+    (killed / "result.json").unlink()  # killed before it wrote its result
+    database = str(tmp_path / "results.sqlite")
+    added = _cli(capsys, "results", "add", str(killed), str(two_machines["tf-cpu"]), "--db", database)
+    assert added.returncode == 0, added.stderr
+    said = " ".join(added.stdout.split())
+    assert f"left out: {killed} has no result.json" in said and "added 5 run(s)" in said
+    assert _row_counts(database)["runs"] == 5

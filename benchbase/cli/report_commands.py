@@ -92,9 +92,9 @@ def report(run_dirs: tuple[Path, ...], baseline: str | None, out: Path, paper: b
 
 
 def _stored_groups(url: str, taken: set[str]) -> list:
-    from benchbase.results_db import database_url, open_for_reading, stored_groups  # SQLAlchemy only for --from-db
+    from benchbase.results_db import database_to_read, open_for_reading, stored_groups  # SQLAlchemy only for --from-db
 
-    with open_for_reading(database_url(url)) as connection:
+    with open_for_reading(database_to_read(url)) as connection:
         return stored_groups(connection, taken)
 
 

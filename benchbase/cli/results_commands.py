@@ -54,9 +54,9 @@ def add(paths: tuple[Path, ...], database: str | None) -> None:
 @DATABASE
 def list_runs(database: str | None) -> None:
     """Every run in the database, the oldest first."""
-    from benchbase.results_db import database_url, open_for_reading, runs_table
+    from benchbase.results_db import database_to_read, open_for_reading, runs_table
 
-    with open_for_reading(database_url(database)) as connection:
+    with open_for_reading(database_to_read(database)) as connection:
         table = runs_table(connection)
     _console().print(rich_table(table))
 
@@ -69,9 +69,9 @@ def list_runs(database: str | None) -> None:
 @click.argument("second")
 def compare(database: str | None, by: str, first: str, second: str) -> None:
     """FIRST and SECOND side by side per workload and target: TTA median and min-max, epochs, final WER."""
-    from benchbase.results_db import comparison_table, database_url, open_for_reading
+    from benchbase.results_db import comparison_table, database_to_read, open_for_reading
 
-    with open_for_reading(database_url(database)) as connection:
+    with open_for_reading(database_to_read(database)) as connection:
         table = comparison_table(connection, "system" if by == "system" else "backend", first, second)
     _console().print(rich_table(table))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from benchbase.results_db.comparison import DIMENSIONS, comparison_table, runs_table
 from benchbase.results_db.importing import Added, Import, add_imports, add_paths, read_imports
 from benchbase.results_db.record import RunRecord, read_run_record, run_id
-from benchbase.results_db.store import database_url, describe, open_for_reading, open_for_writing
+from benchbase.results_db.store import database_to_read, database_url, describe, open_for_reading, open_for_writing
 from benchbase.results_db.stored_groups import stored_groups
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "add_imports",
     "add_paths",
     "comparison_table",
+    "database_to_read",
     "database_url",
     "describe",
     "open_for_reading",

@@ -22,6 +22,7 @@ from benchbase.report.runs import RunGroup, load_groups
 from benchbase.report.scoring import score_group
 from benchbase.results_db.record import RunRecord, read_run_record
 from benchbase.results_db.schema import ENVIRONMENT, EVALUATIONS, GROUP_RUNS, GROUPS, RCP_VERDICTS, RUNS, SCORES, TTA
+from benchbase.run_folder import RunFolder, find_run_folders
 
 __all__ = ["Added", "Import", "add_imports", "add_paths", "read_imports"]
 
@@ -32,6 +33,8 @@ class Import:
 
     path: Path
     groups: list[tuple[RunGroup, list[RunRecord], GroupRcp | None]]
+    unfinished: list[Path] = field(default_factory=list)
+    """The path's run folders when not one of them has a result.json: nothing to store, but named."""
 
 
 @dataclass
@@ -50,11 +53,22 @@ def read_imports(paths: list[Path]) -> list[Import]:
     now = datetime.now(UTC)
     found = []
     for path in paths:
+        unfinished = _unfinished_runs_only(path)
+        if unfinished:
+            found.append(Import(path, [], unfinished))
+            continue
         groups = load_groups([path])
         verdicts = rcp_of_groups(groups)
         found.append(Import(path, [(group, [read_run_record(run, now) for run in group.runs], verdicts.get(group.name))
                                    for group in groups]))
     return found
+
+
+def _unfinished_runs_only(path: Path) -> list[Path]:
+    """The run folders ``path`` is or holds when none has finished (killed, or still running): a path
+    that is left out whole rather than refused, so that one killed run does not stop the others' import."""
+    found = find_run_folders(path)
+    return [] if any(RunFolder(folder).result.is_file() for folder in found) else found
 
 
 def add_imports(connection: sa.Connection, imports: list[Import]) -> list[Added]:
@@ -66,7 +80,7 @@ def add_paths(connection: sa.Connection, paths: list[Path]) -> list[Added]:
 
 
 def _add_import(connection: sa.Connection, item: Import) -> Added:
-    added = Added(item.path)
+    added = Added(item.path, left_out=list(item.unfinished))
     for group, records, rcp in item.groups:
         for record in records:
             stored = _add_run(connection, record)
