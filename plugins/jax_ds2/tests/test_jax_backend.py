@@ -140,7 +140,7 @@ def test_forward_loss_and_batchnorm_agree_with_numpy(batch):
         assert abs(loss - np.mean(losses)) <= step.loss_bound
         after = backend.export_weights()
         assert all(np.isfinite(value).all() for value in after.values())
-        running_bound = step.reference.running_bound
+        running_bound = step.running_bound
         keep = model.batchnorm_momentum
         for prefix, (mean, variance) in moments.items():
             for stat, batch_value in (("mean", mean), ("variance", variance)):
