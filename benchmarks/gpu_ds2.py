@@ -305,7 +305,7 @@ class Framework:
         if self.name == "jax":
             import jax
 
-            return {"lax precision": "per ModelSpec.precision (benchbase_jax_ds2.model.arithmetic): HIGHEST for "
+            return {"lax precision": "per ModelSpec.precision (benchbase_jax_ds2.arithmetic.arithmetic): HIGHEST for "
                                      "fp32, DEFAULT (TF32) for tf32, bf16/fp16 operands with float32 accumulation",
                     "jax_default_matmul_precision": str(jax.config.jax_default_matmul_precision)}
         if self.name == "tf":

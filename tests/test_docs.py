@@ -140,11 +140,6 @@ TRACKER_NUMBER = re.compile("issue" + r"s?\s*#\s*\d", re.IGNORECASE)
 
 TRACKER_ROOTS = ["benchbase", "plugins", "docs", "benchmarks", "tests", "examples", "README.md", "CONTRIBUTING.md"]
 
-FIXED_ELSEWHERE = ("tests/test_precision.py",)
-"""Files another change in progress rewrites, tracker numbers included: each case below fails (a strict
-xfail that passes) once the file is clean, and then its entry goes."""
-
-
 def _tracker_numbers(root: str) -> list[str]:
     found = []
     for path in _text_files(root):
@@ -157,15 +152,8 @@ def _tracker_numbers(root: str) -> list[str]:
 
 @pytest.mark.parametrize("root", TRACKER_ROOTS)
 def test_no_tracker_numbers(root):
-    found = [line for line in _tracker_numbers(root) if not line.startswith(FIXED_ELSEWHERE)]
+    found = _tracker_numbers(root)
     assert not found, "name the finding by its subject, not by its tracker number:\n" + "\n".join(found)
-
-
-@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.xfail(
-    strict=True, reason="another change is rewriting this file; drop it from FIXED_ELSEWHERE once it passes"))
-    for path in FIXED_ELSEWHERE])
-def test_no_tracker_numbers_in_files_being_rewritten(path):
-    assert not _tracker_numbers(path)
 
 
 def test_tracker_pattern():

@@ -1,4 +1,4 @@
-"""Precision as a measured dimension (issue #12).
+"""Precision as a measured dimension: fp32, tf32, bf16, fp16 and int8-emulated.
 
 The quantization scheme is stated once (``ModelSpec.quantization``) with a NumPy reference
 (``benchbase.families.ds2.quantization``); each backend's fake quantizer must be that reference, bit for
