@@ -7,6 +7,7 @@
       telemetry.jsonl           one line per telemetry sample
       sentences.jsonl           greedy-decoded training sentences
       result.json               the RunResult, written after run_stop
+      traceback.txt             the whole traceback of a backend's error that ended the run
       checkpoints/              batch-NNNNNNN.ckpt with its sidecar batch-NNNNNNN.ckpt.json, final.ckpt
       decoded/NAME.jsonl        each utterance's reference and hypothesis for one evaluated subset
       segments/K/               the files of an interrupted segment, moved aside by a resume
@@ -42,6 +43,7 @@ __all__ = [
     "SEGMENTS_DIR",
     "SENTENCES_NAME",
     "TELEMETRY_NAME",
+    "TRACEBACK_NAME",
     "RunFolder",
     "find_run_folders",
     "is_run_folder",
@@ -57,6 +59,7 @@ METRICS_NAME = "metrics.jsonl"
 TELEMETRY_NAME = "telemetry.jsonl"
 SENTENCES_NAME = "sentences.jsonl"
 RESULT_NAME = "result.json"
+TRACEBACK_NAME = "traceback.txt"
 CHECKPOINTS_DIR = "checkpoints"
 DECODED_DIR = "decoded"
 SEGMENTS_DIR = "segments"
@@ -113,6 +116,11 @@ class RunFolder:
     @property
     def result(self) -> Path:
         return self.root / RESULT_NAME
+
+    @property
+    def traceback(self) -> Path:
+        """A backend's error that ended the run, whole: the terminal shows it in one line."""
+        return self.root / TRACEBACK_NAME
 
     @property
     def profile(self) -> Path:

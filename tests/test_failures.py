@@ -3,6 +3,7 @@ training split, SIGTERM, and a parent killed outright."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from test_plugins import ThirdPartyPlugin, stand_in_workload
+from cli_helpers import benchbase_in_process
+from test_plugins import LinearCTCBackend, ThirdPartyPlugin, install_fake_plugin, stand_in_workload
 
 from benchbase.compliance.checker import check_log
 from benchbase.data.integrity import shard_checksums
@@ -191,3 +193,78 @@ def test_out_on_a_read_only_or_full_filesystem_is_one_line(small_store, tmp_path
     assert "Traceback" not in finished.stderr
     last = finished.stderr.strip().splitlines()[-1]
     assert last.startswith("benchbase: error: ") and words in last and str(mount) in last
+
+
+# --- a backend with a bug ------------------------------------------------------------------------------
+
+
+class FallsOverInTrainStep(LinearCTCBackend):
+    """A third party's backend whose train_step() raises, deep in its own code."""
+
+    name = "falls-over-in-train-step"
+
+    def train_step(self, batch):
+        self._fall_over()
+        return super().train_step(batch)
+
+    def _fall_over(self):
+        raise RuntimeError("the device fell over\n(the framework's second line)")
+
+
+class FallsOverInPredict(FallsOverInTrainStep):
+    name = "falls-over-in-predict"
+
+    def train_step(self, batch):
+        return LinearCTCBackend.train_step(self, batch)
+
+    def predict(self, inputs):
+        self._fall_over()
+        return super().predict(inputs)
+
+
+def _raising_line() -> str:
+    """Where the backend raises, as the error names it: this file and the line of the raise."""
+    lines, first = inspect.getsourcelines(FallsOverInTrainStep._fall_over)
+    return f"{Path(__file__).name}:{first + next(i for i, line in enumerate(lines) if 'raise' in line)}"
+
+
+def _run_backend(capsys, monkeypatch, backend, store: Path, out: Path, *before: str) -> tuple[int, str, str]:
+    install_fake_plugin(monkeypatch, "falls-over", "falls_over_benchbase_plugin", "register_backends", backend)
+    monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
+    return benchbase_in_process(capsys, *before, "run", "--workload", "ds2-mini", "--backend", backend.name, "--hw",
+                                "cpu", "--data", str(store), "--out", str(out), "--max-epochs", "1",
+                                "--no-final-eval", "--set", "workload.evaluation.independent_utterances=0")
+
+
+@pytest.mark.parametrize(("backend", "method"), [(FallsOverInTrainStep, "train_step"),
+                                                 (FallsOverInPredict, "predict")])
+def test_a_backend_that_raises_is_one_line_naming_it_and_its_traceback_is_in_the_run_folder(
+        small_store, tmp_path, monkeypatch, capsys, backend, method):
+    monkeypatch.delenv("BENCHBASE_DEBUG", raising=False)
+    out = tmp_path / "run"
+    code, _, stderr = _run_backend(capsys, monkeypatch, backend, small_store, out)
+    assert code == 1
+    [line] = stderr.strip().splitlines()
+    assert line == (f"benchbase: error: backend '{backend.name}' failed in {method}(): RuntimeError: the device fell "
+                    f"over (at {_raising_line()}); the traceback is in {out / 'traceback.txt'}")
+    kept = (out / "traceback.txt").read_text()
+    assert kept.startswith("Traceback (most recent call last):") and "_fall_over" in kept
+    assert "the framework's second line" in kept
+    stop = [event for event in _events(out) if event["key"] == "run_stop"]
+    assert [event["metadata"]["status"] for event in stop] == ["aborted"]
+    assert stop[0]["metadata"]["stop_reason"] == "error" and "the device fell over" in stop[0]["metadata"]["error"]
+
+
+@pytest.mark.parametrize(("option", "environment"), [("--traceback", None), (None, "1")])
+def test_traceback_or_benchbase_debug_prints_the_whole_traceback_too(small_store, tmp_path, monkeypatch, capsys,
+                                                                    option, environment):
+    if environment is None:
+        monkeypatch.delenv("BENCHBASE_DEBUG", raising=False)
+    else:
+        monkeypatch.setenv("BENCHBASE_DEBUG", environment)
+    code, _, stderr = _run_backend(capsys, monkeypatch, FallsOverInTrainStep, small_store, tmp_path / "run",
+                                   *([option] if option else []))
+    assert code == 1
+    assert "Traceback (most recent call last):" in stderr and "in _fall_over" in stderr
+    assert stderr.strip().splitlines()[-1].startswith(f"benchbase: error: backend '{FallsOverInTrainStep.name}' "
+                                                      "failed in train_step(): RuntimeError: the device fell over")

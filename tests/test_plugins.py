@@ -198,10 +198,11 @@ class _FakeDistribution(metadata.Distribution):
         return Path(path)
 
 
-def _install_fake_plugin(monkeypatch, distribution_name: str, module_name: str, hook: str) -> None:
-    """A distribution whose one entry point is a module implementing ``hook`` (registering linear-ctc)."""
+def install_fake_plugin(monkeypatch, distribution_name: str, module_name: str, hook: str,
+                        backend: type[Backend] = LinearCTCBackend) -> None:
+    """A distribution whose one entry point is a module implementing ``hook`` (registering ``backend``)."""
     module = types.ModuleType(module_name)
-    setattr(module, hook, benchbase.hookimpl(lambda register: register(LinearCTCBackend)))
+    setattr(module, hook, benchbase.hookimpl(lambda register: register(backend)))
     monkeypatch.setitem(sys.modules, module_name, module)
     distribution = _FakeDistribution(distribution_name, module_name)
     monkeypatch.setattr(plugin_host.metadata, "entry_points",
@@ -210,7 +211,7 @@ def _install_fake_plugin(monkeypatch, distribution_name: str, module_name: str, 
 
 @pytest.fixture
 def fake_entry_points(monkeypatch):
-    _install_fake_plugin(monkeypatch, "fake-plugin", "fake_benchbase_plugin", "register_backends")
+    install_fake_plugin(monkeypatch, "fake-plugin", "fake_benchbase_plugin", "register_backends")
 
 
 def test_entry_points_are_discovered(fake_entry_points, monkeypatch):
@@ -228,7 +229,7 @@ def test_benchbase_load_plugins_restricts_entry_points(fake_entry_points, monkey
 
 
 def test_a_misspelt_hook_fails_benchbase_plugins_with_a_line_naming_it(monkeypatch, capsys):
-    _install_fake_plugin(monkeypatch, "misspelt-plugin", "misspelt_benchbase_plugin", "register_backend")
+    install_fake_plugin(monkeypatch, "misspelt-plugin", "misspelt_benchbase_plugin", "register_backend")
     monkeypatch.delenv("BENCHBASE_LOAD_PLUGINS", raising=False)
     with pytest.raises(SystemExit) as exit_:
         main(["plugins"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import click
 
@@ -13,10 +14,18 @@ from benchbase.harness.termination import install_sigterm_handler
 __all__ = ["cli", "main"]
 
 
+DEBUG_VARIABLE = "BENCHBASE_DEBUG"
+"""Set (to anything but 0 or empty), an error's whole traceback is printed above its one line, as --traceback does."""
+
+
 @click.group()
 @click.version_option(package_name="benchbase")
-def cli() -> None:
+@click.option("--traceback", "show_traceback", is_flag=True,
+              help=f"Print an error's whole traceback above its one line (or set {DEBUG_VARIABLE}=1).")
+def cli(show_traceback: bool) -> None:
     """MLPerf-style time-to-accuracy benchmarks for speech recognition training."""
+    global _show_traceback
+    _show_traceback = _show_traceback or show_traceback
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,8 +34,9 @@ def main(argv: list[str] | None = None) -> None:
     # 143 as the shell would report it.
     rank = _rank()
     install_sigterm_handler(always_defer=rank is not None)
-    global _prefix
+    global _prefix, _show_traceback
     _prefix = f"rank {rank}: " if rank is not None else ""
+    _show_traceback = os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
     try:
         # Without standalone mode, click returns a command's Exit code instead of exiting with it.
         code = cli.main(args=argv, standalone_mode=False)
@@ -39,11 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
     except BenchbaseError as error:
-        _fail(str(error), error.exit_code)
+        _fail(str(error), error.exit_code, error)
     except OSError as error:
         # A filesystem error (permissions, a full disk, a path that is a file) is the user's to
         # fix, so one line naming the file, not a traceback.
-        _fail(_describe_os_error(error), 1)
+        _fail(_describe_os_error(error), 1, error)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except Terminated:
@@ -58,6 +68,7 @@ def _describe_os_error(error: OSError) -> str:
 
 
 _prefix = ""
+_show_traceback = False
 
 
 def _rank() -> int | None:
@@ -68,6 +79,9 @@ def _rank() -> int | None:
         return None
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: int, error: BaseException | None = None) -> None:
+    if error is not None and _show_traceback:
+        # Above the one line, which stays the last: scripts and tests read the error from it.
+        click.echo("".join(traceback.format_exception(error)).rstrip(), err=True)
     click.echo(f"benchbase: error: {_prefix}{message}", err=True)
     sys.exit(code)

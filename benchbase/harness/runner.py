@@ -24,6 +24,7 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
 from benchbase.data.page_cache import drop_from_page_cache
+from benchbase.harness.backend_failure import backend_failure
 from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import check_devices_in_use, device_plan, gpus_in_use, thread_budget
 from benchbase.harness.final_evaluation import FinalEvaluation
@@ -94,6 +95,10 @@ class Harness:
             if isinstance(error, OSError) and error.filename is None:
                 # A write to an open file (a full disk): name the run folder it went to.
                 raise OSError(error.errno, error.strerror, str(self.folder.root)) from error
+            failure = backend_failure(error, self.backend_class, self.config.backend,
+                                      self.folder.traceback if self.folder.root.is_dir() else None)
+            if failure is not None:
+                raise failure from error
             raise
         self._close_files(log, recorder, quietly=False)
         return result
