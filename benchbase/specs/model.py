@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args, overload
 
 import numpy as np
@@ -31,13 +32,13 @@ from pydantic import Field, field_validator
 from benchbase.specs._base import Spec
 
 __all__ = [
-    "BUILTIN_FAMILIES",
     "GPU_ONLY_PRECISIONS",
     "PRECISIONS",
     "ModelSpec",
     "Precision",
     "QuantizationSpec",
     "add_family_source",
+    "builtin_family_specs",
     "model_families",
     "model_spec_class",
     "validate_model",
@@ -202,14 +203,16 @@ class ModelSpec(Spec):
         raise NotImplementedError
 
 
-BUILTIN_FAMILIES = {"conformer": "benchbase.families.conformer.spec", "ds2": "benchbase.families.ds2.spec",
-                    "rnnt": "benchbase.families.rnnt.spec"}
-"""The families benchbase ships, imported when first asked for: a family's package imports this
-module, so this module cannot import the families at its top."""
+def builtin_family_specs() -> list[str]:
+    """The spec modules of the families benchbase ships: every ``benchbase/families/<name>/spec.py``,
+    found on disk, so that a new family is its folder alone. Imported when first asked for: a
+    family's package imports this module, so this module cannot import the families at its top."""
+    families = Path(__file__).resolve().parent.parent / "families"
+    return [f"benchbase.families.{spec.parent.name}.spec" for spec in sorted(families.glob("*/spec.py"))]
 
 
 def _define_builtin_families() -> None:
-    for module in BUILTIN_FAMILIES.values():
+    for module in builtin_family_specs():
         importlib.import_module(module)
 
 

@@ -12,5 +12,5 @@ def register_backends(register):
     register(BackendReference(
         name="torch",
         target="benchbase_torch_ds2.backend:TorchBackend",
-        description="PyTorch: the Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss)",
+        description="PyTorch: the model families in its folders, cuDNN or oneDNN kernels, DDP and its strategies",
     ))
