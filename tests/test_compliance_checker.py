@@ -3,17 +3,19 @@ them; garbage never makes the checker raise."""
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_benchbase
+from cli_helpers import benchbase_in_process, run_benchbase
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_plugins import ThirdPartyPlugin, stand_in_workload
+from test_plugins import LinearCTCBackend, ThirdPartyPlugin, stand_in_workload
 
+import benchbase
 from benchbase.compliance.checker import check_evidence, check_log, check_paths
 from benchbase.compliance.evidence import Evidence
 from benchbase.compliance.parse import parse_log, parse_log_text
@@ -463,3 +465,87 @@ def test_a_config_written_before_a_field_existed_keeps_the_closed_division(tmp_p
     _edit_json("config.json", lambda config: config["workload"]["model"].pop("lstm_units"))(run)
     found = _division(run, workloads)
     assert found["status"] == "fail" and "model.lstm_units: 96 -> None" in found["messages"][0]
+
+
+# --- a compliant log is not always a result ---------------------------------------------------------------
+
+
+class FullDiskAtTheFinalCheckpoint(LinearCTCBackend):
+    """The disk fills up as the final checkpoint is written: after run_stop, before result.json."""
+
+    name = "full-disk-at-the-final-checkpoint"
+
+    def save_checkpoint(self, path: Path):
+        if "final.ckpt" in path.name:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        super().save_checkpoint(path)
+
+
+class FullDiskPlugin:
+    @benchbase.hookimpl
+    def register_backends(self, register):
+        register(FullDiskAtTheFinalCheckpoint)
+
+
+@pytest.fixture(scope="module")
+def crashed_run(tmp_path_factory, small_store) -> Path:
+    """The real run's workload, stopped at its three epochs, and then ENOSPC at the final checkpoint."""
+    manager = get_plugin_manager(load_entrypoints=False)
+    manager.register(FullDiskPlugin())
+    registry = collect_registry(manager)
+    rule = TTARule(subset="dev-clean", targets=(Target(metric="paper_cer", value=90),), window=3)
+    workload = stand_in_workload(registry.workload("ds2-mini"), max_epochs=3, tta=rule)
+    out = tmp_path_factory.mktemp("crashed") / "run"
+    config = RunConfig(workload=workload, backend=FullDiskAtTheFinalCheckpoint.name, hardware=registry.profile("cpu"),
+                       seed=1, out=out, data=small_store)
+    with pytest.raises(OSError, match="No space left on device"):
+        run_benchmark(config, manager, registry.backend(FullDiskAtTheFinalCheckpoint.name))
+    return out
+
+
+def _stopped_by(reason: str) -> Callable[[list[dict]], list[dict]]:
+    """The log of a run that ``reason`` stopped: run_stop aborted, nothing after it (no final evaluation)."""
+    def edit(events):
+        stop = _index(events, "run_stop")
+        events[stop]["metadata"].update(status="aborted", stop_reason=reason, error="KeyboardInterrupt: ")
+        return events[:stop + 1]
+    return edit
+
+
+def _interrupted(run: Path) -> None:
+    _edit_events(_stopped_by("interrupted"))(run)
+    for name in ("result.json", "checkpoints/final.ckpt", "checkpoints/final.weights.npz"):
+        (run / name).unlink()
+
+
+def test_a_run_that_crashed_after_run_stop_is_a_compliant_log_but_no_result(crashed_run, capsys):
+    assert "run_stop" in (crashed_run / "mllog.log").read_text() and not (crashed_run / "result.json").exists()
+    code, out, err = benchbase_in_process(capsys, "check", str(crashed_run))
+    said = " ".join(out.split())
+    assert code == 4, out + err
+    assert out.split()[0] == "UNFINISHED" and "not a result: no result.json" in said
+    assert "1/1 log(s) pass rule set 1.7, 1 of them of a run that did not finish" in said
+    assert err.strip() == ("benchbase: error: 1 of 1 log(s) are of runs that did not finish: compliant logs, not "
+                           "results (exit code 4)")
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["run-folder", "bare-log"])
+def test_an_interrupted_run_is_unfinished_by_its_run_stop(run_copy, tmp_path, capsys, bare):
+    _interrupted(run_copy)
+    log = run_copy / "mllog.log"
+    if bare:
+        log = Path(shutil.copy(log, tmp_path / "bare.log"))
+    code, out, err = benchbase_in_process(capsys, "check", "--json", str(log))
+    assert code == 4, out + err
+    document = json.loads(out)
+    [report] = document["logs"]
+    assert report["passed"] is True and report["verdict"] == document["verdict"] == "unfinished"
+    assert report["unfinished"].startswith("the run stopped on interrupted")
+
+
+def test_a_run_aborted_at_its_epoch_limit_is_a_result_and_says_so(real_run, capsys):
+    code, out, err = benchbase_in_process(capsys, "check", str(real_run))
+    said = " ".join(out.split())
+    assert code == 0, out + err
+    assert out.split()[0] == "PASS" and "1/1 log(s) pass rule set 1.7" in said
+    assert "stopped at its limit (max_epochs) with status aborted: a finished run and a result" in said

@@ -1,6 +1,8 @@
 """`benchbase check`: validate compliance logs and run folders against a rule set.
 
-Exit codes: 0 every log passes, 1 some log fails, 2 the input cannot be checked at all.
+Exit codes: 0 every log passes and is of a finished run (a result), 1 some log fails, 2 the input
+cannot be checked at all, 4 every log passes but some are of runs that did not finish (crashed,
+interrupted, stopped on an error: compliant logs, no results).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from benchbase.cli.app import cli
-from benchbase.compliance.checker import CheckReport, check_paths
+from benchbase.compliance.checker import FAIL, PASS, UNFINISHED, CheckReport, check_paths
 from benchbase.compliance.rules import DEFAULT_RULESET, load_ruleset
 from benchbase.errors import BenchbaseError
 from benchbase.plugin_host import get_plugin_manager
@@ -28,6 +30,16 @@ if TYPE_CHECKING:
 __all__ = ["check", "registered_workloads", "report_table"]
 
 STATUS_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
+VERDICT_SHOWN = {"pass": "[green]PASS[/]", "unfinished": "[bold yellow]UNFINISHED[/]", "fail": "[bold red]FAIL[/]"}
+UNFINISHED_EXIT_CODE = 4
+"""Compliant logs, not results: apart from 1 (a rule fails) so that a script can tell a run to redo
+from a log to fix, and from `benchbase run`'s 3 (stopped at a limit), which is a result."""
+
+
+class NotAResult(BenchbaseError):
+    """Every log passes, but some are of runs that did not finish."""
+
+    exit_code = UNFINISHED_EXIT_CODE
 
 
 @cli.command()
@@ -38,13 +50,17 @@ STATUS_STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
 @click.option("--verbose", "-v", is_flag=True, help="Show passing and skipped rules too.")
 def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> None:
     """Validate compliance logs (LOG_OR_RUN_DIR: a log, a run folder, or a folder of runs); a folder holding
-    a whole submission set is also held to its workload's reference convergence points."""
+    a whole submission set is also held to its workload's reference convergence points.
+
+    Exit status: 0 every log passes and is a result, 1 some log fails, 2 unusable input, 4 every log
+    passes but some are of runs that did not finish (UNFINISHED: crashed or interrupted, no result)."""
     ruleset = load_ruleset(rules)
     workloads = registered_workloads()
     reports = check_paths(list(paths), ruleset, workloads)
     judged = _rcp_judgements(paths)
     if as_json:
         click.echo(json.dumps({"passed": all(r.passed for r in reports) and all(j.passed for j in judged),
+                               "verdict": _overall_verdict(reports),
                                "logs": [r.to_dict() for r in reports],
                                "rcp": {judgement.group.name: {label: verdict.explanation for label, verdict
                                                               in judgement.verdicts.items()} | {
@@ -54,9 +70,10 @@ def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> 
         for report in reports:
             console.print(report_table(report, verbose))
             for note in report.notes:
-                console.print(f"  {note}")
-        passed = sum(report.passed for report in reports)
-        console.print(f"{passed}/{len(reports)} log(s) pass rule set {ruleset.version}")
+                console.print(f"  {escape(note)}")
+            if report.unfinished:
+                console.print(f"  [yellow]not a result:[/] {escape(report.unfinished)}")
+        console.print(_summary(reports, ruleset.version))
         for judgement in judged:
             verdict = "[green]PASS[/]" if judgement.passed else "[bold red]FAIL[/]"
             console.print(f"{verdict} {escape(judgement.group.name)}: reference convergence points "
@@ -72,6 +89,23 @@ def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> 
         raise BenchbaseError(f"{failed} of {len(reports)} log(s) fail rule set {ruleset.version}" if failed else
                              f"{len(unconverged)} set(s) of runs converge faster than the reference allows: "
                              f"{', '.join(unconverged)}")
+    unfinished = sum(report.verdict == UNFINISHED for report in reports)
+    if unfinished:
+        raise NotAResult(f"{unfinished} of {len(reports)} log(s) are of runs that did not finish: compliant logs, "
+                         f"not results (exit code {UNFINISHED_EXIT_CODE})")
+
+
+def _summary(reports: list[CheckReport], version: str) -> str:
+    passed = sum(report.passed for report in reports)
+    unfinished = sum(report.verdict == UNFINISHED for report in reports)
+    line = f"{passed}/{len(reports)} log(s) pass rule set {version}"
+    return line + (f", {unfinished} of them of a run that did not finish (not a result)" if unfinished else "")
+
+
+def _overall_verdict(reports: list[CheckReport]) -> str:
+    """The worst of the logs' verdicts: fail, then unfinished, then pass."""
+    verdicts = {report.verdict for report in reports}
+    return FAIL if FAIL in verdicts else UNFINISHED if UNFINISHED in verdicts else PASS
 
 
 def _rcp_judgements(paths: tuple[Path, ...]) -> list[GroupJudgement]:
@@ -90,8 +124,8 @@ def _rcp_judgements(paths: tuple[Path, ...]) -> list[GroupJudgement]:
 
 
 def report_table(report: CheckReport, verbose: bool = False) -> Table:
-    verdict = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-    table = Table(title=f"{verdict} {report.source} (rules {report.ruleset})", title_justify="left")
+    table = Table(title=f"{VERDICT_SHOWN[report.verdict]} {escape(report.source)} (rules {report.ruleset})",
+                  title_justify="left")
     table.add_column("rule")
     table.add_column("status")
     table.add_column("details", overflow="fold")

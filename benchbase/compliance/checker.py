@@ -21,6 +21,7 @@ from benchbase.compliance.check_registry import MESSAGES_PER_RULE
 from benchbase.compliance.checks import CHECKS
 from benchbase.compliance.evidence import Evidence, Skip
 from benchbase.compliance.keys import constants
+from benchbase.compliance.outcome import limit_note, why_unfinished
 from benchbase.compliance.parse import ParsedLog, read_log
 from benchbase.compliance.rules import DivisionRule, Rule, RuleSet, load_ruleset
 from benchbase.errors import InputError
@@ -29,7 +30,7 @@ from benchbase.specs import ResultProblem, WorkloadSpec, read_run_result
 
 __all__ = ["CheckReport", "Finding", "capped", "check_evidence", "check_log", "check_paths", "what_it_checks"]
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS, FAIL, SKIP, UNFINISHED = "pass", "fail", "skip", "unfinished"
 
 PLAIN_ITEMS = 8
 """A longer list of settings (the fields a rule pins) is left to the rule set's file."""
@@ -50,10 +51,20 @@ class CheckReport:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What a reader should know beside the verdict (a resumed run says so here)."""
+    unfinished: str | None = None
+    """Why the log is of a run that did not finish (outcome.why_unfinished), else None: a log may
+    pass every rule and still be no result."""
 
     @property
     def passed(self) -> bool:
+        """Every rule passes: the log is compliant (a result only when it is also finished)."""
         return all(finding.status != FAIL for finding in self.findings)
+
+    @property
+    def verdict(self) -> str:
+        """fail (some rule fails), unfinished (compliant, but of a run that did not finish: no
+        result), or pass (a compliant log of a finished run)."""
+        return FAIL if not self.passed else UNFINISHED if self.unfinished else PASS
 
     @property
     def failures(self) -> list[str]:
@@ -62,7 +73,8 @@ class CheckReport:
                 for message in finding.messages]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "ruleset": self.ruleset, "passed": self.passed, "notes": self.notes,
+        return {"source": self.source, "ruleset": self.ruleset, "passed": self.passed, "verdict": self.verdict,
+                "unfinished": self.unfinished, "notes": self.notes,
                 "findings": [asdict(finding) for finding in self.findings]}
 
 
@@ -100,7 +112,10 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
 
 def check_evidence(evidence: Evidence, ruleset: RuleSet) -> CheckReport:
     evidence.divisions = any(isinstance(rule, DivisionRule) for rule in ruleset.rules)
-    report = CheckReport(source=evidence.source, ruleset=ruleset.version, notes=resume_notes(evidence.log))
+    limit = limit_note(evidence)
+    report = CheckReport(source=evidence.source, ruleset=ruleset.version,
+                         notes=resume_notes(evidence.log) + ([limit] if limit else []),
+                         unfinished=why_unfinished(evidence))
     for rule in ruleset.rules:
         report.findings.append(_apply(rule, evidence))
     return report

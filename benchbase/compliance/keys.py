@@ -196,3 +196,10 @@ class StopReason(StrEnum):
     @property
     def succeeded(self) -> bool:
         return self is StopReason.TARGETS_REACHED
+
+    @property
+    def finished(self) -> bool:
+        """The run ran to its end: every target, or a limit of the workload (status aborted, yet a
+        result, its unreached targets counted as such). The others (an error, an interruption, NaN,
+        a predict() that disagrees) stop a run before its end: its log is no result."""
+        return self in (StopReason.TARGETS_REACHED, StopReason.MAX_EPOCHS, StopReason.MAX_MINUTES)
