@@ -330,3 +330,41 @@ def test_score_names_a_copied_run_and_leaves_it_out(groups_root, tmp_path):
     as_json = json.loads(run_benchbase("score", "--json", str(copies)).stdout)
     assert as_json["copies"]["duplicates"] == [{"run": str(copies / "run-1"), "repeats": str(copies / "run-0")}]
     assert as_json["copies"][CER]["runs"] == 1
+
+
+# --- `benchbase score` on a narrow terminal or a pipe ---------------------------------------------------
+
+RCP_RUNS = Path(__file__).parent / "data" / "rcp" / "torch-cpu"
+
+
+@pytest.mark.parametrize("columns", ["80", None], ids=["80-columns", "piped"])
+def test_score_reads_at_80_columns_and_in_a_pipe_one_line_or_so_per_target(capsys, monkeypatch, columns):
+    from cli_helpers import benchbase_in_process
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)  # a pipe: rich assumes 80 columns
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = benchbase_in_process(capsys, "score", str(RCP_RUNS))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    assert "…" not in out  # no header or cell cut short
+    targets = ["CER 40", "CER 30", "CER 25", "WER 90", "WER 80"]
+    starts = [next(index for index, line in enumerate(lines) if line.lstrip().startswith(target))
+              for target in targets]
+    assert all(later - earlier <= 3 for earlier, later in zip(starts, starts[1:])), out
+    block = " ".join(" ".join(lines[starts[0]:starts[1]]).split())
+    for header in ("runs 10", "reached 10", "score ", "fastest ", "slowest ", "stdev (kept) ", "CV % ", "RCP NA",
+                   "note: dropped the fastest and the slowest"):
+        assert header in block, block
+    assert "torch-cpu" in lines[:4] or any(line.strip() == "torch-cpu" for line in lines), out
+
+
+def test_score_on_a_wide_terminal_keeps_the_table(capsys, monkeypatch):
+    from cli_helpers import benchbase_in_process
+
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, err = benchbase_in_process(capsys, "score", str(RCP_RUNS))
+    assert code == 0, err
+    assert "┃ group" in out and "│ torch-cpu │ CER 40" in out

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from benchbase.cli.app import cli
+from benchbase.cli.narrow_table import fitted
 from benchbase.errors import InputError
 from benchbase.report import CostModel, ReportTable, load_groups
 from benchbase.report.comparison import pick_baseline, report_tables, score_table, scored_groups
@@ -47,7 +48,8 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
                                for item in scored}, indent=2))
         return
     console = Console()
-    console.print(rich_table(with_rcp_column(score_table(scored), rcps)))
+    table = with_rcp_column(score_table(scored), rcps)
+    console.print(fitted(table, rich_table(table), console))
     _warn_left_out(console, scored)
 
 
