@@ -8,58 +8,25 @@ family to this backend is adding such a folder: nothing else lists them.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from collections.abc import Mapping
-from types import MappingProxyType
 
 import benchbase_torch_ds2
-from benchbase.errors import BenchbaseError
+from benchbase.families import folders
 from benchbase_torch_ds2.family import ModelFamily
 
 __all__ = ["all_precisions", "discovered_families", "family_named", "narrower_precisions", "summaries"]
 
+all_precisions = folders.all_precisions
+narrower_precisions = folders.narrower_precisions
+summaries = folders.summaries
+
 
 @functools.cache
 def discovered_families() -> Mapping[str, ModelFamily]:
-    """Each family's name -> its ``FAMILY``, in name order."""
-    families: dict[str, ModelFamily] = {}
-    for folder in pkgutil.iter_modules(benchbase_torch_ds2.__path__):
-        if not folder.ispkg:
-            continue
-        family = getattr(importlib.import_module(f"{benchbase_torch_ds2.__name__}.{folder.name}"), "FAMILY", None)
-        if family is None:
-            continue  # a subpackage of shared code (strategies)
-        if family.name != folder.name:
-            # The spec's family name finds the folder: a FAMILY copied from another folder and not renamed
-            # would silently shadow that family.
-            raise TypeError(f"benchbase_torch_ds2/{folder.name}/ defines the family {family.name!r}; "
-                            f"a family's folder is named after it")
-        families[family.name] = family
-    return MappingProxyType(dict(sorted(families.items())))
+    """Each family's name -> its ``FAMILY``, in name order (``benchbase.families.folders.find``)."""
+    return folders.find(benchbase_torch_ds2)
 
 
 def family_named(name: str) -> ModelFamily:
     """The family of ``ModelSpec.family`` ``name``."""
-    families = discovered_families()
-    if name not in families:
-        raise BenchbaseError(f"the torch backend has no model family {name!r} (it has {', '.join(families)})")
-    return families[name]
-
-
-def all_precisions(families: Mapping[str, ModelFamily]) -> frozenset[str]:
-    """Every precision some family implements (``Capabilities.precisions``)."""
-    return frozenset().union(*(member.precisions for member in families.values()))
-
-
-def narrower_precisions(families: Mapping[str, ModelFamily]) -> tuple[tuple[str, frozenset[str]], ...]:
-    """(family, its precisions) for each family that implements fewer than ``all_precisions``
-    (``Capabilities.family_precisions``)."""
-    every = all_precisions(families)
-    return tuple((name, member.precisions) for name, member in families.items() if member.precisions != every)
-
-
-def summaries(families: Mapping[str, ModelFamily]) -> str:
-    """The families as the backend's description names them: "DS2 (CTC) and RNN-T (transducer loss)"."""
-    names = [member.summary for member in families.values()]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return folders.named(discovered_families(), name, "torch")
