@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchbase.families.ctc import CTCHead, bounded_ctc_step, ctc_impossible_frames
+from benchbase.families.ctc import CTCParts, bounded_ctc_step
 from benchbase.families.layout import check_against_layout
 from benchbase.families.parts import KitModel
 from benchbase.numerics.rounded import RoundedArithmetic
@@ -102,17 +102,7 @@ def forward(weights, features, rounded):
     return rounded.function(shifted - rounded.function(np.log(total))[..., None])
 
 
-class LinearCTCParts:
-    loss_name = "CTC loss"
-    outputs_name = "log-probabilities"
-    log_probability_outputs = True
-
-    def evaluation_head(self, model, decoder, weights):
-        return CTCHead(decoder, model)
-
-    def output_width(self, model):
-        return int(model.symbols)
-
+class LinearCTCParts(CTCParts):  # the CTC head, the output width and the impossible cut are every CTC family's
     def weight_layout(self, model, feature_dimension):
         return weight_layout(model, feature_dimension)
 
@@ -141,9 +131,6 @@ class LinearCTCParts:
 
     def normalization_layers(self, model):
         return []
-
-    def impossible_frames(self, model, labels):
-        return ctc_impossible_frames(model, labels)
 
     def kit_model(self):
         return KitModel(LinearCTCModelSpec(), AdaDeltaSpec(learning_rate=1.0, rho=0.95, epsilon=1e-8))

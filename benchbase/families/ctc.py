@@ -15,12 +15,12 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.decode.factory import Decoder
 from benchbase.decode.greedy import greedy_decode
-from benchbase.families.parts import ReferenceStep
+from benchbase.families.parts import ReferenceStep, Weights
 from benchbase.metrics.ctc import ctc_loss
 from benchbase.numerics.tolerances import RoundingModel, ctc_recursion_bound, rounding_bound
 from benchbase.specs import ModelSpec
 
-__all__ = ["CTCHead", "bounded_ctc_step", "ctc_impossible_frames"]
+__all__ = ["CTCHead", "CTCParts", "bounded_ctc_step", "ctc_impossible_frames"]
 
 ForwardPass = Callable[[RoundingModel | None], tuple[np.ndarray, dict[str, np.ndarray]]]
 """A training forward pass with a rounding model's moves (none: exact): the log-probabilities
@@ -66,3 +66,22 @@ def ctc_impossible_frames(model: ModelSpec, labels: int) -> int:
     frames = model.input_frames_for(max(labels // 2, 1))
     assert model.output_frames(frames) < labels, (frames, labels)
     return frames
+
+
+class CTCParts:
+    """The parts every CTC family shares (``FamilyParts``' CTC half): predict() returns per-frame
+    log-probabilities over ``model.symbols``, decoded by the workload's decoder; a subclass adds
+    its layout, its reference and its kit model."""
+
+    loss_name = "CTC loss"
+    outputs_name = "log-probabilities"
+    log_probability_outputs = True
+
+    def evaluation_head(self, model: ModelSpec, decoder: Decoder, weights: Callable[[], Weights]) -> CTCHead:
+        return CTCHead(decoder, model)  # CTC decoding needs the log-probabilities only, never the weights
+
+    def output_width(self, model: ModelSpec) -> int:
+        return int(model.symbols)
+
+    def impossible_frames(self, model: ModelSpec, labels: int) -> int:
+        return ctc_impossible_frames(model, labels)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from benchbase.backend import Batch
-from benchbase.decode.factory import Decoder
 from benchbase.families.conformer.reference import random_weights, reference_forward
 from benchbase.families.conformer.spec import ConformerModelSpec
 from benchbase.families.conformer.weight_layout import batchnorm_names, validate_weights, weight_layout
-from benchbase.families.ctc import CTCHead, bounded_ctc_step, ctc_impossible_frames
+from benchbase.families.ctc import CTCParts, bounded_ctc_step
 from benchbase.families.parts import KitModel, ReferenceStep, Weights
 from benchbase.numerics.tolerances import RoundingModel, rounding_bound
 from benchbase.specs.optimizer import AdamWSpec
@@ -28,17 +25,7 @@ different where it can be, one subsampling layer (CTC keeps every kit utterance 
 half the frame rate), small enough for the float64 reference to take about a second."""
 
 
-class ConformerParts:
-    loss_name = "CTC loss"
-    outputs_name = "log-probabilities"
-    log_probability_outputs = True
-
-    def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> CTCHead:
-        return CTCHead(decoder, model)
-
-    def output_width(self, model) -> int:
-        return int(model.symbols)
-
+class ConformerParts(CTCParts):
     def weight_layout(self, model, feature_dimension: int) -> dict[str, tuple[int, ...]]:
         return weight_layout(model, feature_dimension)
 
@@ -70,9 +57,6 @@ class ConformerParts:
 
     def normalization_layers(self, model) -> list[str]:
         return batchnorm_names(model)
-
-    def impossible_frames(self, model, labels: int) -> int:
-        return ctc_impossible_frames(model, labels)
 
     def kit_model(self) -> KitModel:
         return KIT_MODEL

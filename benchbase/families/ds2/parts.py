@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from benchbase.backend import Batch
-from benchbase.decode.factory import Decoder
-from benchbase.families.ctc import CTCHead, ctc_impossible_frames
+from benchbase.families.ctc import CTCParts
 from benchbase.families.ds2.reference import (
     batchnorm_names,
     bounded_reference,
@@ -31,17 +28,7 @@ KIT_MODEL = KitModel(
 that what passes between layers is checked too, small enough for the float64 reference."""
 
 
-class DS2Parts:
-    loss_name = "CTC loss"
-    outputs_name = "log-probabilities"
-    log_probability_outputs = True
-
-    def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> CTCHead:
-        return CTCHead(decoder, model)  # CTC decoding needs the log-probabilities only, never the weights
-
-    def output_width(self, model) -> int:
-        return int(model.symbols)
-
+class DS2Parts(CTCParts):
     def weight_layout(self, model, feature_dimension: int) -> dict[str, tuple[int, ...]]:
         return weight_layout(model, feature_dimension)
 
@@ -67,9 +54,6 @@ class DS2Parts:
 
     def normalization_layers(self, model) -> list[str]:
         return batchnorm_names(model)
-
-    def impossible_frames(self, model, labels: int) -> int:
-        return ctc_impossible_frames(model, labels)
 
     def kit_model(self) -> KitModel:
         return KIT_MODEL
