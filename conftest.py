@@ -103,6 +103,14 @@ def small_store(tmp_path_factory, small_corpus, mini_workload) -> Path:
                       lambda out: prepare_workload_store(small_corpus, mini_workload, out))
 
 
+@pytest.fixture(scope="session")
+def conformer_store(tmp_path_factory, small_corpus) -> Path:
+    """The small corpus prepared for conformer-mini: its own features (80 log-mel bands, no MFCCs)."""
+    workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("conformer-mini")
+    return _made_once(_session_folder(tmp_path_factory) / "store" / "conformer-features",
+                      lambda out: prepare_workload_store(small_corpus, workload, out))
+
+
 def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder of this session that all of its xdist workers share (each worker's own temporary
     folder is a subfolder of it: popen-gw0, popen-gw1, ...)."""

@@ -297,7 +297,7 @@ def test_the_bundled_rcp_is_found_by_workload_name_and_the_workload_list_ignores
     assert load_rcp(found).workload == "ds2-mini" and load_rcp(found).submission_runs == 5
     assert bundled_rcp("ds2-nano") is None and bundled_rcp("../ds2-mini") is None
     registered = collect_registry(get_plugin_manager(load_entrypoints=False)).workloads
-    assert sorted(registered) == ["ds2", "ds2-mini", "rnnt", "rnnt-mini"]
+    assert sorted(registered) == ["conformer", "conformer-mini", "ds2", "ds2-mini", "rnnt", "rnnt-mini"]
 
 
 # --- benchbase rcp make -------------------------------------------------------------------------------------------
