@@ -46,5 +46,6 @@ def test_every_evaluation_was_scored_independently_and_the_run_passes_verify(fin
 def test_another_familys_store_is_refused_in_one_line(small_store, tmp_path):
     """ds2-mini's store holds 93 features (80 log-mel + 13 MFCCs): not conformer-mini's."""
     process = run_benchbase("run", "--workload", "conformer-mini", "--backend", "torch", "--hw", "cpu", "--data",
-                            str(small_store), "--out", str(tmp_path / "run"), "--dry-run")
+                            str(small_store), "--out", str(tmp_path / "run"), "--max-epochs", "1")
     assert process.returncode == 2 and process.stderr.strip().count("\n") == 0, process.stderr
+    assert "features have 93 dimensions, workload 'conformer-mini' expects 80" in process.stderr
