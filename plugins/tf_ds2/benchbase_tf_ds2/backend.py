@@ -110,15 +110,16 @@ class TensorFlowBackend(Backend):
             self.optimizer.build(self.model.trainable_variables)
         self._train_function = self._compile_train_step(context.feature_dimension)
         self._predict_function = tf.function(
-            lambda features: self.model(features, training=False),
-            input_signature=[tf.TensorSpec([None, None, context.feature_dimension], tf.float32)],
+            lambda features, feature_lengths: self.family.forward(self.model, features, feature_lengths),
+            input_signature=[tf.TensorSpec([None, None, context.feature_dimension], tf.float32),
+                             tf.TensorSpec([None], tf.int32)],
         )
 
     def train_step(self, batch: Batch) -> float:
         replicas = self._local_replicas()
         if batch.size % replicas:
             raise BenchbaseError(f"a batch of {batch.size} does not split evenly over {replicas} devices")
-        arrays = (batch.features, batch.output_lengths, batch.labels, batch.label_lengths)
+        arrays = (batch.features, batch.feature_lengths, batch.output_lengths, batch.labels, batch.label_lengths)
         slices = [_replica_slices(array, replicas) for array in arrays]
         schedule_learning_rate(self.optimizer, self.optimizer_spec)
         try:
@@ -215,6 +216,7 @@ class TensorFlowBackend(Backend):
         signature = [
             [tf.TensorSpec([None, None, feature_dimension], tf.float32)] * replicas,
             [tf.TensorSpec([None], tf.int32)] * replicas,
+            [tf.TensorSpec([None], tf.int32)] * replicas,
             [tf.TensorSpec([None, None], tf.int32)] * replicas,
             [tf.TensorSpec([None], tf.int32)] * replicas,
         ]
@@ -232,7 +234,7 @@ class TensorFlowBackend(Backend):
 
         return train
 
-    def _replica_step(self, features, output_lengths, labels, label_lengths):
+    def _replica_step(self, features, feature_lengths, output_lengths, labels, label_lengths):
         """One replica's step on its slice of the global batch; returns its part of the batch-mean loss."""
         context = tf.distribute.get_replica_context()
         # num_replicas_in_sync counts every worker's replicas; the slices are equal.
@@ -240,7 +242,8 @@ class TensorFlowBackend(Backend):
         with tf.GradientTape() as tape:
             # Summed over this replica's utterances, divided by the global batch: the replicas'
             # losses and gradients add up (all-reduce SUM) to those of the batch mean.
-            losses = self.family.utterance_losses(self.model, features, output_lengths, labels, label_lengths)
+            losses = self.family.utterance_losses(self.model, features, feature_lengths, output_lengths, labels,
+                                                  label_lengths)
             loss = tf.reduce_sum(losses) / tf.cast(global_size, tf.float32)
             scaled = self.optimizer.scale_loss(loss)  # fp16's loss scale; the loss itself otherwise
         variables = self.model.trainable_variables

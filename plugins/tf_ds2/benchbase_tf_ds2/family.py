@@ -23,8 +23,9 @@ from benchbase.specs import ModelSpec
 
 __all__ = ["Infer", "ModelFamily"]
 
-Infer = Callable[[np.ndarray], tf.Tensor]
-"""The backend's compiled inference pass: the model called on (batch, frames, features), training off."""
+Infer = Callable[[np.ndarray, np.ndarray], tf.Tensor]
+"""The backend's compiled inference pass: the family's ``forward`` on features (batch, frames,
+features) and their lengths (batch,), int32."""
 
 
 class ModelFamily(Protocol):
@@ -49,11 +50,17 @@ class ModelFamily(Protocol):
         """
         ...
 
-    def utterance_losses(self, model: keras.Model, features: tf.Tensor, output_lengths: tf.Tensor,
-                         labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
+    def utterance_losses(self, model: keras.Model, features: tf.Tensor, feature_lengths: tf.Tensor,
+                         output_lengths: tf.Tensor, labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
         """Each utterance's loss (batch,), float32, from the training pass (dropout on), 0 for one
         that admits no alignment; traced inside one replica's step on its slice of the batch. The
-        backend sums them and divides by the global batch."""
+        backend sums them and divides by the global batch. A family whose outputs at valid frames
+        cannot see the padding may ignore ``feature_lengths``."""
+        ...
+
+    def forward(self, model: keras.Model, features: tf.Tensor, feature_lengths: tf.Tensor) -> tf.Tensor:
+        """The model's outputs with training off (what the backend compiles, once, as ``Infer``);
+        ``feature_lengths`` as ``utterance_losses``' (the Conformer's masks need them)."""
         ...
 
     def predict(self, infer: Infer, spec: ModelSpec, inputs: Inputs) -> np.ndarray:

@@ -12,5 +12,6 @@ def register_backends(register):
     register(BackendReference(
         name="tf",
         target="benchbase_tf_ds2.backend:TensorFlowBackend",
-        description="TensorFlow 2 / Keras 3: DS2 with fused (CPU) or cuDNN (GPU) LSTMs, CTC, AdaDelta, tf.distribute",
+        description="TensorFlow 2 / Keras 3: the Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss), "
+                    "tf.distribute",
     ))

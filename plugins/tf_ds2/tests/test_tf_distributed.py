@@ -64,12 +64,12 @@ class SliceRecordingBackend(tf_backend.TensorFlowBackend):
     """Per replica and step: replica id, feature rows, label rows, then the output lengths it
     received, padded with -1 to GLOBAL_BATCH entries."""
 
-    def _replica_step(self, features, output_lengths, labels, label_lengths):
+    def _replica_step(self, features, feature_lengths, output_lengths, labels, label_lengths):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         seen = [replica, tf.shape(features)[0], tf.shape(labels)[0], output_lengths]
         recorded = tf.numpy_function(self._record, seen, tf.int64)
         with tf.control_dependencies([recorded]):
-            return super()._replica_step(features, output_lengths, labels, label_lengths)
+            return super()._replica_step(features, feature_lengths, output_lengths, labels, label_lengths)
 
     @classmethod
     def _record(cls, replica, feature_rows, label_rows, output_lengths):

@@ -21,16 +21,18 @@ PACKAGE = Path(benchbase_tf_ds2.__file__).parent
 
 
 def test_the_folders_are_the_families_and_give_the_capabilities():
-    assert list(families.discovered_families()) == ["ds2", "rnnt"]
+    assert list(families.discovered_families()) == ["conformer", "ds2", "rnnt"]
     capabilities = TensorFlowBackend.capabilities
-    assert capabilities.families == {"ds2", "rnnt"}
+    assert capabilities.families == {"conformer", "ds2", "rnnt"}
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
-    assert capabilities.family_precisions == (("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})),)
-    assert ": DS2 (CTC) and RNN-T (transducer loss) with fused/cuDNN LSTMs" in TensorFlowBackend.description
+    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),
+                                              ("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})))
+    assert ": Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss) with fused/cuDNN LSTMs" in \
+        TensorFlowBackend.description
 
 
 def test_an_unknown_family_is_a_one_line_error():
-    with pytest.raises(BenchbaseError, match="no model family 'w2v' \\(it has ds2, rnnt\\)") as raised:
+    with pytest.raises(BenchbaseError, match="no model family 'w2v' \\(it has conformer, ds2, rnnt\\)") as raised:
         families.family_of(SimpleNamespace(family="w2v", precision="fp32"))
     assert "\n" not in str(raised.value)
 
@@ -60,10 +62,11 @@ def _discover_with(folder: Path, monkeypatch) -> dict:
 def test_a_new_family_is_one_new_folder(tmp_path, monkeypatch):
     _write_family(tmp_path, "extra", "extra")
     found = _discover_with(tmp_path, monkeypatch)
-    assert list(found) == ["ds2", "extra", "rnnt"]
-    assert families.narrower_precisions(found) == (("extra", frozenset({"fp32"})),
+    assert list(found) == ["conformer", "ds2", "extra", "rnnt"]
+    assert families.narrower_precisions(found) == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),
+                                                   ("extra", frozenset({"fp32"})),
                                                    ("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})))
-    assert families.summaries(found) == "DS2 (CTC) and a test family and RNN-T (transducer loss)"
+    assert families.summaries(found) == "Conformer (CTC), DS2 (CTC), a test family and RNN-T (transducer loss)"
 
 
 def test_a_family_in_a_folder_of_another_name_is_refused(tmp_path, monkeypatch):

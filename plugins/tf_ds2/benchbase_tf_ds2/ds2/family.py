@@ -35,12 +35,16 @@ class DS2Family:
         model.build_weights()
         return model
 
-    def utterance_losses(self, model: DeepSpeech2, features: tf.Tensor, output_lengths: tf.Tensor,
-                         labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
+    def utterance_losses(self, model: DeepSpeech2, features: tf.Tensor, feature_lengths: tf.Tensor,
+                         output_lengths: tf.Tensor, labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
+        # No lengths: right-padded inputs and unidirectional LSTMs, the valid outputs never see the padding.
         return ctc.utterance_losses(model, model.spec, features, output_lengths, labels, label_lengths)
 
+    def forward(self, model: DeepSpeech2, features: tf.Tensor, feature_lengths: tf.Tensor) -> tf.Tensor:
+        return model(features, training=False)
+
     def predict(self, infer: Infer, spec: ModelSpec, inputs: Inputs) -> np.ndarray:
-        return infer(inputs.features).numpy()
+        return infer(inputs.features, inputs.feature_lengths).numpy()
 
     def neutral_variables(self, model: DeepSpeech2) -> dict[str, tf.Variable]:
         return weights.neutral_variables(model)

@@ -42,11 +42,14 @@ class RNNTFamily:
         model.build_weights()
         return model
 
-    def utterance_losses(self, model: RNNTransducer, features: tf.Tensor, output_lengths: tf.Tensor,
-                         labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
+    def utterance_losses(self, model: RNNTransducer, features: tf.Tensor, feature_lengths: tf.Tensor,
+                         output_lengths: tf.Tensor, labels: tf.Tensor, label_lengths: tf.Tensor) -> tf.Tensor:
         # The arrays as the batch gives them: the graph pads a degenerate batch itself (``RNNTransducer.lattice_of``).
         blank, emit = model.lattice_of(features, labels, output_lengths, label_lengths, training=True)
         return lattice_losses(blank, emit, output_lengths, label_lengths)
+
+    def forward(self, model: RNNTransducer, features: tf.Tensor, feature_lengths: tf.Tensor) -> tf.Tensor:
+        return model(features, training=False)  # unidirectional LSTMs: the padding never reaches a valid frame
 
     def predict(self, infer: Infer, spec: RNNTModelSpec, inputs: Inputs) -> np.ndarray:
         features = inputs.features
@@ -54,7 +57,7 @@ class RNNTFamily:
             # Too short for one encoder frame: the projection has no frame to hold, and the model
             # would have none to compute.
             return np.zeros((features.shape[0], 0, spec.joint_units), dtype=np.float32)
-        return np.asarray(infer(features).numpy(), dtype=np.float32)
+        return np.asarray(infer(features, inputs.feature_lengths).numpy(), dtype=np.float32)
 
     def neutral_variables(self, model: RNNTransducer) -> dict[str, tf.Variable]:
         return weights.neutral_variables(model)
