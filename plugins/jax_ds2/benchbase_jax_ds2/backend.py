@@ -100,7 +100,7 @@ class JaxBackend(Backend):
         model = self.context.model
         features = jax.device_put(self.buckets.features(inputs), self.device)
         outputs = np.asarray(self._predict(self._state.parameters, self._state.statistics, features,
-                                           *self._family.predict_extent(model, inputs)))
+                                           *self._family.predict_extent(model, inputs, self.buckets)))
         return outputs[: inputs.size, : model.output_frames(inputs.features.shape[1])].copy()
 
     def save_checkpoint(self, path: Path) -> None:

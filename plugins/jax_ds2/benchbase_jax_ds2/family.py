@@ -31,9 +31,10 @@ StepBatch = tuple
 TrainStep = Callable[[TrainState, Any, np.float32], tuple[TrainState, jax.Array]]
 """A jitted (state, padded batch, learning rate) -> (state, loss) that donates the state it is given."""
 
-Predict = Callable[[dict, dict, jax.Array, np.int32, np.int32], jax.Array]
+Predict = Callable[[dict, dict, jax.Array, np.int32, np.int32 | np.ndarray], jax.Array]
 """A jitted (parameters, statistics, padded features, rows, frames) -> what ``Backend.predict()``
-returns, before it is cut to the caller's rows and output frames."""
+returns, before it is cut to the caller's rows and output frames; (rows, frames) are the
+family's ``predict_extent``."""
 
 
 class ModelFamily(Protocol):
@@ -67,9 +68,12 @@ class ModelFamily(Protocol):
         """``batch`` padded to its bucket's shape, as host arrays, in the form the training step takes."""
         ...
 
-    def predict_extent(self, spec: ModelSpec, inputs: Inputs) -> tuple[np.int32, np.int32]:
-        """(rows, frames): how much of the padded features is the caller's batch, in the units the
-        family's ``Predict`` masks by (an untrained int8-emulated model takes its ranges from it)."""
+    def predict_extent(self, spec: ModelSpec, inputs: Inputs,
+                       buckets: Buckets) -> tuple[np.int32, np.int32 | np.ndarray]:
+        """(rows, frames): how much of the padded features (``buckets.features(inputs)``) is the
+        caller's batch, in the units the family's ``Predict`` masks by (an untrained int8-emulated
+        model takes its ranges from it); ``frames`` is one number, or one per padded row where the
+        family masks each utterance by its own length (the Conformer's attention and BatchNorm)."""
         ...
 
     def warm_up_label_lengths(self, label_length: int) -> Sequence[int]:

@@ -33,18 +33,19 @@ def fresh_discovery(tmp_path, monkeypatch):
 
 def test_the_families_are_the_folders_with_a_family_and_the_capabilities_follow_them():
     found = families.discovered_families()
-    assert list(found) == ["ds2", "rnnt"]
+    assert list(found) == ["conformer", "ds2", "rnnt"]
     capabilities = JaxBackend.capabilities
     assert capabilities.families == set(found)
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
-    assert capabilities.family_precisions == (("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})),)
-    assert JaxBackend.description.endswith("DS2 (optax CTC) and RNN-T (transducer loss) compiled with XLA, "
-                                           "scanned LSTMs, AdaDelta and AdamW")
+    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16"})),
+                                              ("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})))
+    assert JaxBackend.description.endswith("Conformer (optax CTC) and DS2 (optax CTC) and RNN-T (transducer loss) "
+                                           "compiled with XLA, scanned LSTMs, AdaDelta and AdamW")
 
 
 def test_an_unknown_family_is_refused_in_one_line():
-    with pytest.raises(BenchbaseError, match="no model family 'conformer' \\(it has ds2, rnnt\\)") as error:
-        families.family_named("conformer")
+    with pytest.raises(BenchbaseError, match="no model family 'nope' \\(it has conformer, ds2, rnnt\\)") as error:
+        families.family_named("nope")
     assert "\n" not in str(error.value)
 
 
@@ -56,7 +57,7 @@ def test_a_new_family_is_one_new_folder(fresh_discovery):
     (fresh_discovery / "shared_code").mkdir()
     (fresh_discovery / "shared_code" / "__init__.py").write_text("")  # a subpackage without FAMILY is no family
     found = families.discovered_families()
-    assert list(found) == ["ds2", "rnnt", "toy"] and families.family_named("toy").name == "toy"
+    assert list(found) == ["conformer", "ds2", "rnnt", "toy"] and families.family_named("toy").name == "toy"
     assert dict(families.narrower_precisions(found))["toy"] == {"fp32"}
 
 

@@ -38,7 +38,7 @@ class DS2Family:
     def padded_batch(self, buckets: Buckets, batch: Batch, spec: ModelSpec) -> training.PaddedBatch:
         return padding.padded_batch(buckets, batch, spec)
 
-    def predict_extent(self, spec: ModelSpec, inputs: Inputs) -> tuple[np.int32, np.int32]:
+    def predict_extent(self, spec: ModelSpec, inputs: Inputs, buckets: Buckets) -> tuple[np.int32, np.int32]:
         """The caller's rows and conv output frames: BatchNorm's and the ranges' frames."""
         return np.int32(inputs.size), np.int32(spec.output_frames(inputs.features.shape[1]))
 

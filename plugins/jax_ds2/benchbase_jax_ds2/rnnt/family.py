@@ -39,7 +39,7 @@ class RNNTFamily:
     def padded_batch(self, buckets: Buckets, batch: Batch, spec: RNNTModelSpec) -> training.TransducerBatch:
         return padding.padded_batch(buckets, batch, spec)
 
-    def predict_extent(self, spec: RNNTModelSpec, inputs: Inputs) -> tuple[np.int32, np.int32]:
+    def predict_extent(self, spec: RNNTModelSpec, inputs: Inputs, buckets: Buckets) -> tuple[np.int32, np.int32]:
         """The caller's rows and feature frames: the encoder's ranges are over its input's frames."""
         return np.int32(inputs.size), np.int32(inputs.features.shape[1])
 
