@@ -23,7 +23,7 @@ import numpy as np
 from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
 from benchbase_jax_ds2.checkpoint import read_state, write_state
-from benchbase_jax_ds2.families import all_precisions, discovered_families, family_named, narrower_precisions
+from benchbase_jax_ds2.families import all_precisions, discovered_families, family_named, narrower_precisions, summaries
 from benchbase_jax_ds2.family import ModelFamily, StepBatch
 from benchbase_jax_ds2.optimizers import make_optimizer, next_learning_rate
 from benchbase_jax_ds2.shapes import Buckets, synthetic_batches
@@ -37,8 +37,7 @@ _FAMILIES = discovered_families()
 
 class JaxBackend(Backend):
     name = "jax"
-    description = (f"JAX {jax.__version__}: {' and '.join(known.summary for known in _FAMILIES.values())} "
-                   "compiled with XLA, scanned LSTMs, AdaDelta and AdamW")
+    description = f"JAX {jax.__version__}: {summaries(_FAMILIES)}, compiled with XLA"
     capabilities = Capabilities(families=frozenset(_FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1,
                                 precisions=all_precisions(_FAMILIES), family_precisions=narrower_precisions(_FAMILIES),

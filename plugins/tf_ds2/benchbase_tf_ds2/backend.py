@@ -62,8 +62,7 @@ FAMILIES = families.discovered_families()
 
 class TensorFlowBackend(Backend):
     name = "tf"
-    description = (f"TensorFlow {tf.__version__} + Keras {keras.__version__}: {families.summaries(FAMILIES)} "
-                   f"with fused/cuDNN LSTMs")
+    description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: {families.summaries(FAMILIES)}"
     capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=8,
                                 precisions=families.all_precisions(FAMILIES),
