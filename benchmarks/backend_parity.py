@@ -1,4 +1,4 @@
-"""Time the ds2-mini training step of every backend side by side (torch, tf, jax).
+"""Time a mini workload's training step in every backend side by side (torch, tf, jax).
 
 The backends are built in this one process with the cpu profile's device plan and trained on
 the very same batches from the harness's pipeline, step by step in rotating order, so that a
@@ -6,7 +6,8 @@ noisy, shared machine slows all alike. A first, untimed pass over every batch le
 compilation happen (JAX compiles once per shape bucket); its seconds are printed beside the
 steady-state median step time of each backend and its ratio to PyTorch's.
 
-    python benchmarks/backend_parity.py                      # the cached synthetic store
+    python benchmarks/backend_parity.py                      # ds2-mini on the cached synthetic store
+    python benchmarks/backend_parity.py --workload conformer-mini --batches 20
     python benchmarks/backend_parity.py --store DIR --batches 40 --keras-lstm --backends torch,tf
     python benchmarks/backend_parity.py --backends torch,tf --precisions fp32,bf16,int8-emulated
 
@@ -26,21 +27,18 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.plugin_host import get_plugin_manager
-from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.plugin_host.registry import collect_registry
-from benchbase.specs.model import PRECISIONS
+from benchbase.specs.model import PRECISIONS, ModelSpec
 
-WORKLOAD = "ds2-mini"
 PROFILE = "cpu"
-MINI_MODEL = builtin_workload(WORKLOAD).model
 
 
 def main() -> None:
     arguments = _parser().parse_args()
     registry = collect_registry(get_plugin_manager())
-    workload, profile = registry.workload(WORKLOAD), registry.profile(PROFILE)
+    workload, profile = registry.workload(arguments.workload), registry.profile(PROFILE)
     store = arguments.store or ensure_workload_data(workload, None, default_cache())
-    batches = _batches(store, profile.pipeline.global_batch, arguments.batches, arguments.seed)
+    batches = _batches(store, workload.model, profile.pipeline.global_batch, arguments.batches, arguments.seed)
     plan = DevicePlan(kind="cpu", count=1, batch_per_device=profile.pipeline.batch_per_device,
                       threads=arguments.threads or profile.pipeline.threads)
     longest_frames, longest_labels = FeatureStore(store).longest(workload.data.train + workload.data.dev)
@@ -61,11 +59,12 @@ def main() -> None:
             backend.train_step(batch)
         first_pass[name] = time.perf_counter() - started
     times = _time_steps({name: backend for name, (backend, _) in backends.items()}, batches)
-    _print_table(times, first_pass, store, plan, batches)
+    _print_table(workload.name, times, first_pass, store, plan, batches)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="ds2-mini", help="a registered workload (default: ds2-mini)")
     parser.add_argument("--store", type=Path, help="prepared feature store (default: the cached synthetic one)")
     parser.add_argument("--batches", type=int, default=30, help="timed training steps per backend")
     parser.add_argument("--backends", default="torch,tf,jax", help="comma-separated registered backends")
@@ -78,8 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _batches(store: Path, batch_size: int, count: int, seed: int) -> list[Batch]:
-    pipeline = BatchPipeline(FeatureStore(store), ("train",), batch_size, model=MINI_MODEL, seed=seed)
+def _batches(store: Path, model: ModelSpec, batch_size: int, count: int, seed: int) -> list[Batch]:
+    pipeline = BatchPipeline(FeatureStore(store), ("train",), batch_size, model=model, seed=seed)
     batches: list[Batch] = []
     epoch = 1
     while len(batches) < count:
@@ -114,10 +113,10 @@ def _time_steps(backends: dict[str, Backend], batches: list[Batch]) -> dict[str,
     return times
 
 
-def _print_table(times: dict[str, list[float]], first_pass: dict[str, float], store: Path, plan: DevicePlan,
-                 batches: list[Batch]) -> None:
+def _print_table(workload: str, times: dict[str, list[float]], first_pass: dict[str, float], store: Path,
+                 plan: DevicePlan, batches: list[Batch]) -> None:
     frames = statistics.median(batch.features.shape[1] for batch in batches)
-    print(f"{WORKLOAD} training step, {len(batches)} batches of {batches[0].size} (median {frames:.0f} frames), "
+    print(f"{workload} training step, {len(batches)} batches of {batches[0].size} (median {frames:.0f} frames), "
           f"{plan.threads} thread(s), store {store}")
     reference = statistics.median(times[next(iter(times))])
     print(f"{'backend':<30}{'median ms':>12}{'p25 ms':>10}{'p75 ms':>10}{'/ first':>10}{'first pass s':>14}")

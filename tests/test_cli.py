@@ -34,7 +34,7 @@ def torch_sees_a_gpu() -> bool:
     [
         (["--backend", "mxnet", "--workload", "ds2-mini", "--hw", "cpu"], "unknown backend 'mxnet'; available: "),
         (["--backend", "torch", "--workload", "ds3", "--hw", "cpu"],
-         "unknown workload 'ds3'; available: conformer, ds2, ds2-mini"),
+         "unknown workload 'ds3'; available: conformer, conformer-mini, ds2, ds2-mini"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "sys9"], "unknown hardware profile 'sys9'"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "cer"], "expected METRIC=VALUE"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--target", "per=3"],

@@ -15,7 +15,7 @@ from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.decode import GreedyDecoder
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.parts import CTCHead
+from benchbase.families.ctc import CTCHead
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs
 from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT64_UNIT_ROUNDOFF, accumulation_bound, ctc_recursion_bound
 

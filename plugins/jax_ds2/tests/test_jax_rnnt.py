@@ -264,9 +264,9 @@ def test_export_import_round_trip_and_init_are_the_specs(weights):
             backend.close()
 
 
-def test_the_backend_declares_both_families_optimizers_and_rnnts_precisions():
+def test_the_backend_declares_its_families_optimizers_and_rnnts_precisions():
     capabilities = jax_backend.JaxBackend.capabilities
-    assert capabilities.families == {"ds2", "rnnt"} and capabilities.optimizers == {"adadelta", "adamw"}
+    assert capabilities.families == {"conformer", "ds2", "rnnt"} and capabilities.optimizers == {"adadelta", "adamw"}
     assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "int8-emulated"}
     assert "bf16" in capabilities.precisions_of("ds2")
     with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or int8-emulated or tf32 only, not bf16"):
