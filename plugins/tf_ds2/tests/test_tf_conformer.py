@@ -18,6 +18,7 @@ tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")
 import keras  # noqa: E402
 from benchbase_tf_ds2 import families  # noqa: E402
 from benchbase_tf_ds2.conformer import FAMILY  # noqa: E402
+from benchbase_tf_ds2.conformer.family import cpu_has_bfloat16_units  # noqa: E402
 from benchbase_tf_ds2.conformer.model import Conformer, positions  # noqa: E402
 from benchbase_tf_ds2.conformer.weights import neutral_variables  # noqa: E402
 
@@ -199,7 +200,10 @@ def test_the_first_step_gives_the_references_loss_and_running_statistics():
 # --- precisions ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("precision", [
+    pytest.param("bf16", marks=pytest.mark.skipif(not cpu_has_bfloat16_units(),
+                                                  reason="oneDNN has no bfloat16 convolution on this CPU (or cap)")),
+    "fp16"])
 def test_the_half_precisions_predict_float32_log_probabilities_near_fp32_and_train(precision):
     weights = PARTS.random_weights(TINY, FEATURES, seed=7)
     batch = random_batch()
@@ -215,6 +219,13 @@ def test_the_half_precisions_predict_float32_log_probabilities_near_fp32_and_tra
     mask = valid(batch, found.shape[1])
     assert np.abs(found - exact)[mask].max() < (0.25 if precision == "bf16" else 0.05)  # 8 and 11 bits
     assert np.isfinite(loss)
+
+
+def test_bf16_on_a_cpu_without_bfloat16_kernels_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # as make test-isa holds oneDNN on an AVX-512 machine
+    with pytest.raises(BenchbaseError, match=r"in bf16 on a CPU only where oneDNN has bfloat16 kernels") as raised:
+        build(TINY.model_copy(update={"precision": "bf16"}))
+    assert "\n" not in str(raised.value)
 
 
 def test_int8_emulated_is_refused():

@@ -8,13 +8,16 @@ in inference: its attention must not read the padded frames, nor its BatchNorm a
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import tensorflow as tf
 
 from benchbase.backend import BuildContext, Inputs
+from benchbase.errors import BenchbaseError
 from benchbase.families.conformer import weight_layout
 from benchbase.families.conformer.spec import ConformerModelSpec
+from benchbase.telemetry.cpu_features import cpu_flags
 from benchbase_tf_ds2.conformer import weights
 from benchbase_tf_ds2.conformer.model import Conformer
 from benchbase_tf_ds2.ds2 import ctc
@@ -35,6 +38,10 @@ class ConformerFamily:
         spec = context.model  # no LSTM: fused_lstm does not apply
         if not isinstance(spec, ConformerModelSpec):
             raise TypeError(f"a conformer model needs a ConformerModelSpec, not {type(spec).__name__}")
+        if spec.precision == "bf16" and context.plan.kind == "cpu" and not cpu_has_bfloat16_units():
+            raise BenchbaseError("the tf backend trains conformer in bf16 on a CPU only where oneDNN has bfloat16 "
+                                 "kernels (AVX-512 BF16 or AMX): on this CPU its convolutions abort the process; "
+                                 "use fp32")
         return Conformer(spec, context.feature_dimension)
 
     def utterance_losses(self, model: Conformer, features: tf.Tensor, feature_lengths: tf.Tensor,
@@ -52,3 +59,11 @@ class ConformerFamily:
 
     def neutral_variables(self, model: Conformer) -> dict[str, tf.Variable]:
         return weights.neutral_variables(model)
+
+
+def cpu_has_bfloat16_units() -> bool:
+    """Whether oneDNN runs bfloat16 convolutions here: the CPU has AVX-512 BF16 or AMX and oneDNN is
+    not held below AVX-512 (``ONEDNN_MAX_CPU_ISA``, as ``make test-isa`` holds it). Without them it
+    refuses the primitive, or aborts the process (seen under the AVX2 cap)."""
+    held = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags()) and held.startswith(("ALL", "AVX512", "AVX10", "AMX"))
