@@ -176,7 +176,8 @@ def test_a_plugin_that_fails_to_import_is_one_line_in_plugins_and_other_commands
 
 
 def test_unknown_names_list_what_exists(registry):
-    with pytest.raises(InputError, match=r"unknown workload 'ds3'; available: conformer, conformer-mini, ds2, ds2-mini"):
+    with pytest.raises(InputError,
+                       match=r"unknown workload 'ds3'; available: conformer, conformer-mini, ds2, ds2-mini"):
         registry.workload("ds3")
     with pytest.raises(InputError, match=r"unknown hardware profile 'sys9'; available: cpu, cpu2, sys1, sys10, sys2"):
         registry.profile("sys9")
