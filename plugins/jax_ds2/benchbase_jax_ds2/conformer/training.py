@@ -22,8 +22,8 @@ from benchbase.errors import BenchbaseError
 from benchbase.families.conformer.spec import ConformerModelSpec
 from benchbase_jax_ds2.arithmetic import Arithmetic, arithmetic, in_precision
 from benchbase_jax_ds2.conformer.model import forward, initial_weights
+from benchbase_jax_ds2.ctc import ctc_per_utterance
 from benchbase_jax_ds2.dropout import DROPOUT_RNG
-from benchbase_jax_ds2.ds2.training import ctc_per_utterance
 from benchbase_jax_ds2.shapes import Buckets, pad_rows
 from benchbase_jax_ds2.state import TrainState, initial_train_state
 

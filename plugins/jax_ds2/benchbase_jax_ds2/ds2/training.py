@@ -18,13 +18,13 @@ import optax
 
 from benchbase.specs import ModelSpec
 from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
+from benchbase_jax_ds2.ctc import ctc_per_utterance
 from benchbase_jax_ds2.dropout import DROPOUT_RNG
 from benchbase_jax_ds2.ds2.model import forward, initial_weights
 from benchbase_jax_ds2.state import TrainState, initial_train_state
 
 __all__ = [
     "PaddedBatch",
-    "ctc_per_utterance",
     "initial_state",
     "make_predict",
     "make_train_step",
@@ -53,23 +53,6 @@ def initial_state(spec: ModelSpec, feature_dimension: int, optimizer: optax.Grad
     if spec.precision == "fp16":
         loss_scale = {"scale": np.float32(LOSS_SCALE_INITIAL), "finite_steps": np.int32(0)}
     return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device, loss_scale)
-
-
-def ctc_per_utterance(spec: ModelSpec, log_probs: jax.Array, output_lengths: jax.Array, labels: jax.Array,
-                      label_lengths: jax.Array) -> jax.Array:
-    """Each utterance's CTC negative log-likelihood; zero where no alignment exists."""
-    frame_padding = jnp.arange(log_probs.shape[1]) >= output_lengths[:, None]
-    label_padding = jnp.arange(labels.shape[1]) >= label_lengths[:, None]
-    loss = optax.ctc_loss(log_probs, frame_padding.astype(jnp.float32), labels, label_padding.astype(jnp.float32),
-                          blank_id=spec.ctc_blank_index)
-    return jnp.where(_alignable(output_lengths, labels, label_lengths), loss, 0.0)
-
-
-def _alignable(output_lengths: jax.Array, labels: jax.Array, label_lengths: jax.Array) -> jax.Array:
-    """CTC needs a frame per label plus a blank between each pair of equal neighbours."""
-    inside = jnp.arange(1, labels.shape[1]) < label_lengths[:, None]
-    repeats = jnp.sum((labels[:, 1:] == labels[:, :-1]) & inside, axis=1)
-    return output_lengths >= label_lengths + repeats
 
 
 def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, platform: str = "cpu"):

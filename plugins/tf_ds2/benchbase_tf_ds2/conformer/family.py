@@ -18,9 +18,9 @@ from benchbase.errors import BenchbaseError
 from benchbase.families.conformer import weight_layout
 from benchbase.families.conformer.spec import ConformerModelSpec
 from benchbase.telemetry.cpu_features import cpu_flags
+from benchbase_tf_ds2 import ctc
 from benchbase_tf_ds2.conformer import weights
 from benchbase_tf_ds2.conformer.model import Conformer
-from benchbase_tf_ds2.ds2 import ctc
 from benchbase_tf_ds2.family import Infer
 
 __all__ = ["ConformerFamily"]

@@ -12,7 +12,8 @@ import tensorflow as tf
 from benchbase.backend import BuildContext, Inputs
 from benchbase.families.ds2 import weight_layout
 from benchbase.specs import ModelSpec
-from benchbase_tf_ds2.ds2 import ctc, weights
+from benchbase_tf_ds2 import ctc
+from benchbase_tf_ds2.ds2 import weights
 from benchbase_tf_ds2.ds2.model import DeepSpeech2
 from benchbase_tf_ds2.family import Infer
 

@@ -105,8 +105,8 @@ class Subsampling(nn.Module):
 def sinusoids(frames: int, dimension: int, max_timescale: float, device: torch.device) -> torch.Tensor:
     """(frames, dimension) positions: sin(p w_k) in the first half, cos(p w_k) in the second,
     w_k = max_timescale ** (-k / (d/2 - 1)), computed in float64 and rounded once to float32, as
-    the spec pins (AlgoPerf's float32 angles drift by about 5 roundings at frame 2000, more than
-    the error model allows one addition)."""
+    the spec pins (AlgoPerf's float32 angles drift further from the float64 reference the later the
+    frame, beyond the error model's one rounding for the addition on long utterances)."""
     timescales = dimension // 2
     increment = math.log(max_timescale) / max(timescales - 1, 1)
     inverse = torch.exp(torch.arange(timescales, dtype=torch.float64, device=device) * -increment)

@@ -1,7 +1,8 @@
-"""The DS2 family's loss in TensorFlow: each utterance's CTC loss, as ``ModelSpec`` pins it.
+"""The CTC families' loss in TensorFlow (ds2, the Conformer): each utterance's CTC loss, as the spec pins it.
 
 The counterpart of benchbase_tf_ds2.rnnt.loss's transducer loss: ``TensorFlowBackend``'s replica
-step asks the family (``benchbase_tf_ds2.ds2.family``) for the utterances' losses and sums them itself.
+step asks the family (``ds2/family.py``, ``conformer/family.py``) for the utterances' losses and
+sums them itself.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def utterance_losses(model: keras.Model, spec: ModelSpec, features: tf.Tensor, o
     # Sparse labels: TensorFlow then swaps in cuDNN's CTC kernel on a GPU.
     losses = tf.nn.ctc_loss(labels=_sparse_labels(labels, fitting_lengths), logits=log_probs, label_length=None,
                             logit_length=output_lengths, logits_time_major=False,
-                            blank_index=spec.blank_index)  # DS2: ctc_blank_index
+                            blank_index=spec.blank_index)
     return tf.where(feasible & tf.math.is_finite(losses), losses, tf.zeros_like(losses))
 
 
