@@ -524,7 +524,7 @@ def test_a_run_that_crashed_after_run_stop_is_a_compliant_log_but_no_result(cras
     said = " ".join(out.split())
     assert code == 4, out + err
     assert out.split()[0] == "UNFINISHED" and "not a result: no result.json" in said
-    assert "1/1 log(s) pass rule set 1.7, 1 of them of a run that did not finish" in said
+    assert "1/1 log(s) pass rule set 1.8, 1 of them of a run that did not finish" in said
     assert err.strip() == ("benchbase: error: 1 of 1 log(s) are of runs that did not finish: compliant logs, not "
                            "results (exit code 4)")
 
@@ -547,5 +547,5 @@ def test_a_run_aborted_at_its_epoch_limit_is_a_result_and_says_so(real_run, caps
     code, out, err = benchbase_in_process(capsys, "check", str(real_run))
     said = " ".join(out.split())
     assert code == 0, out + err
-    assert out.split()[0] == "PASS" and "1/1 log(s) pass rule set 1.7" in said
+    assert out.split()[0] == "PASS" and "1/1 log(s) pass rule set 1.8" in said
     assert "stopped at its limit (max_epochs) with status aborted: a finished run and a result" in said

@@ -152,6 +152,33 @@ def test_adamw_warms_up_holds_and_decays_to_its_floor():
         AdamWSpec(learning_rate=1e-3, min_learning_rate=1e-2)
 
 
+def test_adamw_cosine_decay_is_optaxs_after_the_warm_up():
+    from benchbase.specs import AdamWSpec
+
+    optax = pytest.importorskip("optax")
+    spec = AdamWSpec(learning_rate=2e-3, warmup_steps=5, hold_steps=3, decay="cosine", decay_steps=20,
+                     min_learning_rate=1e-4)
+    optax_cosine = optax.cosine_decay_schedule(2e-3, decay_steps=20, alpha=1e-4 / 2e-3)
+    after_hold = [spec.learning_rate_at(5 + 3 + step) for step in range(30)]
+    # optax computes in float32; the spec in float64.
+    assert after_hold == pytest.approx([float(optax_cosine(step)) for step in range(30)], rel=1e-6)
+    assert spec.learning_rate_at(5 + 3 + 10) == pytest.approx(1e-4 + (2e-3 - 1e-4) / 2)
+    assert after_hold[20:] == [1e-4] * 10  # the floor after decay_steps
+    assert [spec.learning_rate_at(step) for step in range(5, 9)] == [2e-3] * 4  # the hold
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"decay": "cosine"}, "a cosine decay needs decay_steps"),
+    ({"decay": "cosine", "decay_steps": 10, "decay_factor": 0.5}, "decay_factor 0.5 belongs to the exponential"),
+    ({"decay_steps": 10}, "decay_steps 10 belongs to the cosine decay"),
+])
+def test_adamw_refuses_a_field_its_decay_ignores(fields, message):
+    from benchbase.specs import AdamWSpec
+
+    with pytest.raises(ValidationError, match=message):
+        AdamWSpec(learning_rate=1e-3, **fields)
+
+
 def test_an_unknown_optimizer_is_named(registry):
     mini = registry.workload("ds2-mini").model_dump()
     with pytest.raises(ValidationError, match="optimizer 'lbfgs' is unknown"):

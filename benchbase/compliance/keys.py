@@ -71,7 +71,8 @@ OPTIMIZER_KEYS: dict[str, dict[str, str]] = {
               constants.OPT_ADAMW_EPSILON: "epsilon", constants.OPT_ADAMW_WEIGHT_DECAY: "weight_decay",
               constants.OPT_LR_WARMUP_STEPS: "warmup_steps", OPT_LR_HOLD_STEPS: "hold_steps",
               OPT_LR_DECAY_EVERY_STEPS: "decay_every_steps", constants.OPT_LR_DECAY_FACTOR: "decay_factor",
-              OPT_LR_MIN: "min_learning_rate"},
+              OPT_LR_MIN: "min_learning_rate", constants.OPT_LR_DECAY_SCHEDULE: "decay",
+              constants.OPT_LR_DECAY_STEPS: "decay_steps"},
     "sgd": {OPT_SGD_MOMENTUM: "momentum", constants.OPT_WEIGHT_DECAY: "weight_decay"},
 }
 """Per optimizer (``OptimizerSpec.name``), its own log keys beside opt_name, opt_base_learning_rate and

@@ -50,7 +50,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.7"
+DEFAULT_RULESET = "1.8"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")

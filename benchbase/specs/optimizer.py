@@ -1,13 +1,15 @@
 """OptimizerSpec: the optimizer a workload pins, one spec class per optimizer, chosen by ``name``.
 
 AdaDelta is the paper's (DS2); AdamW with MLPerf RNN-T's warm-up, hold and exponential decay of
-the learning rate is the transducer family's. Every setting whose default differs between
+the learning rate is the transducer family's, and AdamW with AlgoPerf's warm-up and cosine decay the
+Conformer's. Every setting whose default differs between
 frameworks is a field, and the learning rate's schedule is one formula here
 (``learning_rate_at``) that every backend evaluates, so no framework's scheduler decides it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -38,8 +40,9 @@ class AdaDeltaSpec(OptimizerSpec):
 
 
 class AdamWSpec(OptimizerSpec):
-    """Adam with decoupled weight decay, under MLPerf RNN-T's schedule: linear warm-up from zero,
-    a hold at the base rate, then exponential decay to a floor."""
+    """Adam with decoupled weight decay under a schedule of three phases: linear warm-up from zero,
+    a hold at the base rate, then a decay to a floor, either exponential (MLPerf RNN-T's) or a
+    half cosine over a fixed number of steps (AlgoPerf's ``optax.cosine_decay_schedule``)."""
 
     name: Literal["adamw"] = Field("adamw", description="Adam with decoupled weight decay (Loshchilov & Hutter).")
     learning_rate: float = Field(1e-3, gt=0.0, le=10.0, description="Base (peak) learning rate.")
@@ -62,11 +65,28 @@ class AdamWSpec(OptimizerSpec):
         "continuously (MLPerf RNN-T decays per epoch; a workload states its epoch in steps).")
     decay_factor: float = Field(1.0, gt=0.0, le=1.0, description="Decay per decay_every_steps; 1: no decay.")
     min_learning_rate: float = Field(0.0, ge=0.0, le=10.0, description="Floor of the decayed rate.")
+    decay: Literal["exponential", "cosine"] = Field(
+        "exponential",
+        description="The decay after warm-up and hold: exponential (decay_factor per decay_every_steps, "
+        "MLPerf RNN-T) or cosine (from learning_rate to min_learning_rate over decay_steps, AlgoPerf).")
+    decay_steps: int = Field(
+        0, ge=0, le=10_000_000,
+        description="Cosine decay only: the steps it takes to reach min_learning_rate (AlgoPerf: the "
+        "workload's step hint less the warm-up); the rate stays there after them.")
 
     @model_validator(mode="after")
-    def _floor_below_base(self) -> AdamWSpec:
+    def _one_consistent_schedule(self) -> AdamWSpec:
         if self.min_learning_rate > self.learning_rate:
             raise ValueError(f"min_learning_rate {self.min_learning_rate} is above learning_rate {self.learning_rate}")
+        # A field the chosen decay ignores would be a number in the log that changes nothing.
+        if self.decay == "cosine" and self.decay_steps == 0:
+            raise ValueError("a cosine decay needs decay_steps (the steps from the end of the hold to the floor)")
+        if self.decay == "cosine" and self.decay_factor != 1.0:
+            raise ValueError(f"decay_factor {self.decay_factor} belongs to the exponential decay; a cosine decay "
+                             "is set by decay_steps")
+        if self.decay == "exponential" and self.decay_steps != 0:
+            raise ValueError(f"decay_steps {self.decay_steps} belongs to the cosine decay; an exponential decay is "
+                             "set by decay_factor and decay_every_steps")
         return self
 
     def learning_rate_at(self, step: int) -> float:
@@ -75,6 +95,11 @@ class AdamWSpec(OptimizerSpec):
         decaying = step - self.warmup_steps - self.hold_steps
         if decaying <= 0:
             return self.learning_rate
+        if self.decay == "cosine":
+            # optax.cosine_decay_schedule(learning_rate, decay_steps, alpha=min/learning_rate).
+            progress = min(decaying, self.decay_steps) / self.decay_steps
+            cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+            return self.min_learning_rate + (self.learning_rate - self.min_learning_rate) * cosine
         decayed = self.learning_rate * float(self.decay_factor ** (decaying / self.decay_every_steps))
         return max(decayed, self.min_learning_rate)
 
