@@ -7,6 +7,7 @@ import json
 
 import pytest
 from cli_helpers import run_benchbase
+from official_checker import check_common_rules
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,17 @@ def test_every_evaluation_was_scored_independently_and_the_run_passes_verify(fin
     verified = run_benchbase("verify", str(out))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "independent: re-scored by the reference model" in verified.stdout
+
+
+def test_the_log_passes_check_and_the_official_common_rules(finished, tmp_path):
+    out, _ = finished
+    checked = run_benchbase("check", str(out))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "1/1 log(s) pass rule set 1.8" in " ".join(checked.stdout.split())
+    logged = (out / "mllog.log").read_text()
+    assert '"key": "opt_learning_rate_decay_schedule", "value": "exponential"' in logged
+    passed, messages = check_common_rules(out / "mllog.log", tmp_path)
+    assert passed, messages
 
 
 def test_another_familys_store_is_refused_in_one_line(small_store, tmp_path):
