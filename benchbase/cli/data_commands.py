@@ -52,20 +52,35 @@ def synth(out: Path, utterances: int, seed: int, text_file: Path | None) -> None
 @data.command()
 @click.option("--librispeech", "root", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
               help="Root holding LibriSpeech-layout subsets (or a synthetic corpus).")
-@click.option("--subsets", required=True, help="Comma-separated subset folders, e.g. train-clean-100,dev-clean.")
+@click.option("--subsets", help="Comma-separated subset folders, e.g. train-clean-100,dev-clean (default: the "
+              "workload's train, dev and test subsets).")
 @click.option("--workload", "workload_name", default="ds2", show_default=True,
-              help="Workload whose feature and filter settings apply.")
+              help="Workload whose feature, filter and vocabulary settings apply.")
+@click.option("--set", "overrides", multiple=True, metavar="workload.PATH=VALUE",
+              help="Change a workload setting first, as `benchbase run --set`, e.g. "
+              "'workload.data.tokens={kind: sentencepiece, size: 255}'.")
 @click.option("--train", "train_subsets", help="Subsets whose statistics normalize features (default: train*).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Feature store folder.")
 @click.option("--workers", type=click.IntRange(1, 1024), help="Processes (default: all cores).")
-def prepare(root: Path, subsets: str, workload_name: str, train_subsets: str | None, out: Path,
-            workers: int | None) -> None:
-    """Extract features into shards of 64 utterances; resumable."""
+def prepare(root: Path, subsets: str | None, workload_name: str, overrides: tuple[str, ...],
+            train_subsets: str | None, out: Path, workers: int | None) -> None:
+    """Extract features into shards of 64 utterances, and train the workload's sentencepiece
+    vocabulary on the training transcripts if it has one; resumable."""
     from benchbase.data.prepare import REPORT_FILE, prepare_store
+    from benchbase.specs.overrides import apply_overrides, parse_override
 
     workload = collect_registry(get_plugin_manager()).workload(workload_name)
-    names = tuple(name.strip() for name in subsets.split(",") if name.strip())
-    train = tuple(train_subsets.split(",")) if train_subsets else tuple(n for n in names if n.startswith("train"))
+    parsed = [parse_override(text) for text in overrides]
+    if any(root_name != "workload" for root_name, _, _ in parsed):
+        raise InputError("--set: `data prepare` changes only the workload (workload.PATH=VALUE)")
+    workload = apply_overrides(workload, [(path, value) for _, path, value in parsed], "workload")
+    data_spec = workload.data
+    if subsets is None:
+        names = tuple(dict.fromkeys(data_spec.train + data_spec.dev + data_spec.test))
+    else:
+        names = tuple(name.strip() for name in subsets.split(",") if name.strip())
+    default_train = data_spec.train if subsets is None else tuple(n for n in names if n.startswith("train"))
+    train = tuple(train_subsets.split(",")) if train_subsets else default_train
     if not train:
         raise InputError("--subsets names no training subset (train*): pass --train to say which normalize")
     console = Console()
@@ -73,11 +88,16 @@ def prepare(root: Path, subsets: str, workload_name: str, train_subsets: str | N
         task = progress.add_task("extracting features", total=None)
         description = prepare_store(root, {"train": train, "all": names}, workload.features, workload.model,
                                     workload.data.max_duration, out, workers,
-                                    lambda done, total: progress.update(task, completed=done, total=total))
+                                    lambda done, total: progress.update(task, completed=done, total=total),
+                                    workload.data.tokens)
     for name, split in description["splits"].items():
         dropped = ", ".join(f"{reason} {count}" for reason, count in split["dropped"].items()) or "none"
         console.print(f"{name}: kept {split['utterances']} of {split['listed']} ({100 * split['kept_fraction']:.1f}%), "
                       f"{split['seconds'] / 3600:.2f} h, resampled {split['resampled']}; dropped: {dropped}")
+    vocabulary = description.get("vocabulary")
+    if vocabulary:
+        console.print(f"vocabulary: {vocabulary['size']} {vocabulary['model_type']} pieces and the blank, "
+                      f"sha256 {vocabulary['sha256'][:12]} ({out / vocabulary['file']})")
     console.print(f"store: {out}  (skipped files and reasons: {out / REPORT_FILE})")
 
 

@@ -56,7 +56,8 @@ def sweep_row(config: RunConfig, store: Path, name: str, width: int, outputs: De
               batch_decoded: Callable[[], None] = lambda: None) -> tuple[str, ...]:
     """One beam width's row: decoding seconds and the error rates; ``batch_decoded`` after each batch."""
     spec = config.workload.evaluation.model_copy(update={"decoder": name, "beam_width": width})
-    decoder = evaluation_decoder(spec, store, config.workload.data.train, config.workload.model.blank_index)
+    decoder = evaluation_decoder(spec, store, config.workload.data.train, config.workload.model.blank_index,
+                                 tokens=config.workload.data.tokens)
     hypotheses: list[str] = []
     started = time.perf_counter()
     for log_probs, lengths in outputs.batches:

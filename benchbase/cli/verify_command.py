@@ -64,7 +64,8 @@ def verify(run_dir: Path, data: Path | None, independent: bool) -> None:
     store = FeatureStore(store_root)
     evaluation = config.workload.evaluation.model_copy(update={"decoder": decoder_name})
     decoder = evaluation_decoder(evaluation, store_root, config.workload.data.train,
-                                 blank=config.workload.model.blank_index, beam_width=beam_width)
+                                 blank=config.workload.model.blank_index, beam_width=beam_width,
+                                 tokens=config.workload.data.tokens)
     pipeline = replay_pipeline(config, store, subset)
     if with_backend:
         load_backend(collect_registry(get_plugin_manager()), config.backend)  # its framework, imported quietly now

@@ -52,6 +52,7 @@ __all__ = [
     "THREAD_BUDGET",
     "TTA_SUBSET",
     "UTTERANCES",
+    "VOCABULARY",
     "WARM_UP",
     "WORLD_SIZE",
     "constants",
@@ -100,6 +101,9 @@ FINAL = "final"
 """CHECKPOINT metadata: true for the checkpoint of the final weights, written after run_stop."""
 TTA_SUBSET = "benchbase_tta_subset"
 """Value: the dev subset the TTA rule is scored on."""
+VOCABULARY = "benchbase_vocabulary"
+"""Value: what the store's labels are in: {kind: characters}, or a sentencepiece vocabulary's
+settings, symbols and model file with its SHA-256 (store.json's ``vocabulary``)."""
 EVAL_SUBSETS = "benchbase_eval_subsets"
 """Value: {dev subset: utterances evaluated}."""
 FINAL_ACCURACY = "benchbase_final_accuracy"

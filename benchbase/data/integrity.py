@@ -72,6 +72,13 @@ def verify_store(root: Path) -> list[str]:
             continue
         for shard, expected in checksums.items():
             problems += _shard_problems(root, shard, expected)
+    vocabulary = description.get("vocabulary")
+    if isinstance(vocabulary, dict):  # a store of pieces: its labels mean what this model file says
+        path = root / str(vocabulary.get("file"))
+        if not path.is_file():
+            problems.append(f"{path}: vocabulary file missing")
+        elif file_digest(path) != vocabulary.get("sha256"):
+            problems.append(f"{path}: checksum mismatch (the vocabulary was altered since the store was prepared)")
     return problems
 
 

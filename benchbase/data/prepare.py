@@ -18,7 +18,7 @@ import json
 import multiprocessing
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,21 +26,24 @@ import soundfile
 from threadpoolctl import threadpool_limits
 
 from benchbase.atomic import atomic_write_bytes
-from benchbase.data.alphabet import UnknownCharacterError, encode_transcript
+from benchbase.data.alphabet import UnknownCharacterError
 from benchbase.data.features import extract_features
 from benchbase.data.integrity import check_identity, shard_checksums
 from benchbase.data.librispeech import UtteranceSource, list_subset
-from benchbase.data.store import (
-    FORMAT_VERSION,
-    SHARD_SIZE,
-    STATS_FILE,
-    STORE_FILE,
-    Utterance,
-    write_shard,
+from benchbase.data.store import FORMAT_VERSION, SHARD_SIZE, STATS_FILE, STORE_FILE, Utterance, write_shard
+from benchbase.data.vocabulary import (
+    VOCABULARY_FILE,
+    CharacterVocabulary,
+    PieceVocabulary,
+    Vocabulary,
+    ctc_path_length,
+    model_digest,
+    train_pieces,
 )
 from benchbase.errors import InputError
 from benchbase.process_guard import end_with_parent
 from benchbase.specs import FeatureSpec, ModelSpec, WorkloadSpec
+from benchbase.specs.vocabulary import CharactersSpec, TokensSpec
 
 __all__ = ["MANIFEST_FILE", "REPORT_FILE", "prepare_store", "prepare_workload_store"]
 
@@ -58,6 +61,11 @@ class ShardJob:
     features: FeatureSpec
     model: ModelSpec
     max_duration: float
+    pieces: bytes | None = None
+    """The store's sentencepiece model the labels are encoded with; None: characters."""
+
+    def vocabulary(self) -> Vocabulary:
+        return CharacterVocabulary() if self.pieces is None else PieceVocabulary(self.pieces)
 
 
 @dataclass
@@ -85,17 +93,26 @@ def prepare_store(
     out: Path,
     workers: int | None = None,
     progress: Progress | None = None,
+    tokens: TokensSpec | None = None,
 ) -> dict:
     """Extract features of every subset into ``out``; returns the store description.
 
     ``subsets`` maps a split role ("train", "dev", "test") to LibriSpeech subset names;
-    normalization statistics come from the train role only.
+    normalization statistics come from the train role only, and so does a sentencepiece
+    vocabulary (``tokens``; default: characters).
     """
+    tokens = tokens or CharactersSpec()
     jobs_by_subset = _plan_jobs(corpus_root, subsets, features, model, max_duration, out)
-    check_identity(out, _identity(corpus_root, subsets, jobs_by_subset, features, model, max_duration))
+    check_identity(out, _identity(corpus_root, subsets, jobs_by_subset, features, model, max_duration, tokens))
+    pieces = _write_vocabulary(out, jobs_by_subset, subsets.get("train", ()), tokens)
+    if pieces is not None:
+        jobs_by_subset = {name: [replace(job, pieces=pieces) for job in jobs] for name, jobs in jobs_by_subset.items()}
     all_jobs = [job for jobs in jobs_by_subset.values() for job in jobs]
     summaries = _run_jobs(all_jobs, workers, progress)
     description = _describe(corpus_root, subsets, jobs_by_subset, summaries, out)
+    if pieces is not None:  # a store of characters says nothing: its description reads as before pieces
+        description["vocabulary"] = {**tokens.model_dump(), "symbols": tokens.symbols, "file": VOCABULARY_FILE,
+                                     "sha256": model_digest(pieces)}
     train_subsets = set(subsets.get("train", ()))
     train = [summaries[job.path] for name in train_subsets for job in jobs_by_subset[name]]
     _write_statistics(out, train, features.dimension)
@@ -109,7 +126,34 @@ def prepare_workload_store(corpus_root: Path, workload: WorkloadSpec, out: Path,
     """``prepare_store`` with everything a workload pins: its train/dev/test subsets, features, model, durations."""
     data = workload.data
     return prepare_store(corpus_root, {"train": data.train, "dev": data.dev, "test": data.test}, workload.features,
-                         workload.model, data.max_duration, out, workers, progress)
+                         workload.model, data.max_duration, out, workers, progress, data.tokens)
+
+
+def _write_vocabulary(out: Path, jobs_by_subset: dict[str, list[ShardJob]], train: tuple[str, ...],
+                      tokens: TokensSpec) -> bytes | None:
+    """A sentencepiece vocabulary trained on the training subsets' transcripts (in the listing's
+    order), written into the store; None for characters. Trained again when a preparation resumes:
+    the same transcripts and settings give the same bytes, which the shards already made rely on."""
+    if tokens.kind == "characters":
+        return None
+    transcripts = [source.transcript for name in train for job in jobs_by_subset[name] for source in job.sources
+                   if _spelled(source.transcript)]
+    pieces = train_pieces(transcripts, tokens)
+    path = out / VOCABULARY_FILE
+    if path.is_file() and path.read_bytes() != pieces:
+        raise InputError(f"{path}: another vocabulary than these transcripts and settings make; remove the store "
+                         "or choose another --out")
+    atomic_write_bytes(path, lambda handle: handle.write(pieces))
+    return pieces
+
+
+def _spelled(transcript: str) -> bool:
+    """Whether the alphabet can spell it (the others are dropped as bad transcripts, and left out here)."""
+    try:
+        CharacterVocabulary().encode(transcript)
+    except UnknownCharacterError:
+        return False
+    return True
 
 
 def _plan_jobs(root, subsets, features, model, max_duration, out) -> dict[str, list[ShardJob]]:
@@ -186,7 +230,9 @@ def _files_match(shard: Path, checksums: dict[str, str]) -> bool:
 
 def _prepare_shard(job: ShardJob) -> ShardSummary:
     summary = ShardSummary()
-    utterances = [u for source in job.sources if (u := _prepare_utterance(source, job, summary)) is not None]
+    vocabulary = job.vocabulary()
+    utterances = [u for source in job.sources
+                  if (u := _prepare_utterance(source, job, vocabulary, summary)) is not None]
     if utterances:
         stacked = np.concatenate([u.features for u in utterances]).astype(np.float64)
         summary.frames = int(stacked.shape[0])
@@ -200,14 +246,15 @@ def _prepare_shard(job: ShardJob) -> ShardSummary:
     return summary
 
 
-def _prepare_utterance(source: UtteranceSource, job: ShardJob, summary: ShardSummary) -> Utterance | None:
+def _prepare_utterance(source: UtteranceSource, job: ShardJob, vocabulary: Vocabulary,
+                       summary: ShardSummary) -> Utterance | None:
     def drop(reason: str, detail: str | None = None) -> None:
         summary.dropped[reason] = summary.dropped.get(reason, 0) + 1
         if detail:
             summary.problems.append((str(source.audio), detail))
 
     try:
-        labels = encode_transcript(source.transcript)
+        labels = vocabulary.encode(source.transcript)
     except UnknownCharacterError as error:
         return drop("bad_transcript", str(error))
     if not source.audio.is_file():
@@ -221,7 +268,7 @@ def _prepare_utterance(source: UtteranceSource, job: ShardJob, summary: ShardSum
     if seconds > job.max_duration:
         return drop("too_long")
     features = extract_features(audio, job.features)
-    if not job.model.keeps_utterance(features.shape[0], len(labels)):
+    if not job.model.keeps_utterance(features.shape[0], ctc_path_length(labels)):
         return drop("too_short")
     summary.seconds += seconds
     summary.rows.append({"id": source.utterance_id, "speaker": source.speaker, "seconds": round(seconds, 3),
@@ -269,16 +316,18 @@ def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
 
 
 def _identity(root: Path, subsets, jobs_by_subset, features: FeatureSpec, model: ModelSpec,
-              max_duration: float) -> dict:
+              max_duration: float, tokens: TokensSpec) -> dict:
     """What every shard of the store depends on: the corpus (its path and a digest of its file list)
-    and the settings that shape the features."""
+    and the settings that shape the features and labels (characters, every store before pieces,
+    are not named, so those stores keep their identity)."""
     listing = [(name, str(source.audio.relative_to(root)), source.transcript)
                for name, jobs in sorted(jobs_by_subset.items()) for job in jobs for source in job.sources]
     return {"source": str(Path(root).resolve()),
             "files_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
             "features": features.model_dump(), "max_duration": max_duration,
             **model.store_shaping(), "format": FORMAT_VERSION,
-            "roles": {role: list(names) for role, names in sorted(subsets.items())}}
+            "roles": {role: list(names) for role, names in sorted(subsets.items())},
+            **({} if tokens.kind == "characters" else {"tokens": tokens.model_dump()})}
 
 
 def _write_manifest_and_report(out: Path, jobs_by_subset, summaries, description: dict) -> None:

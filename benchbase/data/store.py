@@ -197,3 +197,9 @@ class FeatureStore:
     @property
     def feature_dimension(self) -> int:
         return int(self.mean.shape[0])
+
+    @property
+    def tokens(self) -> dict:
+        """The vocabulary its labels are in: store.json's ``vocabulary`` (kind, its settings, the
+        model file's SHA-256), or characters for a store without one."""
+        return self.description.get("vocabulary") or {"kind": "characters"}

@@ -73,6 +73,8 @@ def store_key(workload: WorkloadSpec) -> str:
         **model.store_shaping(),
         "subsets": [workload.data.train, workload.data.dev, workload.data.test],
     }
+    if workload.data.tokens.kind != "characters":  # a store of characters keeps the key it had before pieces
+        shaping["tokens"] = workload.data.tokens.model_dump()
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchbase.data.alphabet import SYMBOLS, decode_labels
+from benchbase.data.vocabulary import CharacterVocabulary
 from benchbase.decode._search import PLAIN, Search, plain_lexicon, search
 from benchbase.decode.parallel import available_cores, decode_rows
 
@@ -22,6 +23,7 @@ class BeamSearchDecoder:
         self.settings = Search(beam_width, blank, SPACE, PLAIN, 0.0, 0.0)
         self.lexicon = plain_lexicon()
         self.workers = workers or available_cores()
+        self.vocabulary = CharacterVocabulary()  # the search spells characters (a space ends a word)
 
     def decode_one(self, log_probs: np.ndarray) -> str:
         """(frames, symbols) log-probabilities of one utterance -> its text."""

@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 
 from benchbase.data.alphabet import SYMBOLS, decode_labels
+from benchbase.data.vocabulary import CharacterVocabulary
 from benchbase.decode._search import BIGRAMS, WORDS, Lexicon, Search, search
 from benchbase.decode.language_model import LanguageModel
 from benchbase.decode.parallel import available_cores, decode_rows
@@ -33,6 +34,7 @@ class WordBeamSearchDecoder:
             raise ValueError(f"beam width must be at least 1, got {beam_width}")
         if mode not in LM_MODES:
             raise ValueError(f"language model mode must be one of {', '.join(LM_MODES)}, got {mode!r}")
+        self.vocabulary = CharacterVocabulary()  # its dictionary is a tree of characters
         self.words = language_model.words
         self.settings = Search(beam_width, blank, SPACE, LM_MODES[mode], float(alpha), float(beta))
         self.lexicon = _lexicon(language_model)

@@ -38,7 +38,7 @@ class CTCHead:
         return self.decoder.decode(outputs, lengths)
 
     def greedy(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
-        return greedy_decode(outputs, lengths, self.model.blank_index)
+        return greedy_decode(outputs, lengths, self.model.blank_index, self.decoder.vocabulary)
 
     def losses(self, outputs: np.ndarray, batch: Batch) -> np.ndarray:
         losses = ctc_loss(outputs, batch.output_lengths, batch.labels, batch.label_lengths, self.model.blank_index)

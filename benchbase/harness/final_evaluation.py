@@ -49,7 +49,7 @@ class FinalEvaluation:
         workload = self.config.workload
         decoder = evaluation_decoder(workload.evaluation.model_copy(update={"decoder": self.decoder_name}),
                                      self.config.data, workload.data.train, blank=workload.model.blank_index,
-                                     beam_width=self.beam_width)
+                                     beam_width=self.beam_width, tokens=workload.data.tokens)
         # A store prepared without some test subset still gets the others; `benchbase check`
         # reports the missing ones (rule final_evaluation).
         subsets = [subset for subset in workload.data.dev + workload.data.test if self.inputs.store.has(subset)]

@@ -27,6 +27,13 @@ def open_store(config: RunConfig) -> FeatureStore:
     if store.feature_dimension != expected:
         raise InputError(f"{config.data}: features have {store.feature_dimension} dimensions, "
                          f"workload {config.workload.name!r} expects {expected}")
+    tokens = config.workload.data.tokens.model_dump()
+    prepared = {key: store.tokens.get(key) for key in tokens}
+    if prepared != tokens:
+        differ = ", ".join(f"{key} {prepared[key]!r} (workload: {tokens[key]!r})" for key in tokens
+                           if prepared[key] != tokens[key])
+        raise InputError(f"{config.data}: labels prepared for other tokens: {differ}; prepare a store for "
+                         f"workload {config.workload.name!r}")
     return store
 
 
@@ -60,5 +67,5 @@ class RunInputs:
                 raise InputError(f"{config.data}: dev subset {subset} holds no utterances; nothing to evaluate")
         # Built in init, off the clock: the language model and the decoder's compiled kernel.
         decoder = evaluation_decoder(workload.evaluation, config.data, workload.data.train,
-                                     blank=workload.model.blank_index)
+                                     blank=workload.model.blank_index, tokens=workload.data.tokens)
         return cls(store, plan, context, train_data, dev_data, decoder)

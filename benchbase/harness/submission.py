@@ -42,6 +42,7 @@ def submission_record(config: RunConfig, environment: dict, plan: DevicePlan, tr
         (constants.EVAL_SAMPLES, dev_data[workload.scored_subset].utterances),
         (own_keys.EVAL_SUBSETS, {subset: data.utterances for subset, data in dev_data.items()}),
         (own_keys.TTA_SUBSET, workload.scored_subset),
+        (own_keys.VOCABULARY, train_data.store.tokens),
         (constants.OPT_NAME, optimizer.name),
         (constants.OPT_BASE_LR, optimizer.learning_rate),
         *[(key, getattr(optimizer, field)) for key, field in own_keys.OPTIMIZER_KEYS[optimizer.name].items()],

@@ -15,6 +15,7 @@ from benchbase.specs.augmentation import SpecAugmentSpec
 from benchbase.specs.model import ModelSpec, QuantizationSpec, validate_model
 from benchbase.specs.optimizer import AdaDeltaSpec, OptimizerSpec, validate_optimizer
 from benchbase.specs.tta import TTARule
+from benchbase.specs.vocabulary import CharactersSpec, TokensSpec
 
 __all__ = [
     "BEAM_DECODERS",
@@ -79,6 +80,10 @@ class DataSpec(Spec):
         le=100_000,
         description="Pad every batch to this many frames (the paper: 1670), or None: to the batch's longest.",
     )
+    tokens: TokensSpec = Field(
+        default_factory=CharactersSpec,
+        description="What the model predicts: characters (benchbase's alphabet) or sentencepiece pieces trained "
+        "on the training transcripts at prepare time; the model's symbols must be as many.")
 
 
 class EvalSpec(Spec):
@@ -165,6 +170,20 @@ class WorkloadSpec(Spec):
         if known is not None and not chosen <= set(known):
             raise ValueError(f"evaluation decoder {', '.join(sorted(chosen - set(known)))} cannot decode the "
                              f"{self.model.family} family's outputs (it decodes with {', '.join(known)})")
+        return self
+
+    @model_validator(mode="after")
+    def _the_model_predicts_the_vocabulary(self) -> WorkloadSpec:
+        tokens = self.data.tokens
+        if self.model.symbols != tokens.symbols:
+            raise ValueError(f"model.symbols is {self.model.symbols}, but data.tokens ({tokens.kind}) has "
+                             f"{tokens.symbols} symbols with the blank")
+        chosen = {self.evaluation.decoder, self.evaluation.final_decoder or self.evaluation.decoder}
+        if tokens.kind != "characters" and chosen != {"greedy"}:
+            # Prefix and word beam search spell characters (and word beam search's dictionary is a
+            # character tree); over pieces they would score another search than the one documented.
+            raise ValueError(f"evaluation decoder {', '.join(sorted(chosen - {'greedy'}))} searches over characters; "
+                             f"a {tokens.kind} vocabulary decodes greedily")
         return self
 
     @model_validator(mode="after")

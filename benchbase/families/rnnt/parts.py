@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from benchbase.backend import Batch
-from benchbase.data.alphabet import decode_labels
+from benchbase.data.vocabulary import CharacterVocabulary, Vocabulary
 from benchbase.decode.factory import Decoder
 from benchbase.families.parts import KitModel, ReferenceStep, Weights
 from benchbase.families.rnnt.bounds import bounded_transducer_loss, rounded_encoder
@@ -49,13 +49,14 @@ rule takes after restoring follow the warm-up, so a schedule that restarts shows
 class TransducerHead:
     """The greedy transducer search and the transducer loss on one set of exported weights."""
 
-    def __init__(self, model: RNNTModelSpec, weights: Weights) -> None:
+    def __init__(self, model: RNNTModelSpec, weights: Weights, vocabulary: Vocabulary) -> None:
         self.model = model
+        self.vocabulary = vocabulary
         self.weights = {name: np.asarray(value, dtype=np.float32) for name, value in weights.items()}
 
     def decode(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
         found = greedy_decode(self.weights, self.model, outputs, lengths, self.model.max_symbols_per_frame)
-        return [decode_labels(labels) for labels in found]
+        return [self.vocabulary.decode(labels) for labels in found]
 
     def greedy(self, outputs: np.ndarray, lengths: np.ndarray) -> list[str]:
         return self.decode(outputs, lengths)
@@ -75,7 +76,9 @@ class RNNTParts:
     log_probability_outputs = False  # the joint's encoder projection; the harness runs the joint
 
     def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> TransducerHead:
-        return TransducerHead(model, weights())  # the search needs the prediction network and joint
+        # The search needs the prediction network and joint; the decoder's vocabulary spells its labels.
+        vocabulary = CharacterVocabulary() if decoder is None else decoder.vocabulary
+        return TransducerHead(model, weights(), vocabulary)
 
     def output_width(self, model) -> int:
         return int(model.joint_units)
