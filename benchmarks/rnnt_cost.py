@@ -8,9 +8,10 @@ FlopCounterMode by tests/test_rnnt_cost.py):
 1. rnnt-mini on its synthetic store: the training FLOPs of the train subset's utterances as they
    are (their own frames and characters), the mean per utterance; with ``--run``, a finished
    rnnt-mini run's median step time turns that into the FLOP rate the machine achieved.
-2. rnnt (MLPerf's architecture, characters as tokens) at stated utterance sizes: seconds of speech
-   (100 feature frames a second) and characters per second are inputs here, not measurements of
-   LibriSpeech; the joint's memory for a padded batch at the longest utterance the workload keeps.
+2. rnnt (MLPerf's architecture and its 1023 pieces) at stated utterance sizes: seconds of speech
+   (100 feature frames a second) and labels per second are inputs here, not measurements of
+   LibriSpeech (4 pieces a second is about 1.5 pieces a word at 2.7 words a second; 15 a second
+   is characters'); the joint's memory for a padded batch at the longest utterance the workload keeps.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from benchbase.plugin_host.registry import collect_registry
 
 FRAMES_PER_SECOND = 100  # a 10 ms hop (160 samples at 16 kHz), both workloads
 PER_DEVICE_BATCH = 64  # MLPerf's reference global batch of 512 over 8 GPUs
+LABEL_RATES = (4.0, 15.0)  # pieces a second (an input: see above), and characters'
 
 
 def main() -> None:
@@ -79,11 +81,11 @@ def _full_at_sizes(workload, mini) -> None:
     dimension = workload.features.mel_bands if workload.features.mfcc == 0 else workload.features.mfcc
     print(f"rnnt ({model.parameter_count(dimension):,} parameters, {model.symbols} symbols), "
           f"{dimension} features a frame; per utterance:\n")
-    print("| speech s | characters/s | T' | U | forward GFLOP | training GFLOP | encoder | prediction | "
+    print("| speech s | labels/s | T' | U | forward GFLOP | training GFLOP | encoder | prediction | "
           "joint projections | joint output | joint elementwise |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for seconds in (5.0, 12.3, workload.data.max_duration):
-        for rate in (12.0, 15.0):
+        for rate in LABEL_RATES:
             frames, labels = int(seconds * FRAMES_PER_SECOND), int(round(seconds * rate))
             parts = forward_flops(model, dimension, frames, labels)
             total = total_forward_flops(parts)
@@ -94,9 +96,9 @@ def _full_at_sizes(workload, mini) -> None:
     frames = int(workload.data.max_duration * FRAMES_PER_SECOND)
     print(f"\njoint memory of a batch of {PER_DEVICE_BATCH} padded to {workload.data.max_duration:g} s "
           f"(T' = {lattice_frames(model, frames)[1]}), float32, each kept for the backward pass:\n")
-    print("| characters/s | U | hidden (batch, T', U+1, joint) GiB | log-probs (batch, T', U+1, symbols) GiB |")
+    print("| labels/s | U | hidden (batch, T', U+1, joint) GiB | log-probs (batch, T', U+1, symbols) GiB |")
     print("|---:|---:|---:|---:|")
-    for rate in (12.0, 15.0):
+    for rate in LABEL_RATES:
         labels = int(round(workload.data.max_duration * rate))
         sizes = joint_bytes(model, PER_DEVICE_BATCH, lattice_frames(model, frames)[1], labels)
         print(f"| {rate:g} | {labels} | {sizes['hidden'] / 2**30:.2f} | {sizes['log_probs'] / 2**30:.2f} |")

@@ -146,9 +146,10 @@ def test_greedy_decoding_spells_pieces_as_words(pieces_store):
 
 
 @pytest.mark.slow
-def test_a_run_on_pieces_trains_logs_its_vocabulary_and_passes_check_and_verify(tmp_path, pieces_store):
+@pytest.mark.parametrize("workload", ["ds2-mini", "rnnt-mini"])  # a CTC family and the transducer
+def test_a_run_on_pieces_trains_logs_its_vocabulary_and_passes_check_and_verify(tmp_path, pieces_store, workload):
     out = tmp_path / "run"
-    finished = run_benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--data",
+    finished = run_benchbase("run", "--workload", workload, "--backend", "torch", "--hw", "cpu", "--data",
                              str(pieces_store), "--out", str(out), "--max-epochs", "2", "--set", PIECES_SET,
                              "--set", "workload.model.symbols=64", timeout=900)
     assert finished.returncode == 3, finished.stderr  # aborted at max epochs
