@@ -9,6 +9,7 @@ import traceback
 import click
 
 from benchbase.errors import BenchbaseError, Terminated
+from benchbase.harness.launch import LAUNCHED_WORKER
 from benchbase.harness.termination import install_sigterm_handler
 
 __all__ = ["cli", "main"]
@@ -55,9 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         # fix, so one line naming the file, not a traceback.
         _fail(_describe_os_error(error), 1, error)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        _stopped("interrupted", 130, rank)
     except Terminated:
-        _fail("terminated (SIGTERM)", Terminated.exit_code)
+        _stopped("terminated (SIGTERM)", Terminated.exit_code, rank)
 
 
 def _describe_os_error(error: OSError) -> str:
@@ -77,6 +78,14 @@ def _rank() -> int | None:
         return int(os.environ["RANK"]) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
     except (KeyError, ValueError):
         return None
+
+
+def _stopped(message: str, code: int, rank: int | None) -> None:
+    """Stopped by a signal. A worker of `benchbase run`'s own launcher leaves quietly: the launching
+    process, which passed the signal on, says it in one line for the whole run."""
+    if rank is not None and os.environ.get(LAUNCHED_WORKER) == "1":
+        sys.exit(code)
+    _fail(message, code)
 
 
 def _fail(message: str, code: int, error: BaseException | None = None) -> None:

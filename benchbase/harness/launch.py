@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import uuid
 from dataclasses import dataclass
 
+from benchbase.errors import Terminated
 from benchbase.harness.world import torch_distributed
 
 __all__ = ["LAUNCHED_WORKER", "WorkerFailure", "launch_workers"]
@@ -23,7 +25,11 @@ LAUNCHED_WORKER = "BENCHBASE_LAUNCHED_WORKER"
 """Set to "1" in the workers this launcher starts. They exit 0 when their run ended, whatever its
 status, and the launching process reads the status from rank 0's result.json: the launcher
 stops every other worker as soon as one exits non-zero, so rank 0's "aborted at a limit" exit
-code (3) would cut off a rank still closing down and make a finished run look broken."""
+code (3) would cut off a rank still closing down and make a finished run look broken. Stopped
+by a signal, they leave without a word: the launching process says it, once."""
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+"""The signals torch's launcher handles by stopping its workers (TORCHELASTIC_SIGNALS_TO_HANDLE's default)."""
 
 # The launcher's grace period between SIGTERM and SIGKILL when it stops workers (one failed,
 # or it was itself interrupted): long enough for rank 0 to checkpoint and close its log.
@@ -50,6 +56,7 @@ class WorkerFailure:
 def launch_workers(processes: int, arguments: list[str], threads_per_process: int | None) -> list[WorkerFailure]:
     """Run ``python -m benchbase ARGUMENTS`` in ``processes`` workers until all end; their failures."""
     torch_distributed()  # torch installed, or the one-line error that says how
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -65,14 +72,28 @@ def launch_workers(processes: int, arguments: list[str], threads_per_process: in
     )
     previous = os.environ.get(LAUNCHED_WORKER)
     os.environ[LAUNCHED_WORKER] = "1"  # the spawned workers inherit it; this process does not keep it
+    # The launcher replaces this process's handlers of SIGTERM, SIGINT, SIGHUP and SIGQUIT with its
+    # own and leaves them there; they go back once it returns (benchbase's turn SIGTERM into Terminated).
+    handlers = {number: signal.getsignal(number) for number in HANDLED_SIGNALS}
     try:
-        elastic_launch(config, sys.executable)("-m", "benchbase", *arguments)
+        try:
+            elastic_launch(config, sys.executable)("-m", "benchbase", *arguments)
+        finally:
+            for number, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(number, handler)
+            if previous is None:
+                os.environ.pop(LAUNCHED_WORKER, None)
+            else:
+                os.environ[LAUNCHED_WORKER] = previous
     except ChildFailedError as error:
         return [WorkerFailure(rank, failure.exitcode, failure.message or "")
                 for rank, failure in sorted(error.failures.items())]
-    finally:
-        if previous is None:
-            os.environ.pop(LAUNCHED_WORKER, None)
-        else:
-            os.environ[LAUNCHED_WORKER] = previous
+    except SignalException as error:
+        # The launcher has passed the signal on to every worker and waited for them to stop (they
+        # stop at the same batch, rank 0 checkpoints and logs run_stop): this process then ends as
+        # a single-process run does on the same signal, in one line.
+        if error.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise Terminated() from None
     return []

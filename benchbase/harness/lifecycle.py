@@ -50,7 +50,8 @@ class TimedRun:
         if error is not None:
             self.reason = _reason_for(error)
             self.error = f"{type(error).__name__}: {error}"
-            peer = self.explain_failure()
+            # A signal stops every rank at the same verdict: no peer failed, and none is waited for.
+            peer = None if self.reason == StopReason.INTERRUPTED else self.explain_failure()
             if peer:
                 self.reason, self.error = StopReason.ERROR, f"{peer} (rank 0 saw {self.error[:300]})"
         elif self.reason is None:

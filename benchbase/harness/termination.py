@@ -30,9 +30,14 @@ _state = _State()
 
 def install_sigterm_handler(always_defer: bool = False) -> None:
     """``always_defer``: one rank of a run of several processes, where every rank must stop at the
-    same point (the verdict after a batch), so SIGTERM is only ever remembered."""
+    same point (the verdict after a batch), so SIGTERM is only ever remembered; so is SIGINT, which
+    torch's launcher passes on to its workers when it gets Ctrl-C (the workers lead their own
+    sessions, so the terminal's Ctrl-C reaches only the launcher): a run of several processes
+    stops at a checkpoint whichever of the two stopped it."""
     _state.always_defer = always_defer
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if always_defer:
+        signal.signal(signal.SIGINT, _on_sigterm)
 
 
 def _on_sigterm(signal_number, frame) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,6 +85,9 @@ class TelemetrySampler:
 def _sample_until_stopped(path: Path, clock_origin: float, interval: float, stop, parent_pid: int,
                           processes: list[int], visible: str | None, device_order: str | None) -> None:
     end_with_parent(parent_pid)  # a killed run must not leave a sampler appending forever
+    # Ctrl-C is the run's to handle (it reaches the sampler too when a terminal or a launcher signals
+    # the whole process group): the run stops the sampler through the pipe, in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     started_cpu, started_wall = time.process_time(), time.perf_counter()
     nvml, gpus, gpu_status = open_nvml(visible, device_order)
     tree = ProcessTree(processes)
