@@ -8,7 +8,8 @@
       sentences.jsonl           greedy-decoded training sentences
       result.json               the RunResult, written after run_stop
       traceback.txt             the whole traceback of a backend's error that ended the run
-      checkpoints/              batch-NNNNNNN.ckpt with its sidecar batch-NNNNNNN.ckpt.json, final.ckpt
+      checkpoints/              batch-NNNNNNN.ckpt with its sidecar batch-NNNNNNN.ckpt.json, final.ckpt;
+                                in a run of several processes, each other rank's batch-NNNNNNN.rank-R.ckpt
       decoded/NAME.jsonl        each utterance's reference and hypothesis for one evaluated subset
       segments/K/               the files of an interrupted segment, moved aside by a resume
       profile/                  the framework profiler's trace (benchbase run --profile-steps)
@@ -67,6 +68,8 @@ PROFILE_DIR = "profile"
 
 FINAL_CHECKPOINT_NAME = "final.ckpt"
 PERIODIC_CHECKPOINT_GLOB = "batch-*.ckpt"
+PERIODIC_CHECKPOINT_NAME = re.compile(r"batch-\d+\.ckpt")
+RANK_CHECKPOINT_SUFFIX = ".rank-{rank}.ckpt"
 SIDECAR_SUFFIX = ".json"
 TELEMETRY_SUMMARY_SUFFIX = ".summary.json"
 
@@ -148,12 +151,24 @@ class RunFolder:
         return self.checkpoints / f"batch-{batch_index:07d}.ckpt"
 
     def periodic_checkpoints(self) -> list[Path]:
-        """The periodic checkpoints on disk, oldest first."""
-        return sorted(self.checkpoints.glob(PERIODIC_CHECKPOINT_GLOB))
+        """The periodic checkpoints on disk (rank 0's), oldest first."""
+        return sorted(path for path in self.checkpoints.glob(PERIODIC_CHECKPOINT_GLOB)
+                      if PERIODIC_CHECKPOINT_NAME.fullmatch(path.name))
 
     def periodic_checkpoint_files(self) -> list[Path]:
-        """The periodic checkpoints and their sidecars."""
+        """The periodic checkpoints, their sidecars and the other ranks' checkpoints beside them."""
         return sorted(self.checkpoints.glob(PERIODIC_CHECKPOINT_GLOB + "*"))
+
+    @staticmethod
+    def rank_checkpoint(checkpoint: Path, rank: int) -> Path:
+        """Rank ``rank``'s own state at rank 0's periodic ``checkpoint`` (a run of several processes)."""
+        return checkpoint.with_name(checkpoint.name.removesuffix(".ckpt") + RANK_CHECKPOINT_SUFFIX.format(rank=rank))
+
+    @staticmethod
+    def rank_checkpoints(checkpoint: Path) -> list[Path]:
+        """Every other rank's checkpoint beside rank 0's ``checkpoint`` on disk."""
+        return sorted(checkpoint.parent.glob(checkpoint.name.removesuffix(".ckpt") + RANK_CHECKPOINT_SUFFIX.format(
+            rank="*")))
 
     @staticmethod
     def sidecar(checkpoint: Path) -> Path:

@@ -8,37 +8,28 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress
 
 from benchbase.cli.app import cli
-from benchbase.cli.framework_logs import load_backend
+from benchbase.cli.launched_run import COLLECTIVE_SLACK_S, launched_status
 from benchbase.cli.plan_view import run_plan_table
 from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, resolve_run
+from benchbase.cli.run_resume import resume_run
 from benchbase.data.workload_data import default_cache, ensure_workload_data
-from benchbase.errors import BenchbaseError, InputError, Terminated, describe_validation_error
-from benchbase.harness import Harness, run_benchmark
-from benchbase.harness.devices import checked_plan
-from benchbase.harness.launch import launch_workers
-from benchbase.harness.resume import find_resume_point
+from benchbase.errors import InputError
+from benchbase.harness import run_benchmark
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import Registry, collect_registry
 from benchbase.process_guard import end_with_parent
-from benchbase.run_folder import RunFolder, series_member
+from benchbase.run_folder import series_member
 from benchbase.specs import RunConfig, WorkloadSpec
 from benchbase.specs.model import PRECISIONS
-from benchbase.specs.result import ResultProblem, read_run_result
 from benchbase.specs.strategy import DEFAULT_STRATEGY
 
 __all__ = ["SET_EXAMPLE", "run", "run_refusal"]
-
-# A collective waits at most the run's time limit plus this: rank 0's untimed work (an evaluation
-# finishing past the limit) must not time the others out, and a dead rank is noticed at once anyway.
-COLLECTIVE_SLACK_S = 3600
-
 
 SET_EXAMPLE = ("workload.evaluation.beam_width=64", "hardware.pipeline.readers=2")
 """The --set example `run --help` shows; a test runs it on the cpu profile, so the help never shows one that fails."""
@@ -113,7 +104,8 @@ def run(context: click.Context, **options: Any) -> None:
     """
     if options["resume"] is not None:
         _refuse_other_options(context)
-        if _resume(options["resume"]) != "success":
+        # A rank of several processes leaves with 0 whatever the status, as below.
+        if resume_run(options["resume"]) != "success" and not World.from_environment().distributed:
             raise click.exceptions.Exit(3)
         return
     request = run_request(options)
@@ -195,8 +187,8 @@ def _run_all(world: World, manager, resolved: ResolvedRun, folders: list[Path], 
             and not world.distributed:
         store = _prepare_data(console, resolved.workload, request.data, cache)
         arguments = _worker_arguments(options, request, store)
-        return [_launch_run(plan.count, arguments, folder, options["seed"] + index,
-                            resolved.profile.pipeline.threads, console)
+        return [launched_status(plan.count, [*arguments, "--out", str(folder), "--seed", str(options["seed"] + index)],
+                                folder, resolved.profile.pipeline.threads)
                 for index, folder in enumerate(folders)]
     return _run_here(world, manager, resolved, folders, options, console)
 
@@ -256,26 +248,6 @@ def _prepare_in_turns(world: World, coordinator, console: Console, workload: Wor
     return store
 
 
-def _launch_run(processes: int, arguments: list[str], folder: Path, seed: int, threads: int | None,
-                console: Console) -> str:
-    """One run in ``processes`` workers through torch's launcher; its status from rank 0's result."""
-    failures = launch_workers(processes, [*arguments, "--out", str(folder), "--seed", str(seed)], threads)
-    if any(failure.exit_code == Terminated.exit_code for failure in failures):
-        raise Terminated()
-    if failures:
-        described = "; ".join(f"rank {failure.rank} exited with code {failure.exit_code}" for failure in failures)
-        raise BenchbaseError(f"{described} (each rank's own error is above; run folder {folder})")
-    return _finished_status(folder)
-
-
-def _finished_status(folder: Path) -> str:
-    """The status rank 0 wrote to result.json ("aborted" if it wrote none it could)."""
-    try:
-        return read_run_result(RunFolder(folder).result.read_text(encoding="utf-8")).status
-    except (OSError, ResultProblem):
-        return "aborted"
-
-
 def _worker_arguments(options: dict[str, Any], request: RunRequest, store: Path) -> list[str]:
     """`benchbase run` as each worker runs it: the same choices, the prepared store (--out and --seed per run)."""
     arguments = ["run", "--workload", request.workload, "--backend", request.backend, "--hw", request.hardware,
@@ -302,39 +274,6 @@ def _refuse_other_options(context: click.Context) -> None:
              and context.get_parameter_source(parameter.name) == click.core.ParameterSource.COMMANDLINE]
     if given:
         raise InputError(f"--resume takes every setting from the run's config.json; drop {', '.join(given)}")
-
-
-def _resume(folder_path: Path) -> str:
-    """`benchbase run --resume RUN_DIR`: the run goes on from its newest complete checkpoint."""
-    folder = RunFolder(folder_path)
-    if not folder.config.is_file():
-        raise InputError(f"{folder.config}: not found; --resume needs the folder of a run that started")
-    if folder.result.exists():
-        raise InputError(f"{folder.root}: the run finished ({folder.result.name} exists); there is nothing to resume")
-    try:
-        config = RunConfig.model_validate_json(folder.config.read_bytes())
-    except ValidationError as error:
-        raise InputError(describe_validation_error(str(folder.config), error)) from None
-    manager = get_plugin_manager()
-    backend_class = load_backend(collect_registry(manager), config.backend)
-    plan = checked_plan(backend_class, config.backend, config.workload, config.hardware, device=config.device,
-                        devices=config.devices)
-    if plan.count > 1 and backend_class.capabilities.process_model != "single_process":
-        raise InputError(f"{folder.root}: resuming a run of {plan.count} processes is not supported yet "
-                         "(only rank 0's state is in its checkpoints)")
-    point = find_resume_point(folder)
-    for reason in point.skipped:
-        click.echo(f"benchbase: warning: passed over {reason}", err=True)
-    console = Console(stderr=False)
-    console.print(f"resuming {folder.root} from {folder.relative(point.checkpoint)} (batch {point.batch_index})")
-    reporter = RunReporter(console)
-    manager.register(reporter, name="benchbase-reporter")
-    try:
-        result = Harness(config, manager, backend_class, resume=point).run()
-    finally:
-        reporter.close()
-    console.print(f"run folder: {folder.root}")
-    return result.status
 
 
 def _prepare_data(console: Console, workload: WorkloadSpec, data: Path | None, cache: Path) -> Path:

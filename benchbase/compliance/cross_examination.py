@@ -7,7 +7,7 @@ trusting the numbers it states.
   EVAL_SUBSETS and eval_samples say, and as the store the run names holds, when present.
 - timeline: the log's evaluations happen when metrics.jsonl (the harness's per-batch clock)
   says they did, and no batch is trained after run_stop.
-- artifacts: the checkpoints the log names exist (older periodic ones are pruned by design).
+- artifacts: the checkpoints the log names exist, every rank's (older periodic ones are pruned by design).
 
 Each raises Skip without a run folder (a bare log has nothing to cross-examine).
 """
@@ -126,9 +126,11 @@ def artifacts(rule: r.ArtifactsRule, evidence: Evidence) -> list[str]:
     must_exist = periodic[-PERIODIC_CHECKPOINTS_KEPT:] + [event for event in named if event.metadata.get(keys.FINAL)]
     messages = []
     for event in must_exist:
-        path = _inside(folder, event.value)
-        if path is None or not path.is_file():
-            messages.append(f"line {event.line}: checkpoint {event.value!r} named by the log does not exist")
+        ranks = event.metadata.get(keys.RANK_CHECKPOINTS)  # a run of several processes: each rank's own
+        for named_path in [event.value, *(ranks if isinstance(ranks, list) else [])]:
+            path = _inside(folder, named_path)
+            if path is None or not path.is_file():
+                messages.append(f"line {event.line}: checkpoint {named_path!r} named by the log does not exist")
     return messages[:MESSAGES]
 
 

@@ -22,7 +22,7 @@ from benchbase.harness.resume_state import ResumeState
 from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT, RunFolder, write_json_line
 from benchbase.specs import RunResult
 
-__all__ = ["RunRecorder"]
+__all__ = ["RunRecorder", "save_atomically"]
 
 
 class RunRecorder:
@@ -66,21 +66,26 @@ class RunRecorder:
                                         for reference, hypothesis in zip(references, hypotheses)))
         return path
 
-    def checkpoint(self, batch_index: int, save: Callable[[Path], None], state: ResumeState) -> Path:
-        """``save`` writes a temporary file that is renamed into place, then its sidecar (checksum and
-        the harness ``state``) follows; older checkpoints are pruned with their sidecars."""
+    def checkpoint(self, batch_index: int, save: Callable[[Path], None], state: ResumeState,
+                   ranks: Callable[[], dict[int, str]] = dict) -> Path:
+        """``save`` writes a temporary file that is renamed into place; ``ranks`` returns, once they
+        are in place too, the SHA-256 of every other rank's checkpoint beside it (a run of several
+        processes); then its sidecar (checksums and the harness ``state``) follows, which makes the
+        checkpoint complete. Older checkpoints are pruned with their sidecars and other ranks' files."""
         final = self.folder.periodic_checkpoint(batch_index)
-        _save_atomically(save, final)
-        write_sidecar(final, state)
+        save_atomically(save, final)
+        write_sidecar(final, state, ranks())
         for stale in self.folder.periodic_checkpoints()[:-PERIODIC_CHECKPOINTS_KEPT]:
-            RunFolder.sidecar(stale).unlink(missing_ok=True)
+            RunFolder.sidecar(stale).unlink(missing_ok=True)  # first: what is left is incomplete, never resumed
             stale.unlink()
+            for other in RunFolder.rank_checkpoints(stale):
+                other.unlink(missing_ok=True)
         return final
 
     def final_checkpoint(self, save: Callable[[Path], None]) -> Path:
         """The final checkpoint: the weights at run_stop, never pruned."""
         final = self.folder.final_checkpoint
-        _save_atomically(save, final)
+        save_atomically(save, final)
         return final
 
     def exported_weights(self, weights: Mapping[str, np.ndarray]) -> tuple[Path, str]:
@@ -94,7 +99,7 @@ class RunRecorder:
         self.folder.write_json(self.folder.result, result.model_dump(mode="json"))
 
 
-def _save_atomically(save: Callable[[Path], None], final: Path) -> None:
+def save_atomically(save: Callable[[Path], None], final: Path) -> None:
     """The backend writes a temporary file that is renamed into place; a failed write (a full
     disk, a backend error) leaves neither a torn checkpoint nor its temporary file."""
     temporary = final.with_name(f".{final.name}.tmp")

@@ -12,6 +12,14 @@ and the time after resuming; the restart's own init is untimed, like any init. T
 the interruption is the last thing the run wrote: its last telemetry sample (every 30 ms),
 metrics line or log line. The resumed clock starts at that many seconds.
 
+A run of several processes. Each rank other than 0 writes its own state at the same batch
+beside rank 0's checkpoint (``batch-N.rank-R.ckpt``: its weights, which differ from rank 0's
+under a strategy other than sync, its BatchNorm statistics and quantizer ranges under such a
+strategy, its optimizer and its own dropout random state), and rank 0 writes the sidecar once
+every rank's file is in place, with each one's SHA-256: a checkpoint is complete when every
+rank's file matches. On resume every rank loads its own file; rank 0 alone chooses the
+checkpoint and owns everything else, as in the run.
+
 The folder afterwards. The interrupted segment's files move to segment K (the evidence
 of what happened, the lost work included); the run's own files restart from the checkpoint:
 mllog.log and metrics.jsonl keep their lines up to the checkpoint, then the log states the
@@ -90,17 +98,22 @@ class Resumption:
             "interrupted_at_s": round(self.interrupted_at, 4), "lost_s": self.lost_s}]
 
 
-def write_sidecar(checkpoint: Path, state: ResumeState) -> None:
-    """After the checkpoint is in place: its checksum and the harness state, atomically."""
-    atomic_write_text(RunFolder.sidecar(checkpoint),
-                      json.dumps({"sha256": file_digest(checkpoint), "state": state.to_dict()}, indent=1))
+def write_sidecar(checkpoint: Path, state: ResumeState, ranks: dict[int, str] | None = None) -> None:
+    """After the checkpoint is in place: its checksum and the harness state, atomically; ``ranks``:
+    the SHA-256 of each other rank's checkpoint beside it, already in place (a run of several processes)."""
+    record: dict = {"sha256": file_digest(checkpoint)}
+    if ranks:
+        record["ranks"] = {str(rank): digest for rank, digest in sorted(ranks.items())}
+    record["state"] = state.to_dict()
+    atomic_write_text(RunFolder.sidecar(checkpoint), json.dumps(record, indent=1))
 
 
-def find_resume_point(folder: RunFolder) -> ResumePoint:
-    """The newest checkpoint whose sidecar is complete and whose bytes match it."""
+def find_resume_point(folder: RunFolder, processes: int = 1) -> ResumePoint:
+    """The newest checkpoint whose sidecar is complete and whose bytes match it, with every one of
+    the run's ``processes`` ranks' own checkpoints."""
     skipped = []
     for checkpoint in reversed(folder.periodic_checkpoints()):
-        problem = _problem_with(checkpoint)
+        problem = _problem_with(checkpoint, processes)
         if problem is None:
             state = json.loads(RunFolder.sidecar(checkpoint).read_text(encoding="utf-8"))["state"]
             return ResumePoint(checkpoint, ResumeState.from_dict(state), tuple(skipped))
@@ -109,18 +122,27 @@ def find_resume_point(folder: RunFolder) -> ResumePoint:
     raise InputError(f"{folder.checkpoints}: no complete checkpoint to resume from{detail}")
 
 
-def _problem_with(checkpoint: Path) -> str | None:
+def _problem_with(checkpoint: Path, processes: int) -> str | None:
     sidecar = RunFolder.sidecar(checkpoint)
     try:
         recorded = json.loads(sidecar.read_text(encoding="utf-8"))
-        expected, state = recorded["sha256"], recorded["state"]
+        expected, state, ranks = recorded["sha256"], recorded["state"], recorded.get("ranks", {})
         int(state["batch_index"])
+        dict(ranks)
     except FileNotFoundError:
         return "no sidecar (the run ended while writing it)"
     except (OSError, ValueError, KeyError, TypeError):
         return f"its sidecar {sidecar.name} is unreadable"
     if file_digest(checkpoint) != expected:
         return "its checksum does not match its sidecar (truncated or corrupt)"
+    for rank in range(1, processes):
+        own = RunFolder.rank_checkpoint(checkpoint, rank)
+        if str(rank) not in ranks:
+            return f"its sidecar holds no checkpoint of rank {rank} (only rank 0's state was saved)"
+        if not own.is_file():
+            return f"rank {rank}'s {own.name} is missing"
+        if file_digest(own) != ranks[str(rank)]:
+            return f"rank {rank}'s {own.name} does not match its sidecar (truncated or corrupt)"
     return None
 
 

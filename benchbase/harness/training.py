@@ -25,9 +25,11 @@ from benchbase.harness.independent_scoring import UtteranceSample, score_sample
 from benchbase.harness.initialization import RunInputs
 from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.progress import TrainingProgress
+from benchbase.harness.rank_checkpoints import collect_rank_checkpoints
 from benchbase.harness.recorder import RunRecorder
 from benchbase.harness.termination import deferred_termination, termination_requested
 from benchbase.harness.world import Coordinator, Verdict
+from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
 
 __all__ = ["SENTENCES_PER_LOG", "TrainingLoop"]
@@ -170,9 +172,7 @@ class TrainingLoop:
         if progress.batch_index % evaluation.log_sentences_every == 0:
             self._log_sentences(epoch, batch)
         if progress.batch_index % (self.config.checkpoint_every or evaluation.checkpoint_every) == 0:
-            path = self.recorder.checkpoint(progress.batch_index, self.backend.save_checkpoint,
-                                            progress.resume_state(self.clock.seconds()))
-            self._log_checkpoint(path, {constants.EPOCH_NUM: epoch})
+            self._checkpoint({constants.EPOCH_NUM: epoch})
         self.hook.batch_completed(progress=report)
 
     def _log_communication(self, epoch: int) -> None:
@@ -188,6 +188,17 @@ class TrainingLoop:
                                                 "first_batch_wait_s": round(wait, 4), "first_step_s": round(step, 4),
                                                 "first_step_end_s": round(self.clock.seconds(), 4)})
 
+    def _checkpoint(self, metadata: dict) -> None:
+        """A periodic checkpoint, with every other rank's beside it in a run of several processes."""
+        path = self.recorder.checkpoint(self.progress.batch_index, self.backend.save_checkpoint,
+                                        self.progress.resume_state(self.clock.seconds()),
+                                        ranks=lambda: collect_rank_checkpoints(self.coordinator))
+        world = self.coordinator.world
+        if world.distributed:
+            metadata = {**metadata, own_keys.RANK_CHECKPOINTS: [
+                self.folder.relative(RunFolder.rank_checkpoint(path, rank)) for rank in range(1, world.size)]}
+        self._log_checkpoint(path, metadata)
+
     def _log_checkpoint(self, path: Path, metadata: dict) -> None:
         """Name the checkpoint in the log (`benchbase check` looks for it) and tell the plugins."""
         batch_index = self.progress.batch_index
@@ -197,13 +208,12 @@ class TrainingLoop:
 
     def _checkpoint_on_termination(self) -> None:
         """SIGTERM (a preemption): keep what was trained. The model is consistent here, since a
-        SIGTERM during train_step waits for the step to finish."""
+        SIGTERM during train_step waits for the step to finish; in a run of several processes every
+        rank stopped at the same verdict and checkpoints its own state beside this one."""
         if self.progress.batch_index == 0:
             return
         with deferred_termination():  # a second SIGTERM must not tear this checkpoint
-            path = self.recorder.checkpoint(self.progress.batch_index, self.backend.save_checkpoint,
-                                            self.progress.resume_state(self.clock.seconds()))
-            self._log_checkpoint(path, {"terminated": True})
+            self._checkpoint({"terminated": True})
 
     def save_final_checkpoint(self, epoch: int) -> None:
         """After run_stop, off the clock: the weights the final evaluation scores, which `benchbase

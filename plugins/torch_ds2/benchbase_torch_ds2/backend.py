@@ -142,8 +142,11 @@ class TorchBackend(Backend):
         return outputs.float().cpu().numpy()
 
     def save_checkpoint(self, path: Path) -> None:
+        # This learner's own state: in a run of several processes every rank writes its own file
+        # (its dropout random state always differs from rank 0's; under a strategy other than sync,
+        # its weights, BatchNorm statistics, quantizer ranges and optimizer too).
         state = {"model": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "rng": torch.get_rng_state()}
+                 "rng": torch.get_rng_state(), "strategy": self.strategy.state_dict()}
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         if self.scaler is not None:
@@ -158,6 +161,7 @@ class TorchBackend(Backend):
             self.optimizer.load_state_dict(state["optimizer"])
             if self.scaler is not None:
                 self.scaler.load_state_dict(state["loss_scale"])
+            self.strategy.load_state_dict(state.get("strategy", {}))
         except Exception as error:  # noqa: BLE001 - torch.load reports a garbled file as any of a dozen exception types
             reason = (str(error).splitlines() or [type(error).__name__])[0]
             raise BenchbaseError(f"{path}: not a checkpoint of this model ({reason})") from None

@@ -38,6 +38,14 @@ class TrainingStrategy:
     def after_step(self) -> None:
         """Called after the optimizer's step (skipped steps included)."""
 
+    def state_dict(self) -> dict:
+        """What this learner's strategy carries from step to step (step counters, a random draw's
+        state, error feedback), for the backend's checkpoint: tensors, numbers, tuples and dicts."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` returned (an empty dict: a checkpoint without it, as fresh)."""
+
 
 def learner_groups(group_size: int | None, world_size: int) -> int:
     """The learners per group of a two-level strategy: ``group_size``, or the processes of one

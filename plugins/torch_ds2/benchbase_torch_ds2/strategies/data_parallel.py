@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
@@ -40,6 +41,8 @@ class _MeteredHook:
 
     def __init__(self, meter: CommunicationMeter, hook: Callable, state: Any, payload: PayloadBytes) -> None:
         self.meter, self.hook, self.state, self.payload = meter, hook, state, payload
+        self.uncompressed_steps = 0
+        """PowerSGD resumed from a checkpoint: steps to all-reduce whole first (see DataParallel.load_state_dict)."""
 
 
 def _metered(wrapper: _MeteredHook, bucket):
@@ -47,12 +50,18 @@ def _metered(wrapper: _MeteredHook, bucket):
 
     No return annotation: DDP accepts only the evaluated Future[Tensor] type there."""
     started = time.perf_counter()
-    wrapper.meter.bytes += wrapper.payload(wrapper.state, bucket)  # before the hook: it advances its step count
 
     def finished(future: torch.futures.Future) -> torch.Tensor:
         wrapper.meter.seconds += time.perf_counter() - started
         return future.value()
 
+    if wrapper.uncompressed_steps:
+        wrapper.meter.bytes += bucket.buffer().nbytes
+        if bucket.is_last():  # the step PowerSGD's own count would have taken
+            wrapper.state.iter += 1
+            wrapper.uncompressed_steps -= 1
+        return default_hooks.allreduce_hook(None, bucket).then(finished)
+    wrapper.meter.bytes += wrapper.payload(wrapper.state, bucket)  # before the hook: it advances its step count
     return wrapper.hook(wrapper.state, bucket).then(finished)
 
 
@@ -77,9 +86,46 @@ class DataParallel(TrainingStrategy):
         # never broadcast from rank 0 before each forward pass.
         device_ids = [device.index] if device.type == "cuda" else None
         super().__init__(DistributedDataParallel(network, device_ids=device_ids, forward_sync_buffers=False))
-        self.model.register_comm_hook(_MeteredHook(self.meter, hook, state, payload), _metered)
+        self.hook = _MeteredHook(self.meter, hook, state, payload)
+        self.model.register_comm_hook(self.hook, _metered)
         self.averager = averager
         self.averaged = [p for p in network.parameters() if p.requires_grad]
+
+    def state_dict(self) -> dict:
+        """The hook's step count (post-local SGD: when the warm-up ends; PowerSGD: when compression
+        starts, and its random state) and the averager's: a resumed learner averages, compresses and
+        goes local at the steps it would have."""
+        state: dict = {}
+        hook_state = self.hook.state
+        if isinstance(hook_state, post_localSGD_hook.PostLocalSGDState):
+            state["hook"] = {"iter": hook_state.iter}
+        elif isinstance(hook_state, powerSGD_hook.PowerSGDState):
+            name, words, position, has_gauss, gauss = hook_state.rng.get_state()
+            state["hook"] = {"iter": hook_state.iter,
+                             "rng": (name, torch.from_numpy(words.astype(np.int64)), position, has_gauss, gauss)}
+        if self.averager is not None:
+            state["averager_step"] = self.averager.step
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        hook_state, saved = self.hook.state, state.get("hook")
+        if saved is not None and isinstance(hook_state, post_localSGD_hook.PostLocalSGDState):
+            hook_state.iter = int(saved["iter"])
+        elif saved is not None and isinstance(hook_state, powerSGD_hook.PowerSGDState):
+            # PowerSGD keys its error feedback and warm-start memories by DDP's gradient buckets, which
+            # DDP lays out anew in a new process and again after its first step (why PowerSGD itself
+            # starts compressing at step 2 at the earliest). So a resumed learner starts them afresh:
+            # its first step all-reduces whole, then compression goes on from empty memories. The
+            # batches and the schedule are the uninterrupted run's; the compressed gradients are not
+            # bit for bit.
+            hook_state.iter = int(saved["iter"])
+            name, words, position, has_gauss, gauss = saved["rng"]
+            hook_state.rng.set_state((name, words.numpy().astype(np.uint32), int(position), int(has_gauss),
+                                      float(gauss)))
+            if hook_state.iter >= hook_state.start_powerSGD_iter:
+                self.hook.uncompressed_steps = 1
+        if self.averager is not None and "averager_step" in state:
+            self.averager.step = int(state["averager_step"])
 
     def after_step(self) -> None:
         if self.averager is None:

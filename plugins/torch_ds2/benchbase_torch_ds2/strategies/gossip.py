@@ -90,6 +90,20 @@ class GossipStrategy(TrainingStrategy):
     def after_step(self) -> None:
         self.gossip.finish()
 
+    def state_dict(self) -> dict:
+        # The peer draws go on where they stopped: a resumed learner gossips with the peers it would have.
+        return {} if self.gossip.shifts is None else {"shifts": self.gossip.shifts.getstate()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "shifts" in state and self.gossip.shifts is not None:
+            self.gossip.shifts.setstate(_random_state(state["shifts"]))
+
+
+def _random_state(saved) -> tuple:
+    """random.Random's state as a checkpoint gives it back (its tuples may come back as lists)."""
+    version, internal, gauss = saved
+    return int(version), tuple(int(word) for word in internal), gauss
+
 
 def adpsgd(context: BuildContext, network: torch.nn.Module, device: torch.device) -> GossipStrategy:
     strategy = context.strategy
