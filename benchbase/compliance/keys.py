@@ -45,6 +45,7 @@ __all__ = [
     "OPT_LR_MIN",
     "OPT_SGD_MOMENTUM",
     "PRECISION",
+    "RANK_CHECKPOINTS",
     "STARTUP",
     "STOP_REASON",
     "StopReason",
