@@ -9,12 +9,15 @@ The reasons for each rule are in ``model_rules``, ``step_rules`` and ``training_
 Every rule is written once, for every family (``RULES``); a rule that needs what only some
 families have (running statistics) says when it applies. A backend is proven for every family
 it declares (``Capabilities.families``), a plugin's family included: the kit asks the family's
-parts for its small model and its reference.
+parts for its small model and its reference. The small model predicts the alphabet's symbols;
+``symbols=N`` proves the same model predicting N (a subword vocabulary's width, up to 1024), on
+labels drawn from them (``benchbase.kit.data``).
 
     results = run_conformance(MyBackend)                 # every rule, on the ds2 family
     results = run_conformance(MyBackend, ["loss"])       # some of them
     results = run_conformance(MyBackend, family="rnnt")  # every rule that applies to rnnt
     results = run_conformance(MyBackend, family="rnnt", precision="int8-emulated")  # its int8 rules
+    results = run_conformance(MyBackend, family="rnnt", symbols=1024)  # a kit model of 1024 symbols
 
 The rules run in fp32, which every backend implements. A precision the backend declares for a
 family (``Capabilities.precisions_of``) has rules of its own where a reference fixes its numbers
@@ -221,20 +224,24 @@ def families_to_test(backend_class: type[Backend], family: str | None = None, pr
 def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = None, *, family: str = "ds2",
                     data: KitData | None = None, seed: int = 0, kit: Kit | None = None,
                     on_result: Callable[[RuleResult], None] | None = None,
-                    precision: str = "fp32") -> list[RuleResult]:
+                    precision: str = "fp32", symbols: int | None = None) -> list[RuleResult]:
     """Run the named rules of ``family`` (all that apply by default) on ``backend_class``; one result
     per rule, in order.
 
     ``data`` defaults to the kit's cached speech for the family (prepared on first use); ``kit``
     shares one kit, and what its rules computed, between calls. Either must be the family's.
+    ``symbols``: the kit model's output symbols (``load_kit_data``; default: its own); given
+    ``data`` or ``kit``, theirs must be as many.
     """
     selected = select_rules(rules, family, precision)
     if kit is None:
-        kit = Kit(backend_class, data or load_kit_data(family=family), seed)
+        kit = Kit(backend_class, data or load_kit_data(family=family, symbols=symbols), seed)
     elif kit.backend_class is not backend_class:
         raise ValueError(f"the kit tests {kit.backend_class.__name__}, not {backend_class.__name__}")
     if kit.family != family:
         raise ValueError(f"the kit's data is the {kit.family} family's, not {family}'s")
+    if symbols is not None and kit.model.symbols != symbols:
+        raise ValueError(f"the kit's model predicts {kit.model.symbols} symbols, not {symbols}")
     results = []
     for rule in selected:
         result = run_rule(rule, kit)

@@ -18,6 +18,15 @@ Each model family the kit proves gets its own ``KitData`` from the same utteranc
 (``FamilyParts.kit_model``): any family, a plugin's included. The family also says how short the
 impossible row must be cut (``FamilyParts.impossible_frames``): CTC needs an output frame per
 label, a transducer one encoder frame for any labels.
+
+The labels are the corpus's characters while the model predicts as many symbols as the store's
+alphabet (every kit model does). A kit model made wider or narrower (``load_kit_data(symbols=N)``,
+``benchbase backend-test --symbols N``: up to 1024, as a subword vocabulary's model predicts)
+gets labels of its own instead, a piece set with no sentencepiece model: each utterance keeps
+its number of labels, drawn at random (seeded) from the model's symbols other than the blank, no
+label equal to the one before it where the symbols allow (a character never repeats either, so
+every row aligns as its characters do, and the cut row stays impossible; at 2 symbols, one label
+over and over, CTC needs a blank between each two, and the kit's rows have room for them).
 """
 
 from __future__ import annotations
@@ -31,16 +40,19 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+from pydantic import ValidationError
+
 from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
 from benchbase.data.pipeline import pad_batch
-from benchbase.data.store import FeatureStore
+from benchbase.data.store import FeatureStore, Utterance
 from benchbase.data.workload_data import default_cache, store_key
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.families.parts import parts_of_family
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import ModelSpec, OptimizerSpec, WorkloadSpec
 
-__all__ = ["KIT_BATCH_SIZE", "KIT_WORKLOAD", "KitData", "ensure_kit_store", "load_kit_data"]
+__all__ = ["KIT_BATCH_SIZE", "KIT_WORKLOAD", "KitData", "ensure_kit_store", "kit_model", "load_kit_data"]
 
 KIT_WORKLOAD = "ds2-mini"
 """Whose features the kit's store holds (the kit's speech, prepared as this workload prepares it)."""
@@ -56,6 +68,8 @@ KIT_DATA_VERSION = 2
 """Bumped whenever the kit's corpus or its preparation changes."""
 IMPOSSIBLE_ROW = 1
 """The row of the first batch whose alignment is made impossible."""
+KIT_LABEL_SEED = 13
+"""Seeds the labels of a kit model of other symbols than the alphabet's (with the symbols)."""
 
 Progress = Callable[[str], None]
 
@@ -93,28 +107,46 @@ class KitData:
                             max_frames=self.max_frames, max_label_length=self.max_label_length)
 
 
-def load_kit_data(cache: Path | None = None, progress: Progress | None = None, family: str = "ds2") -> KitData:
+def load_kit_data(cache: Path | None = None, progress: Progress | None = None, family: str = "ds2",
+                  symbols: int | None = None) -> KitData:
     """The kit's batches for ``family``'s model, preparing the store first if this machine has none;
-    an unknown family is an InputError."""
+    ``symbols``: the model's output symbols (default: the kit model's own). An unknown family, or
+    symbols the family's spec refuses, is an InputError."""
+    kit_model(family, symbols)
+    store = ensure_kit_store(cache or default_cache(), progress)
+    return _kit_data(store, family, symbols)
+
+
+def kit_model(family: str, symbols: int | None = None) -> ModelSpec:
+    """``family``'s kit model (``FamilyParts.kit_model``) predicting ``symbols`` output symbols (None:
+    its own), validated by its spec; an InputError for an unknown family or symbols out of bounds."""
     try:
-        parts_of_family(family)
+        model = parts_of_family(family).kit_model().model
     except BenchbaseError as error:
         raise InputError(f"the conformance kit cannot prove model family {family!r}: {error}") from None
-    store = ensure_kit_store(cache or default_cache(), progress)
-    return _kit_data(store, family)
+    if symbols is None or symbols == model.symbols:
+        return model
+    try:
+        return type(model).model_validate({**model.model_dump(), "symbols": symbols})
+    except ValidationError as error:
+        reasons = "; ".join(f"{'.'.join(map(str, problem['loc'])) or 'model'}: {problem['msg']}"
+                            for problem in error.errors())
+        raise InputError(f"the {family} kit model cannot predict {symbols} symbols ({reasons})") from None
 
 
 @lru_cache(maxsize=8)
-def _kit_data(store_root: Path, family: str = "ds2") -> KitData:
+def _kit_data(store_root: Path, family: str = "ds2", symbols: int | None = None) -> KitData:
     workload = builtin_workload(KIT_WORKLOAD)
     parts = parts_of_family(family)
-    model, optimizer = parts.kit_model().model, parts.kit_model().optimizer
+    model, optimizer = kit_model(family, symbols), parts.kit_model().optimizer
     store = FeatureStore(store_root)
     utterances = [u for shard in store.shards(workload.data.train) for u in store.read(shard)]
     needed = KIT_BATCHES * KIT_BATCH_SIZE + SMALL_BATCH_SIZE
     if len(utterances) < needed:
         raise BenchbaseError(f"{store_root}: the conformance kit needs {needed} training utterances, "
                              f"it holds {len(utterances)}; delete the folder to prepare it again")
+    if model.symbols != workload.data.tokens.symbols:
+        utterances = _drawn_labels(utterances, model)
     groups = [utterances[i * KIT_BATCH_SIZE : (i + 1) * KIT_BATCH_SIZE] for i in range(KIT_BATCHES)]
     cut_short = list(groups[0])
     impossible = cut_short[IMPOSSIBLE_ROW]
@@ -130,6 +162,24 @@ def _kit_data(store_root: Path, family: str = "ds2") -> KitData:
         impossible_batch=pad_batch(cut_short, model),
         small_inputs=pad_batch(small, model).inputs(),
     )
+
+
+def _drawn_labels(utterances: list[Utterance], model: ModelSpec) -> list[Utterance]:
+    """``utterances`` with labels drawn from ``model``'s symbols but the blank, as many as each had,
+    seeded, none equal to the one before it unless a single symbol is all there is."""
+    choices = np.asarray([symbol for symbol in range(model.symbols) if symbol != model.blank_index], dtype=np.int32)
+    generator = np.random.default_rng([KIT_LABEL_SEED, model.symbols])
+    drawn = []
+    for utterance in utterances:
+        picks = np.zeros(len(utterance.labels), dtype=np.int64)
+        for index in range(len(picks)):
+            if index == 0 or len(choices) == 1:
+                picks[index] = generator.integers(len(choices))
+            else:  # any choice but the previous one
+                pick = generator.integers(len(choices) - 1)
+                picks[index] = pick + (pick >= picks[index - 1])
+        drawn.append(replace(utterance, labels=choices[picks]))
+    return drawn
 
 
 def ensure_kit_store(cache: Path, progress: Progress | None = None) -> Path:

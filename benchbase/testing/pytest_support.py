@@ -4,6 +4,7 @@
         backend = "mine"               # a registered backend name ...
         # backend_class = MyBackend    # ... or the class itself
         # family = "rnnt"              # the model family to prove (default ds2)
+        # symbols = 1024               # its kit model's output symbols (default: its own, 30)
 
 A failing rule fails its test with the rule's message; a rule that does not apply to the family
 is skipped. The kit's data and what several rules share (the first training step) are made
@@ -30,11 +31,13 @@ class BackendConformance:
     backend_class: ClassVar[type[Backend] | None] = None
     conformance_seed: ClassVar[int] = 0
     family: ClassVar[str] = "ds2"
+    symbols: ClassVar[int | None] = None
 
     @pytest.fixture(scope="class")
     @classmethod
     def conformance_kit(cls) -> Kit:
-        return Kit(_backend_under_test(cls), load_kit_data(family=cls.family), seed=cls.conformance_seed)
+        data = load_kit_data(family=cls.family, symbols=cls.symbols)
+        return Kit(_backend_under_test(cls), data, seed=cls.conformance_seed)
 
     @pytest.mark.parametrize("rule", [rule.name for rule in RULES])
     def test_conformance(self, conformance_kit: Kit, rule: str) -> None:
