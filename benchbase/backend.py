@@ -25,7 +25,8 @@ while the first is still open (before its close()): the final evaluation's FP32 
 with the same context at ``precision="fp32"``, given the first one's ``export_weights()``
 (less the quantizer's ranges) through ``import_weights()``, evaluated with ``predict()`` and
 closed (every backend implements fp32). Under a training strategy other than sync (several
-learners whose weights differ), rank 0 evaluates, checkpoints and exports its own learner's.
+learners whose weights differ), rank 0 evaluates and exports its own learner's; in any run of
+several processes every rank checkpoints its own learner to its own file.
 
 Contract versions (the log records the one a run used, ``benchbase_backend_contract``):
 3 (benchbase 0.2) returns log-probabilities alone from ``predict()`` and adds the optional
@@ -298,7 +299,10 @@ class Backend(ABC):
 
         That is the weights, BatchNorm's running statistics, the optimizer's state and the
         backend's own random state (dropout). The harness writes to a temporary name and
-        renames it, so the write is atomic; it keeps the files and decides when to write.
+        renames it, so the write is atomic; it keeps the files and decides when to write. In a
+        run of several processes every rank calls it at the same batch, each with its own path,
+        for its own learner's state (and a resume loads each rank's back into it), and rank 0
+        alone at the final checkpoint: it must not communicate.
         """
 
     @abstractmethod
