@@ -14,6 +14,7 @@ __all__ = [
     "BACKEND_CONTRACT",
     "BATCH",
     "CHECKPOINT",
+    "DATA",
     "RESUME",
     "OVERRIDES",
     "OPEN_CHANGES",
@@ -105,6 +106,10 @@ RANK_CHECKPOINTS = "rank_checkpoints"
 of the other ranks' own checkpoints written beside it at the same batch (their learners' state)."""
 TTA_SUBSET = "benchbase_tta_subset"
 """Value: the dev subset the TTA rule is scored on."""
+DATA = "benchbase_data"
+"""Value: the data the store holds (benchbase.data.registered.store_data_record): its corpus and each
+subset's listed and kept utterances with a digest of the listed ids; the division rule holds a closed
+run's to the workload's registered data."""
 VOCABULARY = "benchbase_vocabulary"
 """Value: what the store's labels are in: {kind: characters}, or a sentencepiece vocabulary's
 settings, symbols and model file with its SHA-256 (store.json's ``vocabulary``)."""

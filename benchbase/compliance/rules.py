@@ -246,6 +246,9 @@ class ResumesRule(_RuleBase):
 
 class DivisionRule(_RuleBase):
     check: Literal["division"] = Field(description="A closed run is the registered workload but for its run choices.")
+    registered_data: bool = Field(
+        False, description="A closed run also trained on the workload's registered data: the log's benchbase_data "
+        "(the store's corpus and each subset's utterances) is what the workload registers (rule set 1.8 on).")
 
 
 class EnvironmentRule(_RuleBase):

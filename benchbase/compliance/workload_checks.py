@@ -16,6 +16,7 @@ from benchbase.compliance import rules as r
 from benchbase.compliance.check_registry import check
 from benchbase.compliance.evidence import Evidence, Skip, same_value, short
 from benchbase.compliance.keys import constants
+from benchbase.data.registered import data_departures
 from benchbase.specs import WorkloadSpec
 from benchbase.specs.overrides import MISSING, field_at, open_changes, set_field_at
 from benchbase.specs.strategy import DEFAULT_STRATEGY
@@ -189,12 +190,26 @@ def division(rule: r.DivisionRule, evidence: Evidence) -> list[str]:
         if evidence.config is not None:
             messages.append(f"line {stated.line}: claims the closed division, but its workload is not registered here")
         return messages
+    if rule.registered_data:
+        messages += _unregistered_data(evidence, stated.line)
     if isinstance(configured, dict):
         found = open_changes(evidence.workload, configured)
         if found:
             messages.append(f"line {stated.line}: claims the closed division, but config.json departs from the "
                             f"registered workload: {'; '.join(found[:5])}")
     return messages
+
+
+def _unregistered_data(evidence: Evidence, line: int) -> list[str]:
+    """A closed claim's data against the registered workload's (benchbase.data.registered)."""
+    stated = evidence.log.first(keys.DATA)
+    if stated is None or not isinstance(stated.value, dict):
+        return [f"line {line}: claims the closed division, but the log does not state its data ({keys.DATA})"]
+    departures = data_departures(WorkloadSpec.model_validate(evidence.workload), stated.value)
+    if not departures:
+        return []
+    return [f"line {line}: claims the closed division, but line {stated.line}'s data is not the registered "
+            f"workload's: {'; '.join(departures[:5])}"]
 
 
 def _strategies(evidence: Evidence) -> list[tuple[str, Any]]:

@@ -30,6 +30,7 @@ from benchbase.data.alphabet import UnknownCharacterError
 from benchbase.data.features import extract_features
 from benchbase.data.integrity import check_identity, shard_checksums
 from benchbase.data.librispeech import UtteranceSource, list_subset
+from benchbase.data.registered import corpus_record, ids_digest
 from benchbase.data.store import FORMAT_VERSION, SHARD_SIZE, STATS_FILE, STORE_FILE, Utterance, write_shard
 from benchbase.data.vocabulary import (
     VOCABULARY_FILE,
@@ -304,6 +305,7 @@ def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
             "shards": [str(job.path.relative_to(out)) for job in jobs if summaries[job.path].kept],
             "utterances": kept,
             "listed": listed,
+            "ids_sha256": ids_digest([source.utterance_id for job in jobs for source in job.sources]),
             "kept_fraction": round(kept / listed, 5) if listed else 0.0,
             "seconds": round(sum(part.seconds for part in parts), 3),
             "resampled": sum(part.resampled for part in parts),
@@ -311,8 +313,8 @@ def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
             "checksums": {str(job.path.relative_to(out)): summaries[job.path].checksums
                           for job in jobs if summaries[job.path].kept},
         }
-    return {"version": FORMAT_VERSION, "source": str(root), "roles": {k: list(v) for k, v in subsets.items()},
-            "splits": described}
+    return {"version": FORMAT_VERSION, "source": str(root), "corpus": corpus_record(Path(root)),
+            "roles": {k: list(v) for k, v in subsets.items()}, "splits": described}
 
 
 def _identity(root: Path, subsets, jobs_by_subset, features: FeatureSpec, model: ModelSpec,

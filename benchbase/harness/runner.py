@@ -24,6 +24,7 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
 from benchbase.data.page_cache import drop_from_page_cache
+from benchbase.data.registered import data_departures, store_data_record
 from benchbase.harness.backend_failure import backend_failure
 from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import check_devices_in_use, device_plan, gpus_in_use, thread_budget
@@ -163,6 +164,12 @@ class Harness:
     def _initialize(self, log: ComplianceLog, fresh: bool) -> RunInputs:
         """``fresh``: not a resumed run, whose log already holds its init."""
         store = open_store(self.config)
+        departures = data_departures(self.config.workload, store_data_record(store.description))
+        unlisted = [departure for departure in departures if departure not in self.config.open_changes]
+        if unlisted:
+            # Another corpus, or a part of the registered one: a time to accuracy, but not the workload's.
+            self.config = self.config.model_copy(update={"division": "open",
+                                                         "open_changes": (*self.config.open_changes, *unlisted)})
         # MLPerf's cache_clear: the store's files leave the OS page cache, so the first epoch
         # reads from disk as a fresh machine's would. False where the OS refused.
         dropped = drop_from_page_cache(self.config.data)

@@ -14,6 +14,7 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
 from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.registered import store_data_record
 from benchbase.harness.devices import plan_record
 from benchbase.specs import RunConfig
 from benchbase.specs.strategy import DEFAULT_STRATEGY
@@ -43,6 +44,7 @@ def submission_record(config: RunConfig, environment: dict, plan: DevicePlan, tr
         (own_keys.EVAL_SUBSETS, {subset: data.utterances for subset, data in dev_data.items()}),
         (own_keys.TTA_SUBSET, workload.scored_subset),
         (own_keys.VOCABULARY, train_data.store.tokens),
+        (own_keys.DATA, store_data_record(train_data.store.description)),
         (constants.OPT_NAME, optimizer.name),
         (constants.OPT_BASE_LR, optimizer.learning_rate),
         *[(key, getattr(optimizer, field)) for key, field in own_keys.OPTIMIZER_KEYS[optimizer.name].items()],
