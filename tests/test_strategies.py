@@ -57,7 +57,16 @@ def test_a_strategy_other_than_sync_makes_the_run_open_and_says_why(capsys):
      "training strategy 'adpsgd' needs at least 2 learners, and this run has 1; pass --devices 2 or more"),
     (("--hw", "cpu2", "--strategy", "local_sgd", "--set", "strategy.period=0"),
      "strategy with --set overrides: period: Input should be greater than or equal to 1"),
-    (("--hw", "cpu2", "--strategy", "sync", "--set", "strategy.period=2"), "strategy has no field 'period'"),
+    (("--hw", "cpu2", "--strategy", "sync", "--set", "strategy.period=2"),
+     "--set strategy.period: training strategy 'sync' (the default) has no parameters; --strategy NAME selects "
+     "one with period: hierarchical or local_sgd"),
+    # without --strategy, the refusal names the strategy the run would train with
+    (("--hw", "cpu", "--set", "strategy.period=8"),
+     "--set strategy.period: training strategy 'sync' (the default) has no parameters; --strategy NAME selects "
+     "one with period: hierarchical or local_sgd"),
+    (("--hw", "cpu2", "--strategy", "local_sgd", "--set", "strategy.periode=2"),
+     "--set strategy.periode: training strategy 'local_sgd' has no field 'periode' (its parameters: period, "
+     "warmup_steps)\n"),
 ])
 def test_a_strategy_that_cannot_run_is_refused_in_one_line(capsys, extra, message):
     code, out, err = _dry_run(capsys, *extra)

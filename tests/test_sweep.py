@@ -109,7 +109,7 @@ def test_a_variant_trains_with_its_strategy_and_an_unknown_one_is_refused_naming
     check_resolvable(SweepSpec.model_validate(grid), tmp_path / "grid.yaml", registry)
     for variant, message in (({"name": "x", "strategy": "gossip"}, "variant x: unknown strategy 'gossip'"),
                              ({"name": "x", "strategy": "local_sgd", "set": ["strategy.periode=2"]},
-                              "strategy has no field 'periode'")):
+                              "training strategy 'local_sgd' has no field 'periode'")):
         with pytest.raises(InputError, match=message):
             check_resolvable(SweepSpec.model_validate({**grid, "variants": [variant]}), tmp_path / "g.yaml", registry)
 

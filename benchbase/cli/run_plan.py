@@ -27,7 +27,7 @@ from benchbase.run_folder import RunFolder
 from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.specs.model import GPU_ONLY_PRECISIONS
 from benchbase.specs.overrides import apply_overrides, division_of, open_changes, parse_override
-from benchbase.specs.strategy import DEFAULT_STRATEGY, StrategyDefinition, StrategySpec
+from benchbase.specs.strategy import DEFAULT_STRATEGY, StrategyDefinition, StrategySpec, check_strategy_fields
 from benchbase.specs.tta import parse_target
 
 __all__ = ["ResolvedRun", "RunRequest", "check_out_folder", "resolve_run", "with_overrides"]
@@ -95,8 +95,9 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     plan = checked_plan(backend_class, request.backend, workload, profile, device=request.device,
                         devices=request.devices, profile_steps=request.profile_steps, world=world)
     definition = registry.strategy(request.strategy)
-    strategy = apply_overrides(definition.spec(), [(path, value) for root, path, value in parsed if root == "strategy"],
-                               "strategy")
+    strategy_settings = [(path, value) for root, path, value in parsed if root == "strategy"]
+    check_strategy_fields(registry.strategies, definition, strategy_settings)
+    strategy = apply_overrides(definition.spec(), strategy_settings, "strategy")
     check_strategy(backend_class, request.backend, definition, plan)
     _check_data(workload, request.data)
     return ResolvedRun(request, backend_class, workload, profile, plan,

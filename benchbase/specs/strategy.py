@@ -16,11 +16,13 @@ implements in its ``Capabilities``. Specs are data: how a strategy is carried ou
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from benchbase.errors import InputError
 from benchbase.specs._base import Spec
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "StrategySpec",
     "SyncSpec",
     "UnknownStrategySpec",
+    "check_strategy_fields",
     "register_strategy_spec",
     "validate_strategy",
 ]
@@ -175,3 +178,28 @@ def validate_strategy(value: Any) -> Any:
         spec = _SPECS.get(name, UnknownStrategySpec)
         return spec.model_validate({**value, "name": name})
     return value
+
+
+def check_strategy_fields(definitions: Mapping[str, StrategyDefinition], definition: StrategyDefinition,
+                          settings: Iterable[tuple[str, Any]]) -> None:
+    """A ``--set strategy.FIELD`` the run's strategy lacks, refused in one line that names that
+    strategy and those of ``definitions`` that have the field. Without --strategy it is sync, which
+    has no parameters: "strategy has no field 'period'" alone reads as if no strategy had one."""
+    parameters = sorted(definition.spec().parameters())
+    for path, _ in settings:
+        field = path.split(".")[0]
+        if field == "name" or field in parameters:
+            continue  # the spec's own validation says what is wrong with it, if anything
+        having = sorted(name for name, other in definitions.items()
+                        if name != definition.name and field in other.spec.model_fields)
+        lacks = f"no field {field!r} (its parameters: {', '.join(parameters)})" if parameters else "no parameters"
+        if having:
+            selects = f"; --strategy NAME selects one with {field}: {_either(having)}"
+        else:  # a misspelt field: the strategy's own parameters say enough
+            selects = "" if parameters else "; --strategy NAME selects another"
+        default = " (the default)" if definition.name == DEFAULT_STRATEGY else ""
+        raise InputError(f"--set strategy.{path}: training strategy {definition.name!r}{default} has {lacks}{selects}")
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

@@ -32,7 +32,7 @@ from benchbase.errors import InputError
 from benchbase.specs._base import Spec
 from benchbase.specs.model import PRECISIONS
 from benchbase.specs.overrides import apply_overrides, parse_override
-from benchbase.specs.strategy import DEFAULT_STRATEGY
+from benchbase.specs.strategy import DEFAULT_STRATEGY, check_strategy_fields
 from benchbase.specs.tta import parse_target
 from benchbase.specs.yaml_files import load_spec_file, names_a_file
 
@@ -254,7 +254,8 @@ def check_resolvable(spec: SweepSpec, source: Path, registry) -> None:
                 raise InputError(f"{source}: {where}: {error}") from None
         try:
             strategy = registry.strategy(variant.strategy or DEFAULT_STRATEGY)
-            apply_overrides(strategy.spec(), [(path, value) for root, path, value in parsed if root == "strategy"],
-                            "strategy")
+            settings = [(path, value) for root, path, value in parsed if root == "strategy"]
+            check_strategy_fields(registry.strategies, strategy, settings)
+            apply_overrides(strategy.spec(), settings, "strategy")
         except InputError as error:
             raise InputError(f"{source}: variant {variant.name or '(the only one)'}: {error}") from None
