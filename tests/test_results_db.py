@@ -196,6 +196,31 @@ def test_a_run_that_ended_on_a_nan_is_stored_and_read_back(two_machines, databas
     assert reported.returncode == 0, reported.stderr
 
 
+def _documented_query() -> str:
+    """docs/results-database.md's example query, as a reader would paste it."""
+    lines = (Path(__file__).parent.parent / "docs" / "results-database.md").read_text().splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("    select "))
+    end = next(index for index in range(start, len(lines)) if not lines[index].startswith("    "))
+    return "\n".join(line[4:] for line in lines[start:end])
+
+
+def test_the_documented_query_counts_only_the_runs_that_reached_the_target(two_machines, tmp_path, capsys):
+    runs = _copy_runs(two_machines["tf-cpu"], tmp_path / "tf-cpu", range(5))
+    result_file = runs / "seed-0" / "result.json"
+    result = json.loads(result_file.read_text())  # seed 0 stopped at its epoch limit short of WER 80
+    result["tta"]["WER 80"], result["status"] = None, "aborted"
+    result_file.write_text(json.dumps(result))
+    database = str(tmp_path / "results.sqlite")
+    assert _cli(capsys, "results", "add", str(runs), "--db", database).returncode == 0
+    with open_for_reading(database_url(database)) as connection:
+        [row] = connection.execute(sa.text(_documented_query())).mappings()
+    reached = [json.loads((runs / f"seed-{seed}" / "result.json").read_text())["tta"]["WER 80"]["seconds"]
+               for seed in range(1, 5)]
+    assert (row["workload"], row["backend"], row["system"], row["reached"]) == ("ds2-mini", "tf", "cpu", 4)
+    assert row["fastest_minutes"] == pytest.approx(min(reached) / 60)
+    assert row["slowest_minutes"] == pytest.approx(max(reached) / 60)
+
+
 def _row_counts(database: str) -> dict[str, int]:
     with open_for_reading(database_url(database)) as connection:
         return {table.name: connection.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
