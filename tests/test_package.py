@@ -195,8 +195,26 @@ def test_check_fails_a_set_that_converges_faster_than_the_rcp_allows(capsys, tmp
     assert all("converges faster than the reference" in message for message in rcp["messages"])
     summary = tmp_path / "summary.json"
     assert _cli(capsys, "summarize", str(out), "--json", str(summary))[0] == 0
-    for row in json.loads(summary.read_text()):  # no norm factor for a set that fails the RCP
-        assert (row["rcp"], row["rcp_norm_factor"], row["score"]) == ("fail", None, row["olympic_minutes"])
+    for row in json.loads(summary.read_text()):  # no norm factor, and no score, for a set that fails the RCP
+        assert (row["rcp"], row["rcp_norm_factor"], row["score"]) == ("fail", None, None)
+        assert row["olympic_minutes"] is not None
+    shown = _cli(capsys, "summarize", str(out))[1]
+    assert shown.count("none (RCP fail)") == len(TARGETS), shown
+
+
+def test_summarize_spells_an_unjudged_set_as_rcp_check_does(capsys, package, tmp_path):
+    _remove_a_result(package)  # 4 runs: the rule does not judge a set of another size than the RCP's
+    summary = tmp_path / "summary.json"
+    assert _cli(capsys, "summarize", str(package), "--json", str(summary))[0] == 0
+    for row in json.loads(summary.read_text()):  # NA, as `rcp check` and `score` spell it; never "fail"
+        assert row["rcp"] == "NA" and row["score"] == row["olympic_minutes"] is not None, row
+    four = tmp_path / "jax-cpu"
+    for seed in range(4):
+        shutil.copytree(HONEST / f"seed-{seed}", four / f"seed-{seed}")
+    code, out, _ = _cli(capsys, "rcp", "check", str(four))
+    verdicts = {cells[0]: cells[4] for line in out.splitlines() if line.startswith("│ ")
+                for cells in [[cell.strip() for cell in line.strip("│").split("│")]]}
+    assert code == 1 and verdicts == dict.fromkeys(TARGETS, "NA"), out
 
 
 def test_mlperfs_package_checker_finds_the_layout_and_skips_a_benchmark_it_does_not_know(built, caplog, tmp_path):

@@ -415,3 +415,16 @@ def test_score_says_why_a_group_has_no_rcp_verdict(tmp_path, capsys):
     assert found["passed"] is None and found["targets"] == {} and "open division" in found["note"]
     code, out, _ = _cli(capsys, "score", str(group))
     assert code == 0 and "RCP of open-runs: not judged:" in " ".join(out.split())
+
+
+def test_score_marks_each_score_whose_set_fails_the_rcp_as_not_valid(tmp_path, capsys):
+    fast = write_group(tmp_path / "jax-cpu", [1, 1, 1, 1, 1], backend="jax")  # far faster than the bundled RCP
+    code, out, err = _cli(capsys, "score", str(fast))
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith("│ jax-cpu")]
+    assert len(rows) == len(LABELS), out
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("│").split("│")]
+        score, rcp = cells[4], cells[-2]
+        assert re.fullmatch(r"\d+\.\d\d \(RCP fail\)", score) and rcp == "fail", row
+    assert "a score marked (RCP fail) is not a valid result" in " ".join(out.split())

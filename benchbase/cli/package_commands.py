@@ -23,6 +23,7 @@ from benchbase.cli.check_commands import STATUS_STYLE, registered_workloads
 from benchbase.compliance.rules import DEFAULT_RULESET, load_ruleset
 from benchbase.errors import BenchbaseError
 from benchbase.packaging import PackageCheck, check_package, make_package, summarize_package, summary_csv, summary_json
+from benchbase.rcp.tables import FAIL, FAILED_SCORE
 
 __all__ = ["package", "summarize"]
 
@@ -87,13 +88,20 @@ def summarize(folder: Path, csv_path: Path | None, json_path: Path | None) -> No
     for column in SUMMARY_SHOWN:
         table.add_column(column)
     for row in rows:
-        table.add_row(*(escape("" if row[column] is None else str(row[column])) for column in SUMMARY_SHOWN))
+        table.add_row(*(escape(_summary_cell(row, column)) for column in SUMMARY_SHOWN))
     console = Console()
     console.print(table)
     for path, text in ((csv_path, summary_csv(rows)), (json_path, summary_json(rows))):
         if path is not None:
             atomic_write_text(path, text)
             console.print(f"wrote {escape(str(path))}")
+
+
+def _summary_cell(row: dict, column: str) -> str:
+    """A summary cell as shown; an empty score of a set that fails the RCP says why it is empty."""
+    if column == "score" and row["score"] is None and row["rcp"] == FAIL:
+        return f"none {FAILED_SCORE}"
+    return "" if row[column] is None else str(row[column])
 
 
 def _checks_table(checks: list[PackageCheck], source: str) -> Table:

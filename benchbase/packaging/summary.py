@@ -26,6 +26,7 @@ from benchbase.packaging.layout import OrgFolder, ResultSet, org_folders
 from benchbase.packaging.package_checks import read_system_description
 from benchbase.packaging.rcp_sets import SetVerdicts, judge_result_set, shipped_rcp
 from benchbase.packaging.system_description import REQUIRED_KEYS
+from benchbase.rcp.tables import FAIL, NOT_JUDGED, verdict_word
 from benchbase.report.scoring import olympic_score
 from benchbase.specs import WorkloadSpec
 
@@ -35,7 +36,8 @@ SYSTEM_COLUMNS = ("division", "availability", "submitter", "system", "number_of_
                   "host_processors_count", "accelerator_model_name", "accelerators_count", "framework", "notes")
 SCORE_COLUMNS = ("benchmark", "target", "runs", "converged", "olympic_minutes", "rcp", "rcp_norm_factor", "score")
 SUMMARY_COLUMNS = (*SYSTEM_COLUMNS, *SCORE_COLUMNS, "details_url", "code_url")
-"""score: olympic_minutes x rcp_norm_factor (1 where none applies); empty where the score is invalid."""
+"""score: olympic_minutes x rcp_norm_factor (1 where none applies); empty where the score is invalid (too few
+runs converged, or the set fails the RCP)."""
 
 
 def summarize_package(path: Path, workloads: Mapping[str, WorkloadSpec]) -> list[dict[str, Any]]:
@@ -84,14 +86,14 @@ def _set_rows(org: OrgFolder, result_set: ResultSet, workloads: Mapping[str, Wor
 def _rcp(workload: str, description: dict[str, Any], logs: list[tuple[Path, ParsedLog]]) -> SetVerdicts | str:
     """The set's RCP verdicts, or why it has none (open division, no RCP, not comparable)."""
     if description.get("division") != constants.CLOSED:
-        return "not judged (open division)"
+        return f"{NOT_JUDGED}: open division"
     rcp = shipped_rcp(workload)
     if rcp is None:
-        return "no RCP"
+        return f"{NOT_JUDGED}: no RCP"
     try:
         return judge_result_set(logs, *rcp)
     except InputError as error:
-        return f"not judged: {error}"
+        return f"{NOT_JUDGED}: {error}"
 
 
 def _score(workload: str, label: str, seconds: list[float | None], judged: SetVerdicts | str) -> dict[str, Any]:
@@ -99,11 +101,13 @@ def _score(workload: str, label: str, seconds: list[float | None], judged: SetVe
     minutes = None if score.seconds is None else score.seconds / 60
     verdict = None if isinstance(judged, str) else judged.verdicts.get(label)
     factor = verdict.norm_factor if verdict is not None and verdict.passed else None
-    rcp = judged if isinstance(judged, str) else "no RCP for this target" if verdict is None else (
-        "pass" if verdict.passed else "fail")
+    # spelt as `benchbase rcp check` spells a target's verdict (pass, fail, NA)
+    rcp = judged if isinstance(judged, str) else f"{NOT_JUDGED}: no RCP for this target" if verdict is None else (
+        verdict_word(verdict))
+    valid = minutes is not None and rcp != FAIL  # a set that fails the RCP has no score (MLPerf)
     return {"benchmark": workload, "target": label, "runs": score.runs, "converged": score.converged,
             "olympic_minutes": _rounded(minutes), "rcp": rcp, "rcp_norm_factor": _rounded(factor),
-            "score": _rounded(None if minutes is None else minutes * (factor or 1.0))}
+            "score": _rounded(minutes * (factor or 1.0)) if valid else None}
 
 
 def _system_columns(description: dict[str, Any]) -> dict[str, Any]:

@@ -8,21 +8,30 @@ from dataclasses import replace
 from benchbase.rcp.checking import GroupJudgement, GroupRcp
 from benchbase.rcp.points import RcpFile
 from benchbase.rcp.rule import Case, Verdict, prune
-from benchbase.report.report_table import ReportTable
+from benchbase.report.report_table import ReportTable, format_cell
 
-__all__ = ["points_table", "verdict_cell", "verdict_table", "with_rcp_column"]
+__all__ = ["FAIL", "FAILED_SCORE", "NOT_JUDGED", "PASS", "points_table", "verdict_cell", "verdict_table",
+           "verdict_word", "with_rcp_column"]
 
 RCP_HEADER = "RCP"
+PASS, FAIL, NOT_JUDGED = "pass", "fail", "NA"
+"""A target's verdict as `rcp check`, `score` and `summarize` all spell it."""
+FAILED_SCORE = "(RCP fail)"
+"""After a score whose set fails the RCP: MLPerf does not count it as a result."""
+
+
+def verdict_word(verdict: Verdict) -> str:
+    """A verdict in a word: pass, fail, or NA for a set of another size than the RCP's, which the rule
+    does not judge."""
+    if verdict.case is Case.WRONG_RUN_COUNT:
+        return NOT_JUDGED
+    return PASS if verdict.passed else FAIL
 
 
 def verdict_cell(verdict: Verdict) -> str:
-    """A verdict in a word: pass (with the norm factor when the score is normalized), fail, or NA for a set
-    of another size than the RCP's, which the rule does not judge."""
-    if verdict.case is Case.WRONG_RUN_COUNT:
-        return "NA"
-    if not verdict.passed:
-        return "fail"
-    return f"pass x{verdict.norm_factor:.3f}" if verdict.norm_factor > 1 else "pass"
+    """``verdict_word``, with the norm factor after a pass whose score MLPerf would normalize."""
+    word = verdict_word(verdict)
+    return f"{word} x{verdict.norm_factor:.3f}" if word == PASS and verdict.norm_factor > 1 else word
 
 
 def points_table(rcp: RcpFile, source: str) -> ReportTable:
@@ -55,17 +64,23 @@ def verdict_table(judgement: GroupJudgement) -> ReportTable:
 
 
 def with_rcp_column(table: ReportTable, rcps: dict[str, GroupRcp]) -> ReportTable:
-    """``benchbase score``'s table (rows: group, target, ..., note) with each row's RCP verdict before the
-    note, and a note for every verdict that is not a pass. Unchanged when no group's workload has an RCP."""
+    """``benchbase score``'s table (rows: group, target, ..., score, ..., note) with each row's RCP verdict
+    before the note, each score of a failing verdict marked as such, and a note for every verdict that is
+    not a pass. Unchanged when no group's workload has an RCP."""
     if not any(found.source is not None for found in rcps.values()):
         return table
     at = table.headers.index("note") if "note" in table.headers else len(table.headers)
+    score_at = table.headers.index("score") if "score" in table.headers else None
     rows, notes = [], []
     for row in table.rows:
         found = rcps.get(row[0])
         judgement = None if found is None else found.judgement
         verdict = None if judgement is None else judgement.verdicts.get(row[1])
-        rows.append([*row[:at], "NA" if verdict is None else verdict_cell(verdict), *row[at:]])
+        row = list(row)
+        if verdict is not None and verdict_word(verdict) == FAIL and score_at is not None \
+                and row[score_at] is not None:  # a number alone would read as a valid result
+            row[score_at] = f"{format_cell(row[score_at], table.digits)} {FAILED_SCORE}"
+        rows.append([*row[:at], NOT_JUDGED if verdict is None else verdict_cell(verdict), *row[at:]])
     for name, found in rcps.items():
         if found.judgement is None:
             notes.append(f"RCP of {name}: not judged: {found.note}")
@@ -76,6 +91,7 @@ def with_rcp_column(table: ReportTable, rcps: dict[str, GroupRcp]) -> ReportTabl
         notes += [f"RCP of {name}: not judged: {verdict.explanation}" for verdict in verdicts.values()
                   if verdict.case is Case.WRONG_RUN_COUNT][:1]
     notes.append("RCP: MLPerf's reference convergence points, per target (pass xN: within the allowed speedup, the "
-                 "score normalized by N); `benchbase rcp check` shows the numbers.")
+                 f"score normalized by N; a score marked {FAILED_SCORE} is not a valid result); `benchbase rcp check` "
+                 "shows the numbers.")
     return replace(table, headers=[*table.headers[:at], RCP_HEADER, *table.headers[at:]], rows=rows,
                    notes=[*table.notes, *dict.fromkeys(notes)])
