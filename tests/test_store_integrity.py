@@ -4,7 +4,9 @@ run and on demand, and every corpus file accounted for."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,27 @@ def test_verification_is_remembered_until_the_data_changes(store_copy):
     index.write_bytes(index.read_bytes() + b"\0")  # altered after the stamp: verified again, and refused
     with pytest.raises(InputError, match=f"{index}: checksum mismatch"):
         verified_store(store_copy)
+
+
+def test_a_shard_rewritten_at_its_size_with_its_mtime_set_back_is_verified_again(store_copy, tmp_path):
+    verified_store(store_copy)  # stamped: the next run trusts the store while its files look unchanged
+    features = features_path(_a_shard(store_copy))
+    before = features.stat()
+    data = bytearray(features.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # the same size, one float changed: a NaN or garbage in training
+    features.write_bytes(bytes(data))
+    os.utime(features, ns=(before.st_atime_ns, before.st_mtime_ns))  # the modification time set back
+    for _ in range(100):  # a coarse clock may still be in the tick of the stamp
+        if features.stat().st_ctime_ns != before.st_ctime_ns:
+            break
+        time.sleep(0.01)
+        os.utime(features, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = features.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(InputError) as refused:
+        _linear_run(store_copy, tmp_path / "run")
+    assert str(refused.value) == f"{features}: checksum mismatch (truncated or altered since it was prepared)"
+    assert not (tmp_path / "run" / "result.json").exists()
 
 
 def test_a_missing_shard_is_prepared_again_on_resume(small_corpus, mini_workload, tmp_path):

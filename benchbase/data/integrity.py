@@ -3,8 +3,11 @@ and a cheap verification before every run.
 
 Each shard's sidecar (NAME.json, written by `prepare` after the shard itself) and store.json
 hold the SHA-256 of the shard's two files. Verifying reads every byte once, so a run does it
-once per store per machine: a stamp file records what was verified (each file's size and
-modification time, and the machine), and any change to the data makes the stamp stale.
+once per store per machine: a stamp file records what was verified (each file's size,
+modification time, inode and inode change time, and the machine), and any change to the data
+makes the stamp stale. The change time is what catches a file rewritten in place at the same
+size with its modification time set back (``touch -r``, ``os.utime``): the kernel sets it on
+every write and every utime to the current time, and no system call sets it to another.
 """
 
 from __future__ import annotations
@@ -129,7 +132,13 @@ def _description(root: Path) -> dict:
 
 
 def _stamp(root: Path) -> dict:
-    """What a verification covered: every file's size and modification time, on this machine."""
+    """What a verification covered: every file's size, modification time, inode and inode change
+    time (which, unlike the modification time, cannot be set back), on this machine. A copied or
+    restored store has new inodes and change times, so it is verified again once."""
     files = sorted(path for path in root.rglob("*") if path.is_file() and path.name != STAMP_FILE)
-    listing = [(str(path.relative_to(root)), path.stat().st_size, path.stat().st_mtime_ns) for path in files]
+    listing = []
+    for path in files:
+        status = path.stat()
+        listing.append((str(path.relative_to(root)), status.st_size, status.st_mtime_ns, status.st_ino,
+                        status.st_ctime_ns))
     return {"machine": platform.node(), "files": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}
