@@ -2,6 +2,8 @@
 by torch's own launcher, the engine behind ``torchrun`` (``torch.distributed.launcher``), with
 a standalone rendezvous on this machine. Each worker runs ``python -m benchbase run`` with the
 same arguments and finds its rank in the launcher's environment; rank 0 writes the run folder.
+A worker runs this process's interpreter and imports this process's benchbase, whatever the
+current directory holds (``benchbase.process_guard.child_python_environment``).
 
 ``torchrun --nnodes N --nproc-per-node G -m benchbase run ...`` is the same thing across machines
 (benchbase then starts nothing itself).
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from benchbase.errors import Terminated
 from benchbase.harness.world import torch_distributed
+from benchbase.process_guard import child_python_environment
 
 __all__ = ["LAUNCHED_WORKER", "WorkerFailure", "launch_workers"]
 
@@ -70,8 +73,12 @@ def launch_workers(processes: int, arguments: list[str], threads_per_process: in
         max_restarts=0,  # a failed run is not restarted behind the user's back: it ends, logged
         monitor_interval=0.1, start_method="spawn", shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
     )
-    previous = os.environ.get(LAUNCHED_WORKER)
-    os.environ[LAUNCHED_WORKER] = "1"  # the spawned workers inherit it; this process does not keep it
+    # The spawned workers inherit this process's environment; this process does not keep these.
+    worker_variables = {name: value for name, value in child_python_environment().items()
+                        if os.environ.get(name) != value}
+    worker_variables[LAUNCHED_WORKER] = "1"
+    previous = {name: os.environ.get(name) for name in worker_variables}
+    os.environ.update(worker_variables)
     # The launcher replaces this process's handlers of SIGTERM, SIGINT, SIGHUP and SIGQUIT with its
     # own and leaves them there; they go back once it returns (benchbase's turn SIGTERM into Terminated).
     handlers = {number: signal.getsignal(number) for number in HANDLED_SIGNALS}
@@ -82,10 +89,11 @@ def launch_workers(processes: int, arguments: list[str], threads_per_process: in
             for number, handler in handlers.items():
                 if handler is not None:
                     signal.signal(number, handler)
-            if previous is None:
-                os.environ.pop(LAUNCHED_WORKER, None)
-            else:
-                os.environ[LAUNCHED_WORKER] = previous
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     except ChildFailedError as error:
         return [WorkerFailure(rank, failure.exitcode, failure.message or "")
                 for rank, failure in sorted(error.failures.items())]

@@ -1,12 +1,13 @@
 """One run of a sweep as a child process, and the signals that stop a sweep.
 
 Each run is its own `python -m benchbase run`: every framework starts in a fresh process, and a
-backend of several processes launches its own workers. The child leads its own process group,
-so a signal meant for the sweep (Ctrl-C in the terminal, `kill` of the sweep's group) reaches the
-run exactly once, forwarded by the sweep as SIGTERM: the run finishes its step, checkpoints, logs
-run_stop and exits 143, and the next sweep resumes it. A second signal kills the run's group at
-once. The kernel ends the run when the sweep itself dies (even by SIGKILL), so no run trains on
-with no sweep to record it.
+backend of several processes launches its own workers. The run uses the sweep's interpreter and
+imports the sweep's benchbase, whatever the current directory holds (``child_python_environment``).
+The child leads its own process group, so a signal meant for the sweep (Ctrl-C in the terminal,
+`kill` of the sweep's group) reaches the run exactly once, forwarded by the sweep as SIGTERM: the
+run finishes its step, checkpoints, logs run_stop and exits 143, and the next sweep resumes it. A
+second signal kills the run's group at once. The kernel ends the run when the sweep itself dies
+(even by SIGKILL), so no run trains on with no sweep to record it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+
+from benchbase.process_guard import child_python_environment
 
 __all__ = ["RunProcess", "StopSignals"]
 
@@ -43,7 +46,8 @@ class RunProcess:
             handle.flush()
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _CHILD_BOOTSTRAP, str(os.getpid()), *arguments],
-                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, process_group=0)
+                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, process_group=0,
+                env=child_python_environment())
         self.started = time.monotonic()
         self._terminated_at: float | None = None
 
