@@ -4,16 +4,14 @@ A backend builds the model, runs training steps and predicts: what ``predict()``
 its model family's choice (per-frame log-probabilities for a CTC family such as ds2, the joint
 network's encoder projection for the rnnt transducer; ``benchbase.families.parts``).
 Everything that decides the score (the clock, the data order, decoding, metrics, the TTA rule,
-the compliance log) stays in the harness. Every rule an implementer must follow is here;
-`benchbase backend-test NAME` (the conformance kit, ``benchbase.kit``) proves an
-implementation against them, and docs/writing-a-backend.md builds one step by step.
+the compliance log) stays in the harness. Every rule an implementer must follow is here; the
+kit (`benchbase backend-test NAME`) proves them, docs/writing-a-backend.md builds one step by step.
 
 The call order, whatever the backend:
 
     backend = BackendClass()            # init, off the clock: no framework work yet
     backend.build(context)              # the run clock is already running (compilation is timed)
-    backend.warm_up(shapes)?            # where the workload's TTA rule puts compilation before
-                                        # run_start: then this and build() are in init
+    backend.warm_up(shapes)?            # compilation before run_start, where the TTA rule allows
     backend.load_checkpoint(path)?      # only right after build(), before any train_step()
     backend.train_step(batch) ...       # interleaved with predict() and save_checkpoint()
     backend.predict(inputs) ...
@@ -24,9 +22,8 @@ A run whose ``ModelSpec.precision`` is not fp32 ends with one more instance, off
 while the first is still open (before its close()): the final evaluation's FP32 twin, built
 with the same context at ``precision="fp32"``, given the first one's ``export_weights()``
 (less the quantizer's ranges) through ``import_weights()``, evaluated with ``predict()`` and
-closed (every backend implements fp32). Under a training strategy other than sync (several
-learners whose weights differ), rank 0 evaluates and exports its own learner's; in any run of
-several processes every rank checkpoints its own learner to its own file.
+closed (every backend implements fp32). Under a strategy other than sync (learners whose
+weights differ), rank 0 evaluates and exports its own learner's; every rank checkpoints its own.
 
 Contract versions (the log records the one a run used, ``benchbase_backend_contract``):
 3 (benchbase 0.2) returns log-probabilities alone from ``predict()`` and adds the optional
@@ -299,10 +296,9 @@ class Backend(ABC):
 
         That is the weights, BatchNorm's running statistics, the optimizer's state and the
         backend's own random state (dropout). The harness writes to a temporary name and
-        renames it, so the write is atomic; it keeps the files and decides when to write. In a
-        run of several processes every rank calls it at the same batch, each with its own path,
-        for its own learner's state (and a resume loads each rank's back into it), and rank 0
-        alone at the final checkpoint: it must not communicate.
+        renames it, so the write is atomic; it keeps the files and decides when to write. Every
+        rank of a multi-process run saves its own learner at the same batch, to its own path
+        (rank 0 alone at the final checkpoint), so it must not communicate.
         """
 
     @abstractmethod
