@@ -45,9 +45,9 @@ def torch_sees_a_gpu() -> bool:
          "profile YAML file's path"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--precision", "fp16"],
          "precision 'fp16' needs a GPU's tensor cores, and this run trains on cpu"),
-        # the advice names what the family trains in on this device: rnnt has no bf16
+        # the advice does not offer bf16, which rnnt lacks, and loads no backend to say so
         (["--backend", "torch", "--workload", "rnnt-mini", "--hw", "cpu", "--precision", "fp16"],
-         "; backend 'torch' trains rnnt on cpu in fp32 or int8-emulated: choose one, or a GPU profile"),
+         "; choose fp32 (every backend trains rnnt in it), another precision backend 'torch' trains rnnt in on cpu"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--org", "x" * 121],
          "--org 'xxx"),
     ],

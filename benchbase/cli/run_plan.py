@@ -3,8 +3,7 @@ the device plan, and every refusal that comes before the clock.
 
 `run`, `run --dry-run` and `sweep --dry-run` all go through ``resolve_run``, so a dry run
 refuses exactly what a run would, in the same words. The checks that need no framework come
-first: a run refused for its profile, precision or overrides never waits for TensorFlow to load
-(but a precision refused on its device, whose advice names what the backend's family trains in).
+first: a run refused for its profile, precision or overrides never waits for TensorFlow to load.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from benchbase.harness.world import World
 from benchbase.plugin_host.registry import Registry
 from benchbase.run_folder import RunFolder
 from benchbase.specs import HardwareProfile, WorkloadSpec
-from benchbase.specs.model import GPU_ONLY_PRECISIONS
 from benchbase.specs.overrides import apply_overrides, division_of, open_changes, parse_override
 from benchbase.specs.strategy import DEFAULT_STRATEGY, StrategyDefinition, StrategySpec, check_strategy_fields
 from benchbase.specs.tta import parse_target
@@ -88,8 +86,8 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     preliminary = device_plan(profile, request.device, devices=request.devices)
     try:
         check_precision_on_device(workload.model.precision, preliminary.kind)
-    except InputError as refusal:
-        raise _precision_refusal(registry, request.backend, workload, preliminary.kind, refusal) from None
+    except InputError:
+        raise _precision_refusal(request.backend, workload, preliminary.kind) from None
     backend_class = load_backend(registry, request.backend)
     _check_device_flag(backend_class, request, profile, preliminary, world)
     plan = checked_plan(backend_class, request.backend, workload, profile, device=request.device,
@@ -104,24 +102,16 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
                        _division(registry, workload, request.settings, definition), named.model.precision, strategy)
 
 
-def _precision_refusal(registry: Registry, backend: str, workload: WorkloadSpec, kind: str,
-                       refusal: InputError) -> InputError:
-    """A GPU-only precision off a GPU, its refusal naming what the backend trains the workload's
-    family in on ``kind``: the harness's generic advice (bf16) is wrong for a family without mixed
-    precision (rnnt), and only the backend declares its families' precisions, so it is loaded here,
-    on the refusal's path alone."""
+def _precision_refusal(backend: str, workload: WorkloadSpec, kind: str) -> InputError:
+    """A GPU-only precision off a GPU. The harness's advice (fp32, bf16 or int8-emulated) is wrong
+    for a family without mixed precision (rnnt); only the backend declares its families'
+    precisions, and loading it would load its framework (TensorFlow: seconds) for a refusal, so
+    the advice names fp32, which every backend trains every family in, and where the rest are."""
     family = workload.model.family
-    try:
-        precisions = load_backend(registry, backend).capabilities.precisions_of(family)
-    except (ImportError, InputError):
-        return refusal  # a backend that does not load: its own error comes later, this one stands
-    usable = sorted(precision for precision in precisions if precision not in GPU_ONLY_PRECISIONS)
-    if not usable:
-        return refusal
-    choices = usable[0] if len(usable) == 1 else f"{', '.join(usable[:-1])} or {usable[-1]}"
     return InputError(f"precision {workload.model.precision!r} needs a GPU's tensor cores, and this run trains "
-                      f"on {kind}; backend {backend!r} trains {family} on {kind} in {choices}: choose one, "
-                      f"or a GPU profile")
+                      f"on {kind}; choose fp32 (every backend trains {family} in it), another precision backend "
+                      f"{backend!r} trains {family} in on {kind} (README, 'Workloads and hardware profiles'), or a "
+                      "GPU profile")
 
 
 def _check_device_flag(backend_class: type[Backend], request: RunRequest, profile: HardwareProfile,
