@@ -166,7 +166,10 @@ class Harness:
         store = open_store(self.config)
         departures = data_departures(self.config.workload, store_data_record(store.description))
         unlisted = [departure for departure in departures if departure not in self.config.open_changes]
-        if unlisted:
+        # An open run configured in code may list nothing of what it changed; a list begun here
+        # would claim to be complete. The CLI's runs always carry their list.
+        listing = self.config.division == "closed" or bool(self.config.open_changes)
+        if unlisted and listing:
             # Another corpus, or a part of the registered one: a time to accuracy, but not the workload's.
             self.config = self.config.model_copy(update={"division": "open",
                                                          "open_changes": (*self.config.open_changes, *unlisted)})
