@@ -185,7 +185,7 @@ def check_strategy_fields(definitions: Mapping[str, StrategyDefinition], definit
     """A ``--set strategy.FIELD`` the run's strategy lacks, refused in one line that names that
     strategy and those of ``definitions`` that have the field. Without --strategy it is sync, which
     has no parameters: "strategy has no field 'period'" alone reads as if no strategy had one."""
-    parameters = sorted(definition.spec().parameters())
+    parameters = sorted(field for field in definition.spec.model_fields if field != "name")
     for path, _ in settings:
         field = path.split(".")[0]
         if field == "name" or field in parameters:
