@@ -2,7 +2,8 @@
 
 CTC needs an output frame per label at least: the fewest frames per label over a subset says
 whether a subsampling rate can align its fastest voices. Reads the lengths of the store's
-utterances (the label count includes the doubled-letter separator) and prints, per subset, the
+utterances (the label count includes the doubled-letter separator, or is the pieces of a store of
+sentencepiece pieces) and prints, per subset, the
 smallest ratio and how many utterances fall under 1 and 1.2 (docs/BENCHMARKS.md, "conformer-mini:
 the Conformer family on 2 CPU cores").
 
