@@ -35,13 +35,15 @@ def _series(reached_at: float | None, last: float) -> list[float]:
     return [30.0 if index >= drop else 100.0 for index in range(1, count + 1)]
 
 
-def write_run(folder: Path, cer_at: float | None, wer_at: float | None) -> None:
-    """A run folder whose result.json follows from its eval timeline by the harness's TTA rule."""
+def write_run(folder: Path, cer_at: float | None, wer_at: float | None, workload: str = "ds2-mini",
+              family: str | None = None, division: str = "closed", rule: dict = RULE) -> None:
+    """A run folder whose result.json follows from its eval timeline by the harness's TTA rule
+    (``rule``: a CER target, then a WER target)."""
     folder.mkdir(parents=True)
     last = max(at for at in (cer_at, wer_at, 60.0) if at is not None) + 4 * STEP
     times = [STEP * index for index in range(1, int(last / STEP) + 1)]
     evals = list(zip(times, _series(cer_at, last), _series(wer_at, last), strict=True))
-    tracker = TargetTracker(TTARule.model_validate(RULE))
+    tracker = TargetTracker(TTARule.model_validate(rule))
     for epoch, (t, cer, wer) in enumerate(evals, start=1):
         tracker.update(epoch, t, {"wer": wer, "cer": cer})
     batches = [{"kind": "batch", "epoch": 1, "batch": i, "t": i * 1.0, "loss": 100.0 / i, "throughput": 50.0 + i % 7,
@@ -52,12 +54,13 @@ def write_run(folder: Path, cer_at: float | None, wer_at: float | None) -> None:
     telemetry = [{"t": float(t), "cpu": 80.0, "gpus": [{"util": 90, "power_w": WATTS / 2}] * 2}
                  for t in range(int(last) + 1)]
     (folder / "telemetry.jsonl").write_text("".join(json.dumps(s) + "\n" for s in telemetry))
-    (folder / "config.json").write_text(json.dumps({"workload": {"name": "ds2-mini", "tta": RULE,
+    model = {} if family is None else {"model": {"family": family}}
+    (folder / "config.json").write_text(json.dumps({"workload": {"name": workload, "tta": rule, **model,
                                                                  "reference": "ds2", "deviations": [DEVIATION]},
-                                                    "hardware": HARDWARE}))
+                                                    "hardware": HARDWARE, "division": division}))
     tta = {label: {"seconds": tracker.reached[label], "minutes": tracker.reached[label] / 60,
                    "epoch": tracker.reached_epoch[label]} if label in tracker.reached else None
-           for label in (CER, WER)}
+           for label in (target.label for target in tracker.rule.targets)}
     result = RunResult(
         status="success" if None not in tta.values() else "aborted", tta=tta, seed=0,
         last_evaluation={"epoch": len(evals), "subset": "dev-clean", "wer": evals[-1][2], "cer": evals[-1][1],
@@ -208,8 +211,10 @@ def test_table_5_sets_ds2_runs_beside_the_papers_numbers(groups_root):
     config = groups_root / "fast" / "config.json"
     config.write_text(config.read_text().replace('"name": "ds2-mini"', '"name": "ds2"'))
     scored = scored_groups(load_groups(_paths(groups_root)))
-    final = _table(report_tables(scored, scored[0], CostModel()), "final-evaluation")
-    assert final.rows[3:] == [["paper sys1", "word_beam 512", 17.90, 17.32, 41.85, 45.04],
+    tables = report_tables(scored, scored[0], CostModel())
+    assert len(_table(tables, "final-evaluation-ds2-mini").rows) == 2  # the paper's rows beside ds2 runs only
+    final = _table(tables, "final-evaluation-ds2")
+    assert final.rows[1:] == [["paper sys1", "word_beam 512", 17.90, 17.32, 41.85, 45.04],
                               ["paper sys2", "word_beam 512", 18.50, 18.68, 44.31, 48.15],
                               ["paper sys10", "word_beam 512", 19.86, 19.45, 45.86, 49.43]]
 
@@ -368,3 +373,73 @@ def test_score_on_a_wide_terminal_keeps_the_table(capsys, monkeypatch):
     code, out, err = benchbase_in_process(capsys, "score", str(RCP_RUNS))
     assert code == 0, err
     assert "┃ group" in out and "│ torch-cpu │ CER 40" in out
+
+
+# --- runs of two workloads, and open runs -----------------------------------------------------------------
+
+RNNT_RULE = {"targets": [{"metric": "cer", "value": 35}, {"metric": "wer", "value": 70}], "window": 3,
+             "aggregation": "median"}
+RNNT_CER, RNNT_WER = "CER/ref 35", "WER 70"
+
+
+def _with_rnnt(groups_root: Path) -> list[Path]:
+    """base, fast and bad (ds2-mini) and rnnt: an open rnnt-mini run of another target set."""
+    write_run(groups_root / "rnnt" / "run-0", 50, 100, workload="rnnt-mini", family="rnnt", division="open",
+              rule=RNNT_RULE)
+    return [groups_root / "base", groups_root / "rnnt", groups_root / "fast", groups_root / "bad"]
+
+
+def test_each_workload_has_its_own_tables_and_target_columns(groups_root):
+    scored = scored_groups(load_groups(_with_rnnt(groups_root)))
+    tables = {table.name: table for table in report_tables(scored, pick_baseline(scored, None), CostModel())}
+    ds2, rnnt = tables["tta-minutes-ds2-mini"], tables["tta-minutes-rnnt-mini"]
+    assert ds2.title.startswith("ds2-mini: ") and rnnt.title.startswith("rnnt-mini: ")
+    assert ds2.headers == ["group", "runs", CER, WER] and [row[0] for row in ds2.rows] == ["base", "fast", "bad"]
+    assert rnnt.headers == ["group", "runs", RNNT_CER, RNNT_WER]
+    assert rnnt.rows == [["rnnt (open)", 1, 50 / 60, 100 / 60]]  # no NA for the other workload's targets
+    assert tables["cost-energy-rnnt-mini"].headers[2:4] == [f"{RNNT_CER} $", f"{RNNT_WER} $"]
+    assert {row[1] for row in tables["olympic-scores-rnnt-mini"].rows} == {RNNT_CER, RNNT_WER}
+    assert "tta-minutes" not in tables  # one set of target columns for all workloads no longer
+
+
+def test_a_run_is_compared_with_a_baseline_of_its_own_workload(groups_root):
+    scored = scored_groups(load_groups(_with_rnnt(groups_root)))
+    tables = {table.name: table for table in report_tables(scored, pick_baseline(scored, "fast"), CostModel())}
+    ds2, rnnt = tables["tta-percent-of-baseline-ds2-mini"], tables["tta-percent-of-baseline-rnnt-mini"]
+    assert ds2.title == "ds2-mini: TTA (% of fast)" and ds2.rows[1] == ["fast", 100.0, 100.0]
+    assert rnnt.title == "rnnt-mini: TTA (% of rnnt)" and rnnt.rows == [["rnnt (open)", 100.0, 100.0]]
+    assert any("fast is a ds2-mini group" in note for note in rnnt.notes)
+
+
+def test_the_loss_is_named_by_the_runs_model_family(groups_root):
+    scored = scored_groups(load_groups(_with_rnnt(groups_root)))
+    tables = {table.name: table for table in report_tables(scored, scored[0], CostModel())}
+    assert tables["last-evaluation-ds2-mini"].headers[5] == "CTC loss"
+    assert tables["last-evaluation-rnnt-mini"].headers[5] == "transducer loss"
+    from benchbase.report.runs import loss_name
+
+    assert loss_name([run for item in scored for run in item.group.runs]) == "loss"  # two families
+
+
+def test_open_groups_are_marked_in_the_tables(groups_root):
+    for path in (groups_root / "fast").rglob("config.json"):
+        path.write_text(path.read_text().replace('"division": "closed"', '"division": "open"'))
+    scored = scored_groups(load_groups(_paths(groups_root)))
+    tables = report_tables(scored, scored[0], CostModel())
+    minutes = _table(tables, "tta-minutes")
+    assert [row[0] for row in minutes.rows] == ["base", "fast (open)", "bad"]
+    assert any(note.startswith("(open): ") for note in minutes.notes)
+    for name in ("tta-percent-of-baseline", "last-evaluation", "throughput-utilization", "cost-energy"):
+        assert _table(tables, name).rows[1][0] == "fast (open)", name
+    closed = scored_groups(load_groups([groups_root / "base"]))
+    assert not any(note.startswith("(open)") for note in _table(report_tables(closed, closed[0], CostModel()),
+                                                                  "tta-minutes").notes)
+
+
+def test_the_loss_panel_is_labelled_by_the_runs_model_family(groups_root):
+    from benchbase.report.figures import draw_accuracy
+
+    paths = _with_rnnt(groups_root)
+    ds2, rnnt = load_groups([paths[0]]), load_groups([paths[1]])
+    assert draw_accuracy(ds2).axes[0].get_ylabel() == "CTC loss"
+    assert draw_accuracy(rnnt).axes[0].get_ylabel() == "transducer loss"

@@ -11,11 +11,11 @@ from benchbase.errors import InputError
 from benchbase.report.cost import CostModel, energy_kwh
 from benchbase.report.paper import FINAL_WER, PLATFORMS
 from benchbase.report.report_table import ReportTable
-from benchbase.report.runs import RunGroup, groups_by_shared_batch
+from benchbase.report.runs import RunGroup, groups_by_shared_batch, loss_name
 from benchbase.report.scoring import OlympicScore, score_group
 from benchbase.specs import RunResult
 
-__all__ = ["Scored", "pick_baseline", "report_tables", "score_table", "scored_groups"]
+__all__ = ["OPEN_NOTE", "Scored", "pick_baseline", "report_tables", "score_table", "scored_groups", "workload_groups"]
 
 
 @dataclass
@@ -73,11 +73,40 @@ def _environment_cells(environment: dict, cpu: dict) -> list[str | None]:
 
 
 def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> list[ReportTable]:
-    labels = _labels(scored)
-    return [environment_table([item.group for item in scored]), tta_minutes_table(scored, labels),
-            same_batch_table(scored, labels),
-            tta_percent_table(scored, labels, baseline), accuracy_table(scored), final_evaluation_table(scored),
-            throughput_table(scored), score_table(scored), cost_table(scored, labels, cost)]
+    """The environment table, then the comparison tables workload by workload: a target column
+    holds one workload's target (NA: not reached), and each workload's percentages refer to a
+    group of that workload (``baseline`` where it is one, else the workload's first group)."""
+    by_workload = workload_groups(scored)
+    tables = [environment_table([item.group for item in scored])]
+    for workload, items in by_workload.items():
+        labels = _labels(items)
+        own = baseline if any(item is baseline for item in items) else items[0]
+        part = [tta_minutes_table(items, labels), same_batch_table(items, labels),
+                tta_percent_table(items, labels, own), accuracy_table(items), final_evaluation_table(items),
+                throughput_table(items), score_table(items), cost_table(items, labels, cost)]
+        if own is not baseline:
+            part[2].notes.append(f"{baseline.group.name} is a {baseline.group.workload_name} group: a "
+                                 f"{workload} group is compared with {own.group.name}, the first of {workload}.")
+        if any(item.group.open for item in items):
+            for table in part:
+                table.notes.append(OPEN_NOTE)
+        if len(by_workload) > 1:
+            for table in part:
+                table.title, table.name = f"{workload}: {table.title}", f"{table.name}-{workload}"
+        tables += part
+    return tables
+
+
+OPEN_NOTE = ("(open): a group with runs in the open division (a workload changed from the registered one, or a "
+             "strategy other than sync): not comparable with closed results.")
+
+
+def workload_groups(scored: list[Scored]) -> dict[str, list[Scored]]:
+    """Workload name -> its groups, in the order the groups came."""
+    by_workload: dict[str, list[Scored]] = {}
+    for item in scored:
+        by_workload.setdefault(item.group.workload_name, []).append(item)
+    return by_workload
 
 
 def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
@@ -88,7 +117,7 @@ def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
     platforms and frameworks, not of the batch size.
     """
     by_group = {id(item.group): item for item in scored}
-    rows = [[group.name, batch, *(by_group[id(group)].minutes(label) for label in labels)]
+    rows = [[group.shown_name, batch, *(by_group[id(group)].minutes(label) for label in labels)]
             for batch, shared in groups_by_shared_batch([item.group for item in scored]).items() for group in shared]
     # Without rows the sentence alone says it: a header over an empty grid reads as missing data.
     notes = [("The TTA table above is the paper's Table 4 (each group at its own batch size); here, the groups that "
@@ -100,7 +129,8 @@ def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
 
 
 def tta_minutes_table(scored: list[Scored], labels: list[str]) -> ReportTable:
-    rows = [[item.group.name, len(item.group.runs), *(item.minutes(label) for label in labels)] for item in scored]
+    rows = [[item.group.shown_name, len(item.group.runs), *(item.minutes(label) for label in labels)]
+            for item in scored]
     subsets = sorted({str(_workload(run).get("tta", {}).get("subset") or "the first dev subset")
                       for item in scored for run in item.group.runs})
     notes = ["NA: not reached (or more than one run never reached it).",
@@ -128,7 +158,7 @@ def deviation_notes(scored: list[Scored]) -> list[str]:
 
 
 def tta_percent_table(scored: list[Scored], labels: list[str], baseline: Scored) -> ReportTable:
-    rows = [[item.group.name, *(_percent(item.minutes(label), baseline.minutes(label)) for label in labels)]
+    rows = [[item.group.shown_name, *(_percent(item.minutes(label), baseline.minutes(label)) for label in labels)]
             for item in scored]
     return ReportTable(f"TTA (% of {baseline.group.name})", ["group", *labels], rows, digits=1,
                        name="tta-percent-of-baseline")
@@ -139,11 +169,12 @@ def accuracy_table(scored: list[Scored]) -> ReportTable:
     rows = []
     for item in scored:
         lasts = [_last_evaluation(run.result) for run in item.group.runs]
-        rows.append([item.group.name, ", ".join(sorted({str(last.get("subset", "dev")) for last in lasts})),
+        rows.append([item.group.shown_name, ", ".join(sorted({str(last.get("subset", "dev")) for last in lasts})),
                      *(_mean(last.get(metric) for last in lasts) for metric in ("wer", "paper_cer", "cer", "loss")),
                      _mean_count(last.get("epoch") for last in lasts)])
+    loss = loss_name([run for item in scored for run in item.group.runs])
     return ReportTable("accuracy at the last evaluation (%, mean over runs)",
-                       ["group", "subset", "WER", "CER", "CER/ref", "loss", "epoch"], rows, name="last-evaluation")
+                       ["group", "subset", "WER", "CER", "CER/ref", loss, "epoch"], rows, name="last-evaluation")
 
 
 def final_evaluation_table(scored: list[Scored]) -> ReportTable:
@@ -153,7 +184,7 @@ def final_evaluation_table(scored: list[Scored]) -> ReportTable:
     for item in scored:
         finals = [run.result.final_evaluation or {} for run in item.group.runs]
         decoders = sorted({f"{final['decoder']} {final['beam_width']}" for final in finals if "decoder" in final})
-        rows.append([item.group.name, ", ".join(decoders) or None,
+        rows.append([item.group.shown_name, ", ".join(decoders) or None,
                      *(_mean(((final.get("subsets") or {}).get(subset) or {}).get("wer") for final in finals)
                        for subset in subsets)])
     notes = ["WER (%), mean over runs; NA: the run skipped its final evaluation (--no-final-eval) or has no such "
@@ -189,7 +220,7 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
     rows = []
     for item in scored:
         results = [run.result for run in item.group.runs]
-        rows.append([item.group.name,
+        rows.append([item.group.shown_name,
                      _mean(result.throughput.get("median") for result in results),
                      _mean(_percent(result.data_wait.get("share_of_step_time"), 1) for result in results),
                      _mean(result.telemetry.get("cpu_percent_mean") for result in results),
@@ -222,7 +253,8 @@ def cost_table(scored: list[Scored], labels: list[str], cost: CostModel) -> Repo
         hardware = item.group.hardware
         dollars = [cost.cost(hardware, item.scores[label].seconds if label in item.scores else None)
                    for label in labels]
-        rows.append([item.group.name, cost.hourly(hardware), *dollars, *(_energy(item, label) for label in labels)])
+        rows.append([item.group.shown_name, cost.hourly(hardware), *dollars,
+                     *(_energy(item, label) for label in labels)])
     notes = [f"Cost: {cost.describe()}, times the olympic TTA."]
     unpriced = [row[0] for row in rows if row[1] is None]
     if unpriced:
@@ -244,7 +276,7 @@ def score_table(scored: list[Scored]) -> ReportTable:
     rows = []
     for item in scored:
         for label, score in item.scores.items():
-            rows.append([item.group.name, label, score.runs, score.converged, score.minutes,
+            rows.append([item.group.shown_name, label, score.runs, score.converged, score.minutes,
                          _minutes(score.fastest), _minutes(score.slowest), _minutes(score.stdev),
                          None if score.coefficient_of_variation is None else 100 * score.coefficient_of_variation,
                          score.note])

@@ -45,7 +45,7 @@ from benchbase.report.figure_parts import (
     positive,
     save,
 )
-from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch
+from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, loss_name
 from benchbase.report.utilization_figure import (
     SMOOTHING_SECONDS,
     UTILIZATION_WINDOW_SECONDS,
@@ -119,7 +119,8 @@ def _finish_accuracy_axes(figure, axes, groups: list[RunGroup], cer_metric: str,
     loss, cer, wer = axes
     subset = _subset_names(groups)
     on = f" on {subset}" if subset else ""
-    names = ((loss, "CTC loss"), (cer, f"{metric_name(cer_metric)} (%){on}"), (wer, f"WER (%){on}"))
+    loss_label = loss_name([run for group in groups for run in group.runs])
+    names = ((loss, loss_label), (cer, f"{metric_name(cer_metric)} (%){on}"), (wer, f"WER (%){on}"))
     for axis, name in names:
         axis.set_ylabel(name)
         axis.set_yscale("log")  # the paper's Figure 7: error rates and loss fall over decades
@@ -161,7 +162,7 @@ def _plot_validation_loss(axis, evaluations: list[dict], subset: str | None, sco
                           label: str | None) -> None:
     points = [(record.get("t", 0.0) / 60, value) for record in evaluations
               if positive(value := eval_value(record, "loss", None if scored else subset))]
-    if points:  # new eval records carry each subset's CTC loss; old ones do not
+    if points:  # new eval records carry each subset's loss; old ones do not
         axis.plot(*zip(*points, strict=True), "s", color=color, ms=4, mec="black", mew=0.5,
                   alpha=None if scored else OTHER_SUBSET_ALPHA,
                   label=label and f"{label}: validation loss{_subset_text(subset)}")

@@ -15,7 +15,7 @@ from benchbase.errors import InputError
 from benchbase.run_folder import RESULT_NAME, RunFolder, find_run_folders, read_json_lines
 from benchbase.specs import ResultProblem, RunResult, read_run_result
 
-__all__ = ["Run", "RunGroup", "groups_by_shared_batch", "load_groups", "read_json_lines"]
+__all__ = ["Run", "RunGroup", "groups_by_shared_batch", "load_groups", "loss_name", "read_json_lines"]
 
 
 @dataclass
@@ -32,6 +32,24 @@ class Run:
     @property
     def hardware(self) -> dict:
         return self.config.get("hardware") or {}
+
+    @property
+    def workload_name(self) -> str:
+        workload = self.config.get("workload")
+        name = workload.get("name") if isinstance(workload, dict) else None
+        return str(name or self.result.workload or "?")
+
+    @property
+    def family(self) -> str:
+        """The model family the run trained (a workload spec without one is DS2's)."""
+        workload = self.config.get("workload")
+        model = workload.get("model") if isinstance(workload, dict) else None
+        return str((model.get("family") if isinstance(model, dict) else None) or "ds2")
+
+    @property
+    def division(self) -> str:
+        """closed or open: config.json's, else result.json's."""
+        return str(self.config.get("division") or self.result.division)
 
     @property
     def global_batch(self) -> int | None:
@@ -84,10 +102,44 @@ class RunGroup:
         return self.runs[0].config.get("workload") or {}
 
     @property
+    def workload_name(self) -> str:
+        return self.runs[0].workload_name
+
+    @property
+    def open(self) -> bool:
+        """Whether any of its runs is in the open division."""
+        return any(run.division != "closed" for run in self.runs)
+
+    @property
+    def shown_name(self) -> str:
+        """The name a table's row shows: an open group's marked "(open)"."""
+        return f"{self.name} (open)" if self.open else self.name
+
+    @property
+    def loss_name(self) -> str:
+        """What its family calls the loss ("CTC loss", "transducer loss"); "loss" where unknown or mixed."""
+        return loss_name(self.runs)
+
+    @property
     def global_batch(self) -> int | None:
         """The global batch every run trained at; None when unrecorded or when the runs differ."""
         batches = {run.global_batch for run in self.runs}
         return batches.pop() if len(batches) == 1 else None
+
+
+def loss_name(runs: list[Run]) -> str:
+    """The loss's name in the runs' model family ("CTC loss", "transducer loss"); "loss" for
+    runs of several families or of one this installation does not know."""
+    from benchbase.errors import BenchbaseError
+    from benchbase.families.parts import parts_of_family
+
+    families = {run.family for run in runs}
+    if len(families) != 1:
+        return "loss"
+    try:
+        return parts_of_family(families.pop()).loss_name
+    except BenchbaseError:
+        return "loss"
 
 
 def groups_by_shared_batch(groups: list[RunGroup]) -> dict[int, list[RunGroup]]:
