@@ -474,3 +474,42 @@ def test_a_killed_run_named_directly_is_left_out_and_named(two_machines, tmp_pat
     said = " ".join(added.stdout.split())
     assert f"left out: {killed} has no result.json" in said and "added 5 run(s)" in said
     assert _row_counts(database)["runs"] == 5
+
+
+def _open_local_sgd_runs(target: Path) -> Path:
+    """PyTorch's seeds 5-9 on the second system as open local_sgd runs on 4 devices."""
+    runs = _copy_runs(RUNS_DATA / "torch-cpu", target, range(5, 10), SECOND_SYSTEM)
+    for folder in runs.iterdir():
+        config = json.loads((folder / "config.json").read_text())
+        config.update(division="open", strategy={"name": "local_sgd", "sync_every": 4})
+        (folder / "config.json").write_text(json.dumps(config))
+        result = json.loads((folder / "result.json").read_text())
+        result.update(division="open", world_size=4, device_plan={**result["device_plan"], "count": 4})
+        (folder / "result.json").write_text(json.dumps(result))
+    return runs
+
+
+def test_a_comparison_marks_runs_of_another_division_strategy_or_device_count(two_machines, tmp_path, capsys):
+    database = str(tmp_path / "results.sqlite")
+    url = database_url(database)
+    with open_for_writing(url) as connection:
+        add_paths(connection, [two_machines["torch-cpu"], _open_local_sgd_runs(tmp_path / "open" / "torch-cpu")])
+    with open_for_reading(url) as connection:
+        table = comparison_table(connection, "system", "cpu", SECOND_SYSTEM)
+    assert table.headers[-1] == "differs" and len(table.rows) == 5
+    assert {row[0] for row in table.rows} == {"ds2-mini"}
+    assert all(row[-1] == "division, strategy, devices" for row in table.rows)
+    held = table.rows[0][1]
+    assert (f"Not like with like (division, strategy, devices): {held} on ds2-mini: cpu: closed, sync, 1 device; "
+            f"{SECOND_SYSTEM}: open, local_sgd, 4 devices.") in table.notes
+    compared = _cli(capsys, "results", "compare", "--db", database, "--by", "system", "cpu", SECOND_SYSTEM)
+    assert compared.returncode == 0 and "Not like with like" in compared.stdout, compared.stderr
+
+
+def test_a_comparison_of_like_with_like_has_no_differs_column(two_machines, tmp_path):
+    url = database_url(str(tmp_path / "results.sqlite"))
+    with open_for_writing(url) as connection:
+        add_paths(connection, [two_machines["torch-cpu"], two_machines["torch-cpu-b"]])
+    with open_for_reading(url) as connection:
+        table = comparison_table(connection, "system", "cpu", SECOND_SYSTEM)
+    assert "differs" not in table.headers and not any("like with like" in note for note in table.notes)

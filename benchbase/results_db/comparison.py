@@ -4,6 +4,9 @@ A comparison holds everything else fixed that it can: ``--by system`` compares t
 profiles' runs of the same workload, backend and target, ``--by backend`` the two backends' on
 the same workload, system and target. Each side is its runs' TTA (median, and min-max: the
 spread a reader needs to judge a difference), the epochs to the target and the final WER.
+Rows never mix workloads. Runs that differ from the rest of their row in division, training
+strategy or device count are not like with like: the row's "differs" column names what differs,
+and a note each side's setups.
 """
 
 from __future__ import annotations
@@ -19,11 +22,38 @@ from benchbase.errors import InputError
 from benchbase.report.report_table import ReportTable
 from benchbase.results_db.schema import RUNS, TTA
 
-__all__ = ["DIMENSIONS", "Dimension", "comparison_table", "runs_table"]
+__all__ = ["DIMENSIONS", "Dimension", "Setup", "comparison_table", "runs_table", "setup_of"]
 
 Dimension = Literal["system", "backend"]
 DIMENSIONS: dict[str, str] = {"system": "backend", "backend": "system"}
 """What is compared -> what is held fixed beside the workload."""
+
+
+@dataclass(frozen=True, order=True)
+class Setup:
+    """What a comparison must hold fixed besides its row's workload, system or backend, and target."""
+
+    division: str
+    strategy: str
+    devices: int | None
+
+    def text(self) -> str:
+        devices = "? devices" if self.devices is None else f"{self.devices} device{'' if self.devices == 1 else 's'}"
+        return f"{self.division}, {self.strategy}, {devices}"
+
+
+def setup_of(config: Any, result: Any, division: str | None) -> Setup:
+    """A stored run's division, strategy (sync where config.json names none) and device count (the
+    plan it trained on, else its processes)."""
+    config = config if isinstance(config, dict) else {}
+    result = result if isinstance(result, dict) else {}
+    strategy = config.get("strategy")
+    name = strategy.get("name") if isinstance(strategy, dict) else strategy if isinstance(strategy, str) else None
+    plan = result.get("device_plan")
+    count = plan.get("count") if isinstance(plan, dict) else None
+    count = count if isinstance(count, int) else result.get("world_size")
+    return Setup(division or str(config.get("division") or "?"), str(name or "sync"),
+                 count if isinstance(count, int) else None)
 
 
 @dataclass
@@ -33,6 +63,7 @@ class _Side:
     epochs: list[int] = field(default_factory=list)
     wers: dict[str, float] = field(default_factory=dict)
     """Run id -> final WER, once per run whatever its number of targets."""
+    setups: set[Setup] = field(default_factory=set)
 
     def cells(self) -> list[object]:
         minutes = [value / 60 for value in self.seconds]
@@ -61,6 +92,8 @@ def comparison_table(connection: sa.Connection, by: Dimension, first: str, secon
     held fixed, and target."""
     compared, held = RUNS.c[by], RUNS.c[DIMENSIONS[by]]
     _require_present(connection, by, [first, second])
+    setups = {row.run_id: setup_of(row.config, row.result, row.division) for row in connection.execute(
+        sa.select(RUNS.c.run_id, RUNS.c.division, RUNS.c.config, RUNS.c.result).where(compared.in_([first, second])))}
     query = (sa.select(RUNS.c.run_id, RUNS.c.workload, held.label("held"), compared.label("side"), RUNS.c.final_wer,
                        TTA.c.target, TTA.c.seconds, TTA.c.epoch)
              .join(TTA, TTA.c.run_id == RUNS.c.run_id).where(compared.in_([first, second])))
@@ -69,14 +102,40 @@ def comparison_table(connection: sa.Connection, by: Dimension, first: str, secon
         key = (row.workload or "?", row.held or "?", row.target)
         side = sides.setdefault(key, {first: _Side(), second: _Side()})[row.side]
         _count(side, row)
+        side.setups.add(setups[row.run_id])
     compared_pairs = {key: pair for key, pair in sides.items() if pair[first].runs and pair[second].runs}
-    rows = [[*key, *pair[first].cells(), *pair[second].cells(), _ratio(pair[first], pair[second])]
-            for key, pair in sorted(compared_pairs.items(), key=lambda item: _target_order(item[0]))]
+    ordered = sorted(compared_pairs.items(), key=lambda item: _target_order(item[0]))
+    differs = [_differs(pair[first].setups | pair[second].setups) for _, pair in ordered]
+    marked = any(differs)
+    rows = [[*key, *pair[first].cells(), *pair[second].cells(), _ratio(pair[first], pair[second]),
+             *([differ or None] if marked else [])] for (key, pair), differ in zip(ordered, differs, strict=True)]
     per_side = ["runs", "TTA", "epochs", "WER"]
     headers = ["workload", DIMENSIONS[by], "target", *(f"{name} {column}" for name in (first, second)
-                                                        for column in per_side), f"{second} / {first}"]
-    return ReportTable(f"{first} and {second} side by side, by {by}", headers,
-                       rows, name="comparison", notes=[*_notes(first, second), *_one_sided(sides, first, second)])
+                                                        for column in per_side), f"{second} / {first}",
+               *(["differs"] if marked else [])]
+    return ReportTable(f"{first} and {second} side by side, by {by}", headers, rows, name="comparison",
+                       notes=[*_notes(first, second), *_mixed(ordered, differs, by, first, second),
+                              *_one_sided(sides, first, second)])
+
+
+def _differs(setups: set[Setup]) -> str:
+    """What the runs of one row differ in ("division, strategy, devices"); "" when nothing."""
+    return ", ".join(name for name in ("division", "strategy", "devices")
+                     if len({getattr(setup, name) for setup in setups}) > 1)
+
+
+def _mixed(ordered: list, differs: list[str], by: str, first: str, second: str) -> list[str]:
+    """One line per workload and held value whose runs differ in setup: each side's setups."""
+    notes: dict[str, None] = {}
+    for ((workload, held, _), pair), differ in zip(ordered, differs, strict=True):
+        if differ:
+            sides = "; ".join(f"{name}: {' | '.join(setup.text() for setup in sorted(pair[name].setups))}"
+                              for name in (first, second))
+            notes[f"Not like with like ({differ}): {held} on {workload}: {sides}."] = None
+    if notes:
+        notes[f"differs: what the row's runs differ in (division, strategy, device count): its ratio measures more "
+              f"than the two {by}s."] = None
+    return list(notes)
 
 
 def _one_sided(sides: dict[tuple[str, str, str], dict[str, _Side]], first: str, second: str) -> list[str]:
