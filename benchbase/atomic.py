@@ -26,8 +26,12 @@ def atomic_write_bytes(path: Path, write: Callable[[BinaryIO], object]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
+        # The previous complete file (if any) stays in place: only the temporary one goes.
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:
+            # A write to an open file (a full disk) names no file: name the one that was being written.
+            raise OSError(error.errno, error.strerror, str(path)) from error
         raise
 
 

@@ -264,4 +264,10 @@ def read_json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def write_json_line(handle: IO[str], record: dict[str, Any]) -> None:
-    handle.write(json.dumps(record) + "\n")
+    try:
+        handle.write(json.dumps(record) + "\n")
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        # A write to an open file (a full disk) names no file: name the one written to.
+        raise OSError(error.errno, error.strerror, getattr(handle, "name", None)) from error

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
 
 import click
 
+from benchbase.disk_space import DISK_FULL
 from benchbase.errors import BenchbaseError, Terminated
 from benchbase.harness.launch import LAUNCHED_WORKER
 from benchbase.harness.termination import install_sigterm_handler
@@ -65,6 +67,8 @@ def _describe_os_error(error: OSError) -> str:
     where = error.filename if error.filename is not None else "?"
     if error.filename2 is not None:
         where = f"{where} -> {error.filename2}"
+    if error.errno == errno.ENOSPC:
+        return f"{where}: could not be written: {DISK_FULL}"
     return f"{where}: {error.strerror or type(error).__name__}"
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from benchbase.cli.app import cli
@@ -18,6 +19,7 @@ from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, resolve_run
 from benchbase.cli.run_resume import resume_run
 from benchbase.data.workload_data import default_cache, ensure_workload_data
+from benchbase.disk_space import estimated_run_bytes, space_shortfall
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
 from benchbase.harness.world import World, coordinator_for
@@ -119,11 +121,19 @@ def run(context: click.Context, **options: Any) -> None:
     if world.leader:  # before any output or data: a folder that cannot be made is one line, exit 2
         for folder in folders:
             check_out_folder(folder)
+    # Every run of a series writes beside the others, on the same filesystem.
+    shortfall = space_shortfall(folders[0], estimated_run_bytes(resolved.workload) * len(folders)) \
+        if world.leader else None
     if options["dry_run"]:
-        Console().print(run_plan_table(resolved, folders, options["seed"], options["org"] or DEFAULT_ORG,
-                                       _data_description(request.data, options["cache"]),
-                                       options["checkpoint_every"], not options["no_final_eval"]))
+        table = run_plan_table(resolved, folders, options["seed"], options["org"] or DEFAULT_ORG,
+                               _data_description(request.data, options["cache"]),
+                               options["checkpoint_every"], not options["no_final_eval"])
+        if shortfall:
+            table.add_row("disk space", escape(f"warning: {shortfall}; the run would refuse to start"))
+        Console().print(table)
         return
+    if shortfall:
+        raise InputError(f"{shortfall}; free some space or choose another --out")
     statuses = _run_all(world, manager, resolved, folders, options)
     # Under torchrun (or benchbase's own launcher), every rank of a run that completed leaves with 0,
     # whatever its status: torchrun takes any other code for a crashed worker (it would print a

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 from pathlib import Path
 
 from mlperf_logging.mllog import constants, mllog
@@ -19,13 +20,30 @@ _instances = itertools.count()
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+class _FileHandler(logging.FileHandler):
+    """A file handler whose failed write (a full disk) raises, naming the log, instead of
+    printing logging's "--- Logging error ---" traceback and going on without the line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            raise OSError(error.errno, error.strerror, error.filename or self.baseFilename) from error
+        super().handleError(record)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, error.filename or self.baseFilename) from error
+
+
 class ComplianceLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._logger = logging.getLogger(f"benchbase.mllog.{next(_instances)}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+        self._handler = _FileHandler(path, mode="a", encoding="utf-8")
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         self._logger.addHandler(self._handler)
         # stack offset 2: the call site reported in each line is the harness, not this wrapper.

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.atomic import atomic_write_bytes, atomic_write_text
+from benchbase.disk_space import disk_full_error
 from benchbase.errors import BenchbaseError
 from benchbase.harness.hook_payloads import BatchProgress
 from benchbase.harness.resume import write_sidecar
@@ -101,17 +102,23 @@ class RunRecorder:
 
 def save_atomically(save: Callable[[Path], None], final: Path) -> None:
     """The backend writes a temporary file that is renamed into place; a failed write (a full
-    disk, a backend error) leaves neither a torn checkpoint nor its temporary file."""
+    disk, a backend error) leaves neither a torn checkpoint nor its temporary file, and the
+    previous checkpoint at ``final`` (if any) is never replaced."""
     temporary = final.with_name(f".{final.name}.tmp")
     try:
         save(temporary)
         temporary.replace(final)
-    except OSError:
-        temporary.unlink(missing_ok=True)
-        raise
     except Exception as error:
         temporary.unlink(missing_ok=True)
-        # Frameworks report a failed write (a full disk) in their own exception types.
+        # Frameworks report a failed write in their own exception types (torch: "unexpected pos
+        # N vs M"): a full disk is named as such, whatever the framework called it.
+        full = disk_full_error(error, final)
+        if full is not None:
+            raise full from error
+        if isinstance(error, OSError):
+            if error.filename is None:
+                raise OSError(error.errno, error.strerror, str(final)) from error
+            raise
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise BenchbaseError(f"{final}: the backend could not write the checkpoint ({first_line})") from error
     except BaseException:

@@ -1,0 +1,92 @@
+"""A full disk: what a run will write, checked before the clock, and a failed write named as such.
+
+A run that fills its disk must not train for hours and then fail at the final checkpoint, and a
+framework that reports the failed write in its own words (torch: ``unexpected pos N vs M``) must
+still read as the disk being full.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT
+from benchbase.specs import WorkloadSpec
+
+__all__ = ["DISK_FULL", "disk_full_error", "estimated_run_bytes", "free_bytes", "space_shortfall"]
+
+DISK_FULL = "the disk is full (No space left on device)"
+
+BYTES_PER_VALUE = 4
+"""Checkpoints hold FP32 values, whatever the training precision."""
+
+OPTIMIZER_SLOTS = {"adadelta": 2, "adamw": 2, "sgd": 1}
+"""Values the optimizer keeps per parameter: AdaDelta's two accumulators, Adam's two moments,
+SGD's momentum. An optimizer not named here counts as two."""
+
+LOG_AND_METRICS_BYTES = 32 * 2**20
+"""The log, metrics, sentences, telemetry and decoded outputs of a small run stay well under this."""
+
+LOW_FREE_BYTES = 2**20
+"""After a failed write, less free space than this means the disk filled up."""
+
+
+def estimated_run_bytes(workload: WorkloadSpec) -> int:
+    """A rough upper bound on what one run writes into its folder.
+
+    A checkpoint is the parameters and the optimizer's state per parameter, 4 bytes each. On disk
+    at once: the periodic checkpoints kept, plus the one being written (the oldest is pruned only
+    after it), plus the final checkpoint and the exported final weights (parameters only). The log
+    and metrics add a fixed allowance.
+    """
+    parameters = workload.model.parameter_count(workload.features.dimension)
+    checkpoint = parameters * BYTES_PER_VALUE * (1 + OPTIMIZER_SLOTS.get(workload.optimizer.name, 2))
+    return checkpoint * (PERIODIC_CHECKPOINTS_KEPT + 2) + parameters * BYTES_PER_VALUE + LOG_AND_METRICS_BYTES
+
+
+def free_bytes(folder: Path) -> int:
+    """Free space on the filesystem that holds ``folder`` (or would, once made)."""
+    path = folder.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def space_shortfall(folder: Path, needed: int) -> str | None:
+    """A one-line account when ``folder``'s filesystem has less free space than ``needed``; else None."""
+    try:
+        free = free_bytes(folder)
+    except OSError:
+        return None  # unknowable here; the run's own writes will say
+    if free >= needed:
+        return None
+    return (f"{folder}: the run needs about {_size(needed)} (checkpoints, log and metrics) and its "
+            f"filesystem has {_size(free)} free")
+
+
+def disk_full_error(error: BaseException, path: Path) -> OSError | None:
+    """``error`` from writing ``path`` as an ENOSPC OSError naming ``path``, when the disk is full:
+    an ENOSPC anywhere in its chain of causes, or (a framework's own exception that hides it) less
+    than LOW_FREE_BYTES left on ``path``'s filesystem. None when the disk is not why it failed."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            return OSError(errno.ENOSPC, DISK_FULL, str(path))
+        cause = cause.__cause__ or cause.__context__
+    try:
+        if free_bytes(path.parent) < LOW_FREE_BYTES:
+            return OSError(errno.ENOSPC, DISK_FULL, str(path))
+    except OSError:
+        pass
+    return None
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"

@@ -1,0 +1,188 @@
+"""A full disk (ENOSPC), simulated in process: one line naming the file, a non-zero exit, the last
+complete checkpoint intact and resumable; and the free-space check before the clock."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+from cli_helpers import benchbase_in_process
+
+from benchbase import disk_space
+from benchbase.atomic import atomic_write_bytes
+from benchbase.cli.app import _describe_os_error
+from benchbase.harness import recorder
+from benchbase.run_folder import write_json_line
+
+Usage = namedtuple("Usage", "total used free")
+FULL = Usage(10 * 2**30, 10 * 2**30, 0)
+
+
+def _enospc(*_) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_atomic_write_keeps_the_previous_file_and_names_the_file(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text("complete")
+
+    def half_then_full(handle) -> None:
+        handle.write(b"half")
+        _enospc()
+
+    with pytest.raises(OSError) as raised:
+        atomic_write_bytes(path, half_then_full)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(path)
+    assert path.read_text() == "complete" and sorted(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+def test_an_appended_line_names_its_file(tmp_path):
+    class Full:
+        name = str(tmp_path / "metrics.jsonl")
+
+        def write(self, text: str) -> None:
+            _enospc()
+
+    with pytest.raises(OSError) as raised:
+        write_json_line(Full(), {"kind": "batch"})
+    assert raised.value.filename == str(tmp_path / "metrics.jsonl")
+
+
+@pytest.mark.parametrize("cause", ["chained", "free_space"])
+def test_a_frameworks_failed_checkpoint_write_reads_as_a_full_disk(tmp_path, monkeypatch, cause):
+    final = tmp_path / "batch-0000004.ckpt"
+    final.write_bytes(b"previous")
+
+    def torn(path: Path) -> None:
+        path.write_bytes(b"torn")
+        if cause == "chained":
+            try:
+                _enospc()
+            except OSError as error:
+                raise RuntimeError("[enforce fail] unexpected pos 2098368 vs 2098260") from error
+        raise RuntimeError("[enforce fail] unexpected pos 2098368 vs 2098260")
+
+    if cause == "free_space":
+        monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: FULL)
+    with pytest.raises(OSError) as raised:
+        recorder.save_atomically(torn, final)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(final)
+    assert final.read_bytes() == b"previous" and sorted(tmp_path.iterdir()) == [final]
+    assert _describe_os_error(raised.value) == f"{final}: could not be written: {disk_space.DISK_FULL}"
+
+
+def test_another_frameworks_error_is_not_called_a_full_disk(tmp_path):
+    def broken(path: Path) -> None:
+        raise RuntimeError("a bug")
+
+    with pytest.raises(Exception) as raised:
+        recorder.save_atomically(broken, tmp_path / "final.ckpt")
+    assert not isinstance(raised.value, OSError) and "a bug" in str(raised.value)
+
+
+def test_the_estimate_counts_checkpoints_and_optimizer_state():
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
+
+    workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2-mini")
+    parameters = workload.model.parameter_count(workload.features.dimension)
+    assert disk_space.estimated_run_bytes(workload) > parameters * 4 * 3 * 4  # 4 checkpoints of 3 values each
+
+
+DRY = ("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu")
+
+
+def test_dry_run_warns_and_run_refuses_when_the_disk_is_too_small(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**30, 2**30 - 2**20, 2**20))
+    monkeypatch.setenv("COLUMNS", "400")  # the plan's row on one line
+    out = tmp_path / "run"
+    code, said, _ = benchbase_in_process(capsys, *DRY, "--out", str(out), "--dry-run")
+    assert code == 0 and "disk space" in said and "1.0 MiB free; the run would refuse to start" in said
+    code, _, err = benchbase_in_process(capsys, *DRY, "--out", str(out), "--cache", str(tmp_path / "cache"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "1.0 MiB free" in err and "the run needs about" in err
+    assert not out.exists()
+
+
+def test_dry_run_says_nothing_of_disk_space_when_there_is_room(capsys, tmp_path):
+    code, said, _ = benchbase_in_process(capsys, *DRY, "--out", str(tmp_path / "run"), "--dry-run")
+    assert code == 0 and "disk space" not in said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failing", ["periodic", "final"])
+def test_a_full_disk_ends_the_run_in_one_line_and_it_resumes(capsys, tmp_path, monkeypatch, small_store, failing):
+    """The second periodic checkpoint (or the final one) meets a full disk as torch reports it."""
+    real_save = recorder.save_atomically
+    periodic_calls = []
+
+    def failing_save(save, final: Path) -> None:
+        fails = final.name == "final.ckpt" if failing == "final" else (
+            final.name != "final.ckpt" and len(periodic_calls) == 1)
+        if final.name != "final.ckpt":
+            periodic_calls.append(final)
+        if not fails:
+            return real_save(save, final)
+
+        def torn(path: Path) -> None:
+            path.write_bytes(b"torn")
+            monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: FULL)
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 2098368 vs 2098260")
+
+        try:
+            return real_save(torn, final)
+        finally:
+            monkeypatch.setattr(disk_space.shutil, "disk_usage", shutil.disk_usage)
+
+    monkeypatch.setattr(recorder, "save_atomically", failing_save)
+    out = tmp_path / "run"
+    code, _, err = benchbase_in_process(capsys, "run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu",
+                                        "--data", str(small_store), "--out", str(out), "--seed", "1",
+                                        "--max-epochs", "1", "--checkpoint-every", "2", "--no-final-eval")
+    assert code == 1, err[-3000:]
+    [line] = err.strip().splitlines()
+    failed = "final.ckpt" if failing == "final" else periodic_calls[1].name
+    assert line == f"benchbase: error: {out / 'checkpoints' / failed}: could not be written: {disk_space.DISK_FULL}"
+    kept = sorted(path.name for path in (out / "checkpoints").iterdir())
+    assert not any(name.endswith(".tmp") for name in kept) and failed not in kept
+    previous = periodic_calls[-1] if failing == "final" else periodic_calls[0]
+    assert previous.name in kept and previous.name + ".json" in kept
+    log = [json.loads(line.partition(" ")[2]) for line in (out / "mllog.log").read_text().splitlines()]
+    [stop] = [event for event in log if event["key"] == "run_stop"]
+    if failing == "periodic":  # the log is closed: run_stop aborted, the error named
+        assert stop["metadata"]["status"] == "aborted" and stop["metadata"]["stop_reason"] == "error"
+        assert disk_space.DISK_FULL in stop["metadata"]["error"] and failed in stop["metadata"]["error"]
+    monkeypatch.setattr(recorder, "save_atomically", real_save)
+    code, said, err = benchbase_in_process(capsys, "run", "--resume", str(out))
+    assert code in (0, 3), err[-3000:]
+    [resume] = json.loads((out / "result.json").read_text())["resumes"]
+    assert resume["checkpoint"] == f"checkpoints/{previous.name}"
+
+
+def test_a_log_line_that_cannot_be_written_raises_naming_the_log(tmp_path, capsys):
+    from benchbase.compliance import ComplianceLog
+
+    class Full:
+        def write(self, text: str) -> None:
+            _enospc()
+
+        def flush(self) -> None:
+            _enospc()
+
+        def close(self) -> None:
+            pass
+
+    log = ComplianceLog(tmp_path / "mllog.log")
+    log.event("cache_clear", value=True)
+    log._handler.stream.close()
+    log._handler.stream = Full()
+    with pytest.raises(OSError) as raised:
+        log.event("init_start")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "mllog.log")
+    assert "Logging error" not in capsys.readouterr().err
+    log._handler.stream = None
+    log.close()
