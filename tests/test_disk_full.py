@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import benchbase_in_process
 
-from benchbase import disk_space
 from benchbase.atomic import atomic_write_bytes
 from benchbase.cli.app import _describe_os_error
-from benchbase.harness import recorder
+from benchbase.harness import disk_space, recorder
 from benchbase.run_folder import write_json_line
 
 Usage = namedtuple("Usage", "total used free")

@@ -9,8 +9,8 @@ import traceback
 
 import click
 
-from benchbase.disk_space import DISK_FULL
 from benchbase.errors import BenchbaseError, Terminated
+from benchbase.harness.disk_space import DISK_FULL
 from benchbase.harness.launch import LAUNCHED_WORKER
 from benchbase.harness.termination import install_sigterm_handler
 

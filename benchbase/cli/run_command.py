@@ -19,9 +19,9 @@ from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, resolve_run
 from benchbase.cli.run_resume import resume_run
 from benchbase.data.workload_data import default_cache, ensure_workload_data
-from benchbase.disk_space import estimated_run_bytes, space_shortfall
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
+from benchbase.harness.disk_space import estimated_run_bytes, space_shortfall
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import Registry, collect_registry

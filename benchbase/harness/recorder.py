@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.atomic import atomic_write_bytes, atomic_write_text
-from benchbase.disk_space import disk_full_error
 from benchbase.errors import BenchbaseError
+from benchbase.harness.disk_space import disk_full_error
 from benchbase.harness.hook_payloads import BatchProgress
 from benchbase.harness.resume import write_sidecar
 from benchbase.harness.resume_state import ResumeState
