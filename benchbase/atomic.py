@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "current_umask"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "current_umask", "naming_the_file"]
 
 
 def atomic_write_bytes(path: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -30,9 +30,14 @@ def atomic_write_bytes(path: Path, write: Callable[[BinaryIO], object]) -> None:
         # The previous complete file (if any) stays in place: only the temporary one goes.
         Path(temporary).unlink(missing_ok=True)
         if isinstance(error, OSError) and error.filename is None:
-            # A write to an open file (a full disk) names no file: name the one that was being written.
-            raise OSError(error.errno, error.strerror, str(path)) from error
+            raise naming_the_file(error, path) from error
         raise
+
+
+def naming_the_file(error: OSError, path: object) -> OSError:
+    """``error`` naming ``path`` where it names no file of its own: a write to an open file (a full
+    disk) raises an OSError without one, and its one-line message must say which file it was."""
+    return OSError(error.errno, error.strerror, error.filename if error.filename is not None else str(path))
 
 
 def current_umask() -> int:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from benchbase.atomic import atomic_write_text
+from benchbase.atomic import atomic_write_text, naming_the_file
 from benchbase.errors import InputError
 
 __all__ = [
@@ -269,5 +269,4 @@ def write_json_line(handle: IO[str], record: dict[str, Any]) -> None:
     except OSError as error:
         if error.filename is not None:
             raise
-        # A write to an open file (a full disk) names no file: name the one written to.
-        raise OSError(error.errno, error.strerror, getattr(handle, "name", None)) from error
+        raise naming_the_file(error, getattr(handle, "name", "")) from error

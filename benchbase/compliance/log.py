@@ -14,6 +14,8 @@ from pathlib import Path
 
 from mlperf_logging.mllog import constants, mllog
 
+from benchbase.atomic import naming_the_file
+
 __all__ = ["ComplianceLog", "constants"]
 
 _instances = itertools.count()
@@ -27,14 +29,14 @@ class _FileHandler(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:
         error = sys.exc_info()[1]
         if isinstance(error, OSError):
-            raise OSError(error.errno, error.strerror, error.filename or self.baseFilename) from error
+            raise naming_the_file(error, self.baseFilename) from error
         super().handleError(record)
 
     def flush(self) -> None:
         try:
             super().flush()
         except OSError as error:
-            raise OSError(error.errno, error.strerror, error.filename or self.baseFilename) from error
+            raise naming_the_file(error, self.baseFilename) from error
 
 
 class ComplianceLog:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchbase.atomic import atomic_write_bytes, atomic_write_text
+from benchbase.atomic import atomic_write_bytes, atomic_write_text, naming_the_file
 from benchbase.errors import BenchbaseError
 from benchbase.harness.disk_space import disk_full_error
 from benchbase.harness.hook_payloads import BatchProgress
@@ -117,7 +117,7 @@ def save_atomically(save: Callable[[Path], None], final: Path) -> None:
             raise full from error
         if isinstance(error, OSError):
             if error.filename is None:
-                raise OSError(error.errno, error.strerror, str(final)) from error
+                raise naming_the_file(error, final) from error
             raise
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
         raise BenchbaseError(f"{final}: the backend could not write the checkpoint ({first_line})") from error
