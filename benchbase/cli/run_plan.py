@@ -84,10 +84,7 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     profile = apply_overrides(registry.profile(request.hardware),
                               [(path, value) for root, path, value in parsed if root == "hardware"], "hardware")
     preliminary = device_plan(profile, request.device, devices=request.devices)
-    try:
-        check_precision_on_device(workload.model.precision, preliminary.kind)
-    except InputError:
-        raise _precision_refusal(request.backend, workload, preliminary.kind) from None
+    check_precision_on_device(workload.model.precision, preliminary.kind, workload.model.family, request.backend)
     backend_class = load_backend(registry, request.backend)
     _check_device_flag(backend_class, request, profile, preliminary, world)
     plan = checked_plan(backend_class, request.backend, workload, profile, device=request.device,
@@ -100,18 +97,6 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     _check_data(workload, request.data)
     return ResolvedRun(request, backend_class, workload, profile, plan,
                        _division(registry, workload, request.settings, definition), named.model.precision, strategy)
-
-
-def _precision_refusal(backend: str, workload: WorkloadSpec, kind: str) -> InputError:
-    """A GPU-only precision off a GPU. The harness's advice (fp32, bf16 or int8-emulated) is wrong
-    for a family without mixed precision (rnnt); only the backend declares its families'
-    precisions, and loading it would load its framework (TensorFlow: seconds) for a refusal, so
-    the advice names fp32, which every backend trains every family in, and where the rest are."""
-    family = workload.model.family
-    return InputError(f"precision {workload.model.precision!r} needs a GPU's tensor cores, and this run trains "
-                      f"on {kind}; choose fp32 (every backend trains {family} in it), another precision backend "
-                      f"{backend!r} trains {family} in on {kind} (README, 'Workloads and hardware profiles'), or a "
-                      "GPU profile")
 
 
 def _check_device_flag(backend_class: type[Backend], request: RunRequest, profile: HardwareProfile,

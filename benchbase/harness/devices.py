@@ -72,7 +72,7 @@ def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec
         raise InputError(f"backend {name!r} does not implement precision {precision!r} "
                          f"{'' if precisions == capabilities.precisions else f'for the {family} family '}"
                          f"(it declares {', '.join(sorted(precisions))})")
-    check_precision_on_device(precision, plan.kind)
+    check_precision_on_device(precision, plan.kind, family, name)
 
 
 def check_strategy(backend: type[Backend], name: str, definition: StrategyDefinition, plan: DevicePlan) -> None:
@@ -90,11 +90,16 @@ def check_strategy(backend: type[Backend], name: str, definition: StrategyDefini
                          f"and this run has {plan.count}; pass --devices {definition.min_learners} or more")
 
 
-def check_precision_on_device(precision: str, kind: str) -> None:
-    """A precision only a GPU computes, on another device: refused before any backend is imported."""
+def check_precision_on_device(precision: str, kind: str, family: str, backend: str) -> None:
+    """A precision only a GPU computes, on another device: refused before any backend is imported.
+    Only the backend declares what else its family trains in (rnnt has no bf16), and loading it
+    would load its framework for a refusal, so the advice names fp32, which every backend trains
+    every family in, and where the others are listed."""
     if precision in GPU_ONLY_PRECISIONS and kind != "cuda":
-        raise InputError(f"precision {precision!r} needs a GPU's tensor cores, and this run trains on "
-                         f"{kind}; choose fp32, bf16 or int8-emulated, or a GPU profile")
+        raise InputError(f"precision {precision!r} needs a GPU's tensor cores, and this run trains on {kind}; "
+                         f"choose fp32 (every backend trains {family} in it), another precision backend "
+                         f"{backend!r} trains {family} in on {kind} (README, 'Workloads and hardware profiles'), "
+                         "or a GPU profile")
 
 
 def check_world(backend: type[Backend], name: str, hardware: HardwareProfile, plan: DevicePlan,
