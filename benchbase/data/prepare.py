@@ -26,7 +26,7 @@ import soundfile
 from threadpoolctl import threadpool_limits
 
 from benchbase.atomic import atomic_write_bytes
-from benchbase.data.alphabet import UnknownCharacterError
+from benchbase.data.alphabet import UnknownCharacterError, normalize_transcript
 from benchbase.data.features import extract_features
 from benchbase.data.integrity import check_identity, shard_checksums
 from benchbase.data.librispeech import UtteranceSource, list_subset
@@ -151,7 +151,7 @@ def _write_vocabulary(out: Path, jobs_by_subset: dict[str, list[ShardJob]], trai
 def _spelled(transcript: str) -> bool:
     """Whether the alphabet can spell it (the others are dropped as bad transcripts, and left out here)."""
     try:
-        CharacterVocabulary().encode(transcript)
+        normalize_transcript(transcript)
     except UnknownCharacterError:
         return False
     return True

@@ -19,8 +19,11 @@ from typing import Any
 
 from benchbase.specs import WorkloadSpec
 
-__all__ = ["LIBRISPEECH_UTTERANCES", "SYNTHETIC_CORPUS_SEED", "corpus_record", "data_departures", "ids_digest",
+__all__ = ["CORPUS_SEED", "LIBRISPEECH_UTTERANCES", "corpus_record", "data_departures", "ids_digest",
            "store_data_record"]
+
+CORPUS_SEED = 0
+"""The seed of the corpus a synthetic workload trains on: part of the workload (--seed varies training only)."""
 
 LIBRISPEECH_UTTERANCES = {
     "train-clean-100": 28_539, "train-clean-360": 104_014, "train-other-500": 148_688,
@@ -29,20 +32,18 @@ LIBRISPEECH_UTTERANCES = {
 """Utterances per subset of the LibriSpeech ASR corpus (openslr.org/12) as released: the 281,241
 training utterances of 960 h and the four evaluation subsets."""
 
-SYNTHETIC_CORPUS_SEED = 0
-"""The seed of the corpus a synthetic workload trains on (part of the workload; --seed varies training only)."""
-CORPUS_FILE = "corpus.json"
-SYNTHETIC_GENERATOR = "benchbase.data.synth"
 
 
 def corpus_record(root: Path) -> dict[str, Any]:
     """What a corpus folder is: benchbase's synthetic corpus with the parameters that made it, or a
     LibriSpeech-layout tree (whose identity is its subsets' counts and ids)."""
+    from benchbase.data.synth.corpus import CORPUS_FILE, GENERATOR_NAME  # the generator's modules load only here
+
     try:
         made = json.loads((root / CORPUS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         made = None
-    if isinstance(made, dict) and made.get("generator") == SYNTHETIC_GENERATOR:
+    if isinstance(made, dict) and made.get("generator") == GENERATOR_NAME:
         parameters = made.get("parameters") or {}
         return {"kind": "synthetic", **{key: parameters.get(key) for key in
                                         ("generator_version", "seed", "utterances", "text")}}
@@ -78,7 +79,7 @@ def data_departures(workload: WorkloadSpec, data: dict[str, Any]) -> list[str]:
     spec = workload.data
     named = list(dict.fromkeys(spec.train + spec.dev + spec.test))
     if spec.dataset == "synthetic":
-        registered = {"kind": "synthetic", "generator_version": GENERATOR_VERSION, "seed": SYNTHETIC_CORPUS_SEED,
+        registered = {"kind": "synthetic", "generator_version": GENERATOR_VERSION, "seed": CORPUS_SEED,
                       "utterances": spec.synthetic_utterances, "text": {"kind": "grammar"}}
         found = [f"data.corpus.{key}: {value!r} -> {corpus.get(key)!r}" for key, value in registered.items()
                  if corpus.get(key) != value]

@@ -15,14 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchbase.data.prepare import prepare_workload_store
+from benchbase.data.registered import CORPUS_SEED
 from benchbase.data.store import FORMAT_VERSION, FeatureStore
 from benchbase.errors import InputError
 from benchbase.specs import WorkloadSpec
 
 __all__ = ["CORPUS_SEED", "default_cache", "ensure_workload_data", "store_key"]
 
-CORPUS_SEED = 0
-"""The corpus is part of the workload, so its seed is fixed; --seed varies training only."""
 
 Progress = Callable[[str, int, int], None]
 

@@ -60,6 +60,8 @@ PEAK_LEVEL = 0.7          # about -3 dBFS: evens out voices without touching dyn
                           # applied after noise and reverberation, so the mix never clips
 PAD_SECONDS = 0.1         # eSpeak starts and stops speaking at the very first/last sample
 CORPUS_FILE = "corpus.json"
+GENERATOR_NAME = "benchbase.data.synth"
+"""corpus.json's ``generator``: what says a corpus folder is this generator's."""
 VOICES_FILE = "voices.json"
 
 ProgressCallback = Callable[[int, int], None]
@@ -311,7 +313,7 @@ def _build(partial_root: Path, jobs: Sequence[UtteranceJob], parameters: dict, s
     lengths = write_utterances(jobs, partial_root, workers, progress)
     _write_json(partial_root / VOICES_FILE, _voices_record(jobs))
     record = {
-        "generator": "benchbase.data.synth", "parameters": parameters, "text_source": source_name,
+        "generator": GENERATOR_NAME, "parameters": parameters, "text_source": source_name,
         "sample_rate": SAMPLE_RATE, "summary": _summarize(jobs, lengths),
         "conditions": {split: CONDITIONS[split].record() for split in SPLITS},
     }
