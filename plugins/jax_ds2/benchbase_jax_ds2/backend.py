@@ -43,6 +43,15 @@ class JaxBackend(Backend):
                                 precisions=all_precisions(_FAMILIES), family_precisions=narrower_precisions(_FAMILIES),
                                 process_model="single_process")
 
+    @classmethod
+    def visible_devices(cls, kind: str) -> int | None:
+        """JAX's GPUs (its CUDA plugin honours CUDA_VISIBLE_DEVICES); None for the CPU, which
+        one process uses whole. Listing them creates JAX's clients, so a CUDA plan's CPU client
+        keeps XLA's default threads: its CPU work is the host side of a GPU run."""
+        if kind == "cpu":
+            return None
+        return len(_cuda_devices())
+
     def __init__(self) -> None:
         self._state: TrainState | None = None
         self._family: ModelFamily | None = None
@@ -142,9 +151,17 @@ def _device(plan: DevicePlan) -> jax.Device:
         raise BenchbaseError(f"the JAX backend trains on one device; the hardware profile names {plan.count}")
     if plan.kind == "cpu":
         return jax.devices("cpu")[0]
+    devices = _cuda_devices()
+    if not devices:
+        raise BenchbaseError("the hardware profile asks for CUDA, but JAX sees no GPU (install a CUDA build "
+                             "of JAX, e.g. jax[cuda13]); pass --device cpu")
+    return devices[0]
+
+
+def _cuda_devices() -> list[jax.Device]:
+    """JAX's CUDA devices; none where its CUDA plugin is missing or finds no GPU (JAX then raises)."""
     try:
-        return jax.devices("cuda")[0]
+        return list(jax.devices("cuda"))
     except RuntimeError:
-        raise BenchbaseError("the hardware profile asks for CUDA, but JAX sees no GPU (install jax[cuda12]); "
-                             "pass --device cpu") from None
+        return []
 

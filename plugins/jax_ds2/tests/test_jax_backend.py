@@ -255,6 +255,50 @@ def test_dropout_keeps_each_element_with_the_spec_probability():
     assert abs((first & second).mean() - 0.95**2) < 0.002  # independent across keys
 
 
+class _FakeGpu:
+    """What the harness and build() read of a jax.Device."""
+
+    platform, device_kind = "gpu", "NVIDIA H200"
+
+    def __init__(self, number: int) -> None:
+        self.id = number
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2])
+def test_visible_devices_counts_jaxs_gpus(monkeypatch, gpus):
+    """A CUDA plan is asked of JAX's own device list (which honours CUDA_VISIBLE_DEVICES), so the
+    harness no longer refuses a JAX run on a GPU as "sees 0"; faked here, on a CPU-only JAX."""
+    from benchbase.harness.devices import check_visible_devices
+    from benchbase.specs import HardwareProfile
+
+    real = jax.devices
+
+    def devices(backend=None):
+        if backend in ("cuda", "gpu"):
+            if not gpus:
+                raise RuntimeError("Unknown backend cuda")  # what a CPU-only JAX raises
+            return [_FakeGpu(number) for number in range(gpus)]
+        return real(backend)
+
+    monkeypatch.setattr(jax, "devices", devices)
+    backend = jax_backend.JaxBackend
+    assert backend.visible_devices("cuda") == gpus
+    assert backend.visible_devices("cpu") is None
+    hardware = HardwareProfile.model_validate({
+        "name": "one-gpu", "description": "one GPU",
+        "devices": {"kind": "gpu", "count": 1, "model": "NVIDIA H200"},
+        "cpu": {"model": "host", "cores": 16, "threads": 16, "ram_gb": 128},
+        "pipeline": {"global_batch": 8, "batch_per_device": 8, "readers": 1, "buffer": 1}})
+    plan = DevicePlan(kind="cuda", count=1, batch_per_device=8)
+    from benchbase.harness.world import World
+
+    if gpus:
+        check_visible_devices(backend, "jax", hardware, plan, World())
+    else:
+        with pytest.raises(BenchbaseError, match="backend 'jax' sees 0 here"):
+            check_visible_devices(backend, "jax", hardware, plan, World())
+
+
 def test_a_gpu_profile_without_a_gpu_says_so():
     if any(device.platform == "gpu" for device in jax.devices()):
         pytest.skip("this machine has a GPU")
