@@ -119,14 +119,28 @@ def result_table(result: RunResult) -> Table:
 
 
 def final_evaluation_table(final: dict) -> Table:
-    """The untimed evaluation after run_stop, one row per subset (the paper's Table 5 for one run)."""
+    """The untimed evaluation after run_stop, one row per subset (the paper's Table 5 for one run);
+    for a run not in fp32, its weights' WER and CER evaluated in FP32 beside its own (the cost
+    of its precision), or the caption says why they are missing."""
+    precision = final.get("precision", "fp32")
+    fp32 = final.get("fp32") or {}
+    twin = fp32.get("subsets", {})
     table = Table(title=f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
-                        f"{final['seconds']:.0f} s")
-    for header in ("subset", "WER (%)", "CER (%)", "CER/ref (%)", "loss", "utterances"):
+                        f"{final['seconds']:.0f} s" + ("" if precision == "fp32" else f", in {precision}"))
+    headers = ["subset", "WER (%)", "CER (%)", "CER/ref (%)", "loss", "utterances"]
+    if twin:
+        headers += ["FP32 WER (%)", "FP32 CER (%)"]
+        table.caption = f"FP32: the same weights evaluated in fp32 ({fp32['seconds']:.0f} s)"
+    elif "error" in fp32:
+        table.caption = f"FP32 evaluation of the weights failed: {fp32['error']}"
+    for header in headers:
         table.add_column(header, justify="left" if header == "subset" else "right")
     for subset, rates in final["subsets"].items():
-        table.add_row(subset, f"{rates['wer']:.2f}", f"{rates['paper_cer']:.2f}", f"{rates['cer']:.2f}",
-                      f"{rates['loss']:.2f}", str(rates["utterances"]))
+        row = [subset, f"{rates['wer']:.2f}", f"{rates['paper_cer']:.2f}", f"{rates['cer']:.2f}",
+               f"{rates['loss']:.2f}", str(rates["utterances"])]
+        if twin:
+            row += [f"{twin[subset]['wer']:.2f}", f"{twin[subset]['paper_cer']:.2f}"] if subset in twin else ["-", "-"]
+        table.add_row(*row)
     return table
 
 

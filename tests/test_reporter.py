@@ -1,0 +1,62 @@
+"""What `benchbase run` prints: the terminal reporter, fed what a run records or emits."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from benchbase.cli.reporter import RunReporter
+from benchbase.specs import RunResult
+
+RECORDED = Path(__file__).parent / "data" / "rcp" / "jax-cpu" / "seed-0" / "result.json"
+
+
+def _console(terminal: bool) -> tuple[Console, io.StringIO]:
+    shown = io.StringIO()
+    return Console(file=shown, width=200, force_terminal=terminal, color_system=None), shown
+
+
+def _recorded_result(final_evaluation: dict) -> RunResult:
+    """A recorded run's result.json with the final evaluation a run in another precision records."""
+    recorded = json.loads(RECORDED.read_text())
+    return RunResult.model_validate({**recorded, "final_evaluation": final_evaluation})
+
+
+def _final(precision: str, fp32: dict | None) -> dict:
+    """result.json's final_evaluation as FinalEvaluation.run writes it."""
+    subsets = {"dev-clean": {"wer": 67.6233, "cer": 18.3706, "paper_cer": 18.3866, "loss": 26.5893, "utterances": 180},
+               "dev-other": {"wer": 99.9271, "cer": 82.1904, "paper_cer": 82.3263, "loss": 187.813, "utterances": 180}}
+    final = {"decoder": "greedy", "beam_width": 1, "epoch": 10, "seconds": 4.2, "precision": precision,
+             "subsets": subsets}
+    if fp32 is not None:
+        final["fp32"] = fp32
+    return final
+
+
+def _finished(result: RunResult) -> str:
+    console, shown = _console(terminal=False)
+    RunReporter(console).run_finished(result)
+    return shown.getvalue()
+
+
+def test_a_bf16_runs_summary_shows_the_fp32_accuracy_of_its_weights():
+    fp32 = {"seconds": 3.9, "subsets": {
+        "dev-clean": {"wer": 66.1111, "cer": 17.9, "paper_cer": 17.9123, "loss": 26.1, "utterances": 180},
+        "dev-other": {"wer": 99.5, "cer": 81.0, "paper_cer": 81.4567, "loss": 186.9, "utterances": 180}}}
+    shown = _finished(_recorded_result(_final("bf16", fp32)))
+    assert "in bf16" in shown and "FP32 WER (%)" in shown and "FP32 CER (%)" in shown
+    clean = next(line for line in shown.splitlines() if "dev-clean" in line)
+    assert "67.62" in clean and "66.11" in clean and "17.91" in clean
+    other = next(line for line in shown.splitlines() if "dev-other" in line)
+    assert "99.50" in other and "81.46" in other
+
+
+def test_a_failed_fp32_evaluation_is_said_and_an_fp32_run_has_no_fp32_columns():
+    shown = _finished(_recorded_result(_final("int8-emulated", {"error": "RuntimeError: twin broke"})))
+    assert "FP32 evaluation of the weights failed: RuntimeError: twin broke" in shown
+    assert "FP32 WER" not in shown
+    shown = _finished(_recorded_result(_final("fp32", None)))
+    assert "FP32" not in shown and "in fp32" not in shown and "67.62" in shown
