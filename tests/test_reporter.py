@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchbase.cli.reporter import RunReporter
+from benchbase.cli.run_command import _prepare_data
 from benchbase.specs import RunResult
 
 RECORDED = Path(__file__).parent / "data" / "rcp" / "jax-cpu" / "seed-0" / "result.json"
@@ -60,3 +61,33 @@ def test_a_failed_fp32_evaluation_is_said_and_an_fp32_run_has_no_fp32_columns():
     assert "FP32 WER" not in shown
     shown = _finished(_recorded_result(_final("fp32", None)))
     assert "FP32" not in shown and "in fp32" not in shown and "67.62" in shown
+
+
+def test_building_a_store_says_so_in_one_line_on_a_terminal_or_not_and_a_second_familys_too(tmp_path, registry):
+    cache = tmp_path / "cache"
+    stores = {}
+    for name in ("ds2-mini", "rnnt-mini", "rnnt-mini"):
+        workload = registry.workload(name)
+        workload = workload.model_copy(update={"data": workload.data.model_copy(update={"synthetic_utterances": 10})})
+        console, shown = _console(terminal=name == "ds2-mini")  # the line beside a terminal's progress bars too
+        stores.setdefault(name, []).append(_prepare_data(console, workload, None, cache))
+        lines = shown.getvalue().splitlines()
+        if name == "ds2-mini":  # the first run speaks the corpus too
+            said = [line for line in lines if "building the feature store" in line]
+            assert len(said) == 1, lines
+            assert f"building the feature store for ds2-mini in {stores[name][0]} (about " in said[0]
+            assert "MB, 10 utterances; first synthesizing the speech corpus in " in said[0]
+            assert "extracting features" in shown.getvalue()  # the progress bars
+        elif len(stores[name]) == 1:  # another family: its own store, from the corpus already spoken
+            assert lines == [f"building the feature store for rnnt-mini in {stores[name][0]} (about "
+                             f"{_megabytes(cache):.1f} MB, 10 utterances); later runs reuse it"], lines
+        else:  # built once: nothing to say
+            assert lines == [] and stores[name][0] == stores[name][1]
+    assert stores["ds2-mini"][0] != stores["rnnt-mini"][0]
+
+
+def _megabytes(cache: Path) -> float:
+    """The size estimate from the spoken corpus's seconds, as 80 log-mel + 13 MFCC float16 values per 10 ms."""
+    (corpus,) = cache.glob("synthetic-*")
+    seconds = sum(json.loads((corpus / "corpus.json").read_text())["summary"]["seconds"].values())
+    return seconds * 100 * 93 * 2 / 1e6

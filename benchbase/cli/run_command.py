@@ -18,7 +18,7 @@ from benchbase.cli.plan_view import run_plan_table
 from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, resolve_run
 from benchbase.cli.run_resume import resume_run
-from benchbase.data.workload_data import default_cache, ensure_workload_data
+from benchbase.data.workload_data import StoreBuild, default_cache, ensure_workload_data
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
 from benchbase.harness.disk_space import estimated_run_bytes, space_shortfall
@@ -296,4 +296,17 @@ def _prepare_data(console: Console, workload: WorkloadSpec, data: Path | None, c
                 tasks[label] = progress.add_task(label, total=total)
             progress.update(tasks[label], completed=done, total=total)
 
-        return ensure_workload_data(workload, data, cache, report)
+        def building(build: StoreBuild) -> None:  # one line, unwrapped, in a log file too
+            console.print(store_build_line(build), markup=False, highlight=False, soft_wrap=True)
+
+        return ensure_workload_data(workload, data, cache, report, building)
+
+
+def store_build_line(build: StoreBuild) -> str:
+    """The one line a run prints before it builds a store, on a terminal or not (the progress bars
+    are a terminal's alone): a first run of a workload spends minutes here."""
+    corpus = f"; first synthesizing the speech corpus in {build.corpus}" if build.corpus is not None else ""
+    megabytes = build.estimated_bytes / 1e6
+    size = f"{megabytes:.0f}" if megabytes >= 10 else f"{megabytes:.1f}"
+    return (f"building the feature store for {build.workload} in {build.store} (about {size} MB, "
+            f"{build.utterances} utterances{corpus}); later runs reuse it")
