@@ -145,7 +145,8 @@ def test_a_full_disk_ends_the_run_in_one_line_and_it_resumes(capsys, tmp_path, m
     assert code == 1, err[-3000:]
     [line] = err.strip().splitlines()
     failed = "final.ckpt" if failing == "final" else periodic_calls[1].name
-    assert line == f"benchbase: error: {out / 'checkpoints' / failed}: could not be written: {disk_space.DISK_FULL}"
+    assert line.startswith(f"benchbase: error: {out / 'checkpoints' / failed}: could not be written: "
+                           f"{disk_space.DISK_FULL}")
     kept = sorted(path.name for path in (out / "checkpoints").iterdir())
     assert not any(name.endswith(".tmp") for name in kept) and failed not in kept
     previous = periodic_calls[-1] if failing == "final" else periodic_calls[0]
@@ -185,3 +186,55 @@ def test_a_log_line_that_cannot_be_written_raises_naming_the_log(tmp_path, capsy
     assert "Logging error" not in capsys.readouterr().err
     log._handler.stream = None
     log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failing", ["final.ckpt", "result.json"])
+def test_a_failed_write_after_run_stop_says_the_run_is_unfinished(capsys, tmp_path, monkeypatch, small_store, failing):
+    """run_stop logged success, then the final checkpoint (or result.json) meets a full disk: the
+    log keeps its verdict, the line says the result was not delivered and how to go on, `benchbase
+    check` calls the folder unfinished, and the last periodic checkpoint is whole and resumable."""
+    from benchbase import run_folder
+    from benchbase.harness.resume import find_resume_point
+
+    def half_then_full(handle) -> None:
+        handle.write(b"half")
+        _enospc()
+
+    real_save, real_write = recorder.save_atomically, run_folder.atomic_write_text
+
+    def full_at_final(save, final: Path) -> None:
+        if final.name != failing:
+            return real_save(save, final)
+
+        def half(path: Path) -> None:
+            path.write_bytes(b"half")
+            _enospc()
+        return real_save(half, final)
+
+    def full_at_result(path: Path, text: str) -> None:
+        if path.name != failing:
+            return real_write(path, text)
+        return atomic_write_bytes(path, half_then_full)
+
+    monkeypatch.setattr(recorder, "save_atomically", full_at_final)
+    monkeypatch.setattr(run_folder, "atomic_write_text", full_at_result)
+    out = tmp_path / "run"
+    code, _, err = benchbase_in_process(capsys, *DRY, "--data", str(small_store), "--out", str(out),
+                                        "--seed", "1", "--max-epochs", "1", "--checkpoint-every", "2",
+                                        "--target", "cer=100", "--set", "workload.tta.window=1", "--no-final-eval")
+    assert code == 1, err[-3000:]
+    folder = run_folder.RunFolder(out)
+    point = find_resume_point(folder)  # the last periodic checkpoint: whole, its checksum matching
+    failed = out / "checkpoints" / failing if failing == "final.ckpt" else out / failing
+    [line] = err.strip().splitlines()
+    assert line == (f"benchbase: error: {failed}: could not be written: {disk_space.DISK_FULL}; run_stop logged "
+                    "status success, but the run is unfinished without result.json: free some space, then "
+                    f"`benchbase run --resume {out}` trains again from {folder.relative(point.checkpoint)}")
+    assert not failed.exists() and not any(path.name.endswith(".tmp") for path in out.rglob("*"))
+    log = [json.loads(line.partition(" ")[2]) for line in (out / "mllog.log").read_text().splitlines()]
+    [stop] = [event for event in log if event["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "success"  # the verdict of the timed phase (docs/design.md)
+    monkeypatch.undo()
+    code, said, _ = benchbase_in_process(capsys, "check", str(out))
+    assert code == 4 and "UNFINISHED" in said and "no result.json" in " ".join(said.split())

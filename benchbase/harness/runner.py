@@ -38,6 +38,7 @@ from benchbase.harness.result import Footprint, run_result
 from benchbase.harness.resume import ResumePoint, Resumption
 from benchbase.harness.submission import log_submission
 from benchbase.harness.training import TrainingLoop
+from benchbase.harness.unfinished import unfinished_after_run_stop
 from benchbase.harness.warm_up import run_shapes, warm_up
 from benchbase.harness.world import Coordinator, Solo
 from benchbase.metrics import TargetTracker
@@ -76,6 +77,9 @@ class Harness:
         self.timed = False
         """Whether the clock started (run_start, or a resume, is in the log): a fresh run that fails
         before leaves no folder behind."""
+        self.stopped: str | None = None
+        """run_stop's status, once the timed phase closed normally: a failure after it leaves a
+        verdict in the log and no result (harness/unfinished.py)."""
         # Off the clock: what the run measured, for config.json, the log and result.json.
         self.environment = {**software_environment(config.backend, backend_class.__module__), "cpu": cpu_record()}
 
@@ -93,6 +97,11 @@ class Harness:
                 # Setup failed before run_start: nothing was measured, and the folder must not
                 # block the same --out on the next attempt.
                 shutil.rmtree(self.folder.root, ignore_errors=True)
+            if isinstance(error, OSError) and self.stopped is not None:
+                # run_stop's status stays in the log (the timed phase's verdict, as MLPerf's); the
+                # one line says the result was not delivered, and how the run goes on.
+                raise unfinished_after_run_stop(error, self.folder, self.stopped,
+                                                self.coordinator.world.size) from error
             if isinstance(error, OSError) and error.filename is None:
                 # A write to an open file (a full disk): name the run folder it went to.
                 raise OSError(error.errno, error.strerror, str(self.folder.root)) from error
@@ -144,6 +153,7 @@ class Harness:
                 log.event(own_keys.CPU_CORES_IN_STEPS, value=progress.statistics.cpu_cores_in_steps(),
                           metadata={own_keys.THREAD_BUDGET: thread_budget(inputs.plan)})
                 timed.finish(reason)
+            self.stopped = timed.status
             run_seconds = self.clock.seconds()
             loop.save_final_checkpoint(epochs)
             final_evaluation = None
