@@ -17,7 +17,6 @@ from benchbase.report.figures import (
     LOSS_SIGMA_BATCHES,
     SMOOTHING_SECONDS,
     UTILIZATION_WINDOW_SECONDS,
-    batch_throughput,
     draw_accuracy,
     draw_same_batch_throughput,
     draw_utilization,
@@ -26,6 +25,7 @@ from benchbase.report.figures import (
     utilization_window,
     write_figures,
 )
+from benchbase.report.throughput import group_throughput
 from benchbase.specs import TTARule
 
 OLD_TARGETS = [{"metric": "cer", "value": 40.0}, {"metric": "wer", "value": 80.0}]
@@ -154,7 +154,7 @@ def test_figure_10_bars_the_median_throughput_after_warm_up(tmp_path):
     write_run(tmp_path / "a" / "run-2", new=True, throughput=70.0)
     write_run(tmp_path / "b", new=False, throughput=100.0)
     groups = load_groups([tmp_path / "a", tmp_path / "b"])
-    assert [batch_throughput(group) for group in groups] == [60.0, 100.0]  # warm-up batches (at 10 %) left out
+    assert [group_throughput(group) for group in groups] == [60.0, 100.0]  # warm-up batches (at 10 %) left out
     axis = draw_same_batch_throughput(groups).axes[0]
     assert [bar.get_height() for bar in axis.patches] == [60.0, 100.0]
     assert "all at global batch 32" in axis.get_title()

@@ -13,6 +13,7 @@ from benchbase.report.paper import FINAL_WER, PLATFORMS
 from benchbase.report.report_table import ReportTable
 from benchbase.report.runs import RunGroup, groups_by_shared_batch, loss_name
 from benchbase.report.scoring import OlympicScore, score_group
+from benchbase.report.throughput import THROUGHPUT_DIGITS, WARMUP_BATCHES, group_throughput
 from benchbase.specs import RunResult
 
 __all__ = ["OPEN_NOTE", "Scored", "pick_baseline", "report_tables", "score_table", "scored_groups", "workload_groups"]
@@ -221,7 +222,7 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
     for item in scored:
         results = [run.result for run in item.group.runs]
         rows.append([item.group.shown_name,
-                     _mean(result.throughput.get("median") for result in results),
+                     group_throughput(item.group),
                      _mean(_percent(result.data_wait.get("share_of_step_time"), 1) for result in results),
                      _mean(result.telemetry.get("cpu_percent_mean") for result in results),
                      _mean(result.telemetry.get("gpu_percent_mean") for result in results),
@@ -231,8 +232,11 @@ def throughput_table(scored: list[Scored]) -> ReportTable:
                            for result in results)])
     return ReportTable("throughput and utilization (mean over runs)",
                        ["group", "utt/s (median)", "data wait %", "CPU %", "GPU %", "sampler CPU s", "devices",
-                        "all-reduce % of step"], rows, name="throughput-utilization",
-                       notes=["devices: the plan trained on (kind x count, processes); * marks an override of the "
+                        "all-reduce % of step"], rows, digits=THROUGHPUT_DIGITS, name="throughput-utilization",
+                       notes=[f"utt/s: each run's median per-batch throughput after {WARMUP_BATCHES} warm-up "
+                              "batches, the median over the group's runs; the throughput figure shows the same "
+                              "number.",
+                              "devices: the plan trained on (kind x count, processes); * marks an override of the "
                               "profile's devices. all-reduce: the backend's measured gradient communication, which "
                               "may overlap the backward pass; NA where the backend measures none."])
 

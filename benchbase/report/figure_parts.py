@@ -13,12 +13,12 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from benchbase.atomic import atomic_write_bytes
+from benchbase.report.throughput import WARMUP_BATCHES
 
 __all__ = ["WARMUP_BATCHES", "colored", "label_log_axis", "log_limits", "log_ticks", "minutes", "note_if_empty",
            "outside_legend", "positive", "save"]
 
 DPI = 120
-WARMUP_BATCHES = 5  # the first batches carry compilation and cache warm-up, not steady-state speed
 # Room above and below the data on a log axis, in decades: a share of the data's span, plus a little
 # so that a nearly flat series does not fill the panel edge to edge.
 LOG_MARGIN_SHARE, LOG_MARGIN_DECADES = 0.06, 0.01

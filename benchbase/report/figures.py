@@ -9,7 +9,8 @@ Figure 8: CPU utilization and each GPU's utilization over a 25-second window of 
   marked (benchbase.report.utilization_figure).
 Figure 9: training throughput over time.
 Figure 10: training throughput per run group as bars, for the groups that share a global batch
-  size (drawn only where two or more do: one bar compares nothing).
+  size (drawn only where two or more do: one bar compares nothing); the bars and their labels are
+  the throughput table's numbers (benchbase.report.throughput).
 
 Each figure has a draw_* function that returns the matplotlib figure (so tests can inspect
 its axes) and a *_figure function that draws it and writes the PNG.
@@ -46,6 +47,7 @@ from benchbase.report.figure_parts import (
     save,
 )
 from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, loss_name
+from benchbase.report.throughput import group_throughput, throughput_text
 from benchbase.report.utilization_figure import (
     SMOOTHING_SECONDS,
     UTILIZATION_WINDOW_SECONDS,
@@ -55,7 +57,7 @@ from benchbase.report.utilization_figure import (
 
 __all__ = [
     "LOSS_SIGMA_BATCHES", "SMOOTHING_SECONDS", "UTILIZATION_WINDOW_SECONDS", "WARMUP_BATCHES", "accuracy_figure",
-    "batch_throughput", "draw_accuracy", "draw_same_batch_throughput", "draw_throughput", "draw_utilization",
+    "draw_accuracy", "draw_same_batch_throughput", "draw_throughput", "draw_utilization",
     "same_batch_figure", "same_batch_groups", "smooth_loss", "throughput_figure", "utilization_figure",
     "utilization_window", "write_figures",
 ]
@@ -238,13 +240,13 @@ def same_batch_groups(groups: list[RunGroup]) -> list[RunGroup]:
 
 
 def draw_same_batch_throughput(groups: list[RunGroup]):
-    """Figure 10: one bar per group, its training throughput; the title names the shared batch size."""
+    """Figure 10: one bar per group, its training throughput (the throughput table's number, at its
+    rounding); the title names the shared batch size."""
     figure, axis = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 2), 4))
-    values = [batch_throughput(group) for group in groups]
+    values = [group_throughput(group) for group in groups]
     batches = [group.global_batch for group in groups]
     bars = axis.bar(range(len(groups)), [value or 0.0 for value in values], color=[c for c, _ in colored(groups)])
-    axis.bar_label(bars, labels=[f"{value:.1f}" if value is not None else "no batches" for value in values],
-                   fontsize=8)
+    axis.bar_label(bars, labels=[throughput_text(value) for value in values], fontsize=8)
     axis.set_xticks(range(len(groups)), [f"{group.name}\nbatch {_batch_text(size)}" for group, size in
                                          zip(groups, batches, strict=True)], fontsize=8)
     axis.set_ylabel("utterances per second")
@@ -253,19 +255,6 @@ def draw_same_batch_throughput(groups: list[RunGroup]):
     axis.set_title(f"training throughput, median after {WARMUP_BATCHES} warm-up batches\n({_batch_note(batches)})",
                    fontsize=10)
     return figure
-
-
-def batch_throughput(group: RunGroup) -> float | None:
-    """Median over the group's runs of each run's median per-batch throughput after warm-up."""
-    medians = [median for run in group.runs if (median := _run_throughput(run)) is not None]
-    return statistics.median(medians) if medians else None
-
-
-def _run_throughput(run: Run) -> float | None:
-    batches = run.batches
-    steady = batches[WARMUP_BATCHES:] or batches  # a run shorter than warm-up still has a number to show
-    values = [value for batch in steady if positive(value := batch.get("throughput"))]
-    return statistics.median(values) if values else None
 
 
 def _batch_note(sizes: list[int | None]) -> str:

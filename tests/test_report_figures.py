@@ -1,0 +1,72 @@
+"""The report's figures against its tables: TTA labels that do not print over each other, one
+figure per workload, and the throughput figure stating the throughput table's number.
+
+The run folders are hand-built by test_figures' writer (no model is trained)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+from test_figures import write_run
+
+from benchbase.report import CostModel, load_groups
+from benchbase.report.comparison import pick_baseline, report_tables, scored_groups
+from benchbase.report.figures import draw_same_batch_throughput
+from benchbase.report.throughput import group_throughput, run_throughput
+
+CLOSE_TARGETS = [{"metric": "paper_cer", "value": 25.0}, {"metric": "paper_cer", "value": 24.0},
+                 {"metric": "wer", "value": 60.0}, {"metric": "wer", "value": 59.0}]
+RNNT_TARGETS = [{"metric": "wer", "value": 70.0}, {"metric": "paper_cer", "value": 30.0}]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _as_workload(folder: Path, workload: str, targets: list[dict]) -> Path:
+    """The run folder's config.json made a run of another workload, with these targets."""
+    config = json.loads((folder / "config.json").read_text())
+    config["workload"] = {**config["workload"], "name": workload,
+                          "tta": {**config["workload"]["tta"], "targets": targets}}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _set_result(folder: Path, **fields) -> None:
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, **fields}))
+
+
+# Throughput: one number in the table and the figure -------------------------------------------------------
+
+def test_the_throughput_table_and_figure_state_one_number(tmp_path):
+    # Group a's runs: 130.7123, 131.2 and 120 utterances per second after warm-up: its median rounds to
+    # 130.71, not to the 131.2 of one run, and result.json's own median (999) is not what either shows.
+    for index, throughput in enumerate((130.7123, 131.2, 120.0)):
+        _set_result(write_run(tmp_path / "a" / f"run-{index}", new=True, throughput=throughput),
+                    throughput={"median": 999.0})
+    write_run(tmp_path / "b", new=True, throughput=99.995)
+    groups = load_groups([tmp_path / "a", tmp_path / "b"])
+    scored = scored_groups(groups)
+    table = next(table for table in report_tables(scored, pick_baseline(scored, None), CostModel())
+                 if table.name == "throughput-utilization")
+    column = table.headers.index("utt/s (median)")
+    axis = draw_same_batch_throughput(groups).axes[0]
+    assert [row[column] for row in table.rows] == [bar.get_height() for bar in axis.patches]
+    assert [row[column] for row in table.rows] == [pytest.approx(130.7123), pytest.approx(99.995)]
+    shown = [row[column] for row in table.formatted_rows()]
+    assert shown == [text.get_text() for text in axis.texts] == ["130.71", "100.00"]
+    assert [group_throughput(group) for group in groups] == [bar.get_height() for bar in axis.patches]
+
+
+def test_a_run_without_its_batch_records_gives_result_json_s_median(tmp_path):
+    folder = write_run(tmp_path / "stored", new=True)
+    _set_result(folder, throughput={"median": 42.5})
+    (folder / "metrics.jsonl").unlink()  # as a results database's run whose folder is gone
+    run = load_groups([folder])[0].runs[0]
+    assert run_throughput(run) == 42.5
