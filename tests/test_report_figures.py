@@ -5,16 +5,17 @@ The run folders are hand-built by test_figures' writer (no model is trained)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from test_figures import write_run
+from test_figures import _reach_targets_as_the_harness_does, write_run
 
 from benchbase.report import CostModel, load_groups
 from benchbase.report.comparison import pick_baseline, report_tables, scored_groups
-from benchbase.report.figures import draw_same_batch_throughput
+from benchbase.report.figures import draw_accuracy, draw_same_batch_throughput
 from benchbase.report.throughput import group_throughput, run_throughput
 
 CLOSE_TARGETS = [{"metric": "paper_cer", "value": 25.0}, {"metric": "paper_cer", "value": 24.0},
@@ -40,6 +41,50 @@ def _as_workload(folder: Path, workload: str, targets: list[dict]) -> Path:
 def _set_result(folder: Path, **fields) -> None:
     result = json.loads((folder / "result.json").read_text())
     (folder / "result.json").write_text(json.dumps({**result, **fields}))
+
+
+# Labels ---------------------------------------------------------------------------------------------------
+
+def _overlapping(figure) -> list[tuple[str, str]]:
+    renderer = figure.canvas.get_renderer()
+    boxes = [(text.get_text(), text.get_window_extent(renderer)) for axis in figure.axes for text in axis.texts]
+    return [(first, second) for (first, a), (second, b) in itertools.combinations(boxes, 2) if a.overlaps(b)]
+
+
+def test_tta_and_target_labels_do_not_overlap_where_runs_and_targets_are_close(tmp_path):
+    # Three runs that reach two targets a point apart at the same evaluation: six TTA labels
+    # anchored at one star per panel, and two target labels at the same height on the left.
+    folders = [_as_workload(write_run(tmp_path / name, new=True), "ds2-mini", CLOSE_TARGETS)
+               for name in ("one", "two", "three")]
+    for folder in folders:
+        tta = _reach_targets_as_the_harness_does(folder)
+        assert {label: reached["seconds"] for label, reached in tta.items()} == {
+            "CER 25": 60, "CER 24": 60, "WER 60": 60, "WER 59": 60}
+    figure = draw_accuracy(load_groups(folders))
+    _, cer, wer = figure.axes
+    for axis, names in ((cer, ("CER 25", "CER 24")), (wer, ("WER 60", "WER 59"))):
+        texts = [text.get_text() for text in axis.texts]
+        assert sorted(texts) == sorted([*names, *(f"{name}: 1.00 min" for name in names for _ in folders)])
+        anchors = [text.xy for text in axis.texts if text.get_text().endswith("min")]
+        assert len(set(anchors)) == 1  # every star on one spot: the labels start on top of each other
+    assert _overlapping(figure) == []
+    figure.canvas.draw()  # as drawn, and at the PNG's resolution
+    assert _overlapping(figure) == []
+    figure.set_dpi(120)
+    assert _overlapping(figure) == []
+    page = figure.bbox
+    for axis in (cer, wer):  # moved, but still on the figure
+        for text in axis.texts:
+            box = text.get_window_extent(figure.canvas.get_renderer())
+            assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+
+
+def test_a_lone_label_stays_where_it_was_placed(tmp_path):
+    folder = write_run(tmp_path / "run", new=True)
+    _reach_targets_as_the_harness_does(folder)
+    _, cer, _ = draw_accuracy(load_groups([folder])).axes
+    offsets = {text.get_text(): text.xyann for text in cer.texts}
+    assert offsets == {"CER 25": (0, 0), "CER 25: 1.00 min": (6, -11)}
 
 
 # Throughput: one number in the table and the figure -------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from benchbase.metrics.tta import TargetTracker
+from benchbase.report.figure_parts import movable
 from benchbase.report.runs import Run, RunGroup
 from benchbase.specs import TTARule
 from benchbase.specs.tta import METRIC_LABELS, METRICS
@@ -104,9 +105,10 @@ class TargetMarks:
                       label=f"{label}: TTA reached" if first else None)
             labelled.add(id(axis))
             # A white ground: the label often lands across a target's dashed line.
-            axis.annotate(f"{target}: {at:.2f} min", (at, height), xytext=(6, -11), textcoords="offset points",
-                          fontsize=7, bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
-                                            "alpha": 0.8})
+            # Movable: separate_labels moves it off the labels of runs that reached a target close by.
+            movable(axis.annotate(f"{target}: {at:.2f} min", (at, height), xytext=(6, -11), textcoords="offset points",
+                                  fontsize=7, color=color, bbox={"boxstyle": "square,pad=0.1", "facecolor": "white",
+                                                    "edgecolor": "none", "alpha": 0.8}))
 
 
 def _height(evaluations: list[dict], aggregates: list, metric: str, seconds: float) -> float | None:

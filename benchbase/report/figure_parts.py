@@ -15,8 +15,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from benchbase.atomic import atomic_write_bytes
 from benchbase.report.throughput import WARMUP_BATCHES
 
-__all__ = ["WARMUP_BATCHES", "colored", "label_log_axis", "log_limits", "log_ticks", "minutes", "note_if_empty",
-           "outside_legend", "positive", "save"]
+__all__ = ["WARMUP_BATCHES", "colored", "label_log_axis", "log_limits", "log_ticks", "minutes", "movable",
+           "note_if_empty", "outside_legend", "positive", "save", "separate_labels"]
 
 DPI = 120
 # Room above and below the data on a log axis, in decades: a share of the data's span, plus a little
@@ -26,6 +26,9 @@ MOST_LOG_TICKS = 8  # more labels than this on a panel 2.5 inches high overprint
 # Round mantissas from dense to sparse: the densest set that fits under MOST_LOG_TICKS is used.
 MANTISSA_SETS = ((1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 4, 5, 6, 8), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,))
 TICK_SPACING = 0.06  # the least gap between two labels, as a share of the axis' log span
+MOVABLE = "benchbase-movable-label"
+"""The gid of an in-plot label that separate_labels may move up or down."""
+LABEL_GAP_POINTS = 1.0  # the least gap between two in-plot labels
 
 
 def positive(value) -> bool:
@@ -98,8 +101,43 @@ def note_if_empty(axis, message: str) -> None:
         axis.text(0.5, 0.5, message, ha="center", va="center", transform=axis.transAxes, fontsize=8)
 
 
+def movable(annotation):
+    """Marks an annotation placed in offset points (textcoords="offset points") as one that
+    separate_labels may move up or down, off the labels beside it."""
+    annotation.set_gid(MOVABLE)
+    return annotation
+
+
+def separate_labels(figure) -> None:
+    """Move the figure's movable labels up or down, each by whole label heights and as little as
+    it takes, until no two overlap: TTA labels of runs that reach a target at nearly the same time,
+    or labels of targets a few points apart, would otherwise print over each other.
+
+    It measures the labels where the figure is now laid out; save() calls it again after the
+    final layout."""
+    renderer = figure.canvas.get_renderer()
+    points_per_pixel = 72.0 / figure.dpi
+    gap = LABEL_GAP_POINTS / points_per_pixel
+    placed: list = []
+    for label in (text for axis in figure.axes for text in axis.texts if text.get_gid() == MOVABLE):
+        home_x, home_y = label.xyann
+        step = (label.get_window_extent(renderer).height + gap) * points_per_pixel
+        for shift in _shifts(2 * len(placed) + 2):
+            label.xyann = (home_x, home_y + shift * step)
+            box = label.get_window_extent(renderer).padded(gap / 2)
+            if not any(box.overlaps(other) for other in placed):
+                break
+        placed.append(box)
+
+
+def _shifts(most: int) -> list[int]:
+    """0, -1, 1, -2, 2, ...: down first, as the labels hang below their marks."""
+    return [0] + [sign * step for step in range(1, most + 1) for sign in (-1, 1)]
+
+
 def save(figure, path: Path) -> Path:
     figure.tight_layout()
+    separate_labels(figure)
     atomic_write_bytes(path, lambda handle: figure.savefig(handle, dpi=DPI, format="png"))
     plt.close(figure)
     return path

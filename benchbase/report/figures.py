@@ -41,10 +41,12 @@ from benchbase.report.figure_parts import (
     colored,
     label_log_axis,
     minutes,
+    movable,
     note_if_empty,
     outside_legend,
     positive,
     save,
+    separate_labels,
 )
 from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, loss_name
 from benchbase.report.throughput import group_throughput, throughput_text
@@ -114,6 +116,8 @@ def draw_accuracy(groups: list[RunGroup]):
             marks.draw(run, color, label)
     _target_lines(cer, wer, groups)
     _finish_accuracy_axes(figure, (loss, cer, wer), groups, cer_metric, windows)
+    figure.tight_layout()  # the labels are set apart where the figure will draw them
+    separate_labels(figure)
     return figure
 
 
@@ -202,8 +206,8 @@ def _target_lines(cer, wer, groups: list[RunGroup]) -> None:
     for metric, value in targets(groups):
         axis = cer if metric in CER_METRICS else wer
         axis.axhline(value, color="black", ls="--", lw=0.8)
-        axis.annotate(f"{metric_name(metric)} {value:g}", (0.005, value), xycoords=("axes fraction", "data"),
-                      fontsize=7, va="bottom")
+        movable(axis.annotate(f"{metric_name(metric)} {value:g}", (0.005, value), xycoords=("axes fraction", "data"),
+                              xytext=(0, 0), textcoords="offset points", fontsize=7, va="bottom"))
 
 
 # Figure 9 ---------------------------------------------------------------------------------------
