@@ -120,6 +120,19 @@ def eval_started(epoch: int, batches: int) -> None:
 
 
 @hookspec
+def eval_batch_completed(subset: str, done: int, batches: int) -> None:
+    """A dev batch of the evaluation under way was predicted. Called on the evaluation's thread: keep it cheap.
+
+    Called once per dev batch, between eval_started and eval_completed (the batches' texts are
+    decoded in the background, so the last may still be decoding).
+
+    :param subset: the dev subset the batch is from.
+    :param done: batches predicted so far in this evaluation, every subset's (1 to ``batches``).
+    :param batches: dev batches to decode, as eval_started said.
+    """
+
+
+@hookspec
 def eval_completed(evaluation: Evaluation) -> None:
     """An evaluation on the dev split finished and its metrics are known.
 

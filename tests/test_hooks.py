@@ -32,6 +32,9 @@ class RecordEveryHook:
 
     def __init__(self):
         self.called: set[str] = set()
+        self.evaluations: list[int] = []
+        """Each evaluation's batches (eval_started), then every eval_batch_completed's (done, batches)."""
+        self.eval_batches: list[list[tuple[int, int]]] = []
 
     @benchbase.hookimpl
     def register_backends(self, register):
@@ -61,6 +64,13 @@ class RecordEveryHook:
     @benchbase.hookimpl
     def eval_started(self, epoch, batches):
         self.called.add("eval_started")
+        self.evaluations.append(batches)
+        self.eval_batches.append([])
+
+    @benchbase.hookimpl
+    def eval_batch_completed(self, subset, done, batches):
+        self.called.add("eval_batch_completed")
+        self.eval_batches[-1].append((done, batches))
 
     @benchbase.hookimpl
     def eval_completed(self, evaluation):
@@ -91,6 +101,11 @@ def test_a_run_calls_every_hook(pm, tmp_path, small_store):
     registry = collect_registry(pm)
     run_benchmark(_config(registry, tmp_path, small_store, checkpoint_every=2), pm, registry.backend("linear-ctc"))
     assert recorder.called == set(HOOKS)
+    # Every evaluation counts its dev batches from 1 to what eval_started said.
+    assert recorder.evaluations and [[done for done, _ in batches] for batches in recorder.eval_batches] == [
+        list(range(1, total + 1)) for total in recorder.evaluations]
+    assert all(total == batches for total, progress in zip(recorder.evaluations, recorder.eval_batches)
+               for _, batches in progress)
 
 
 class RaisesWhenTheRunStarts:

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_command import _prepare_data
+from benchbase.harness.hook_payloads import BatchProgress
 from benchbase.specs import RunResult
 
 RECORDED = Path(__file__).parent / "data" / "rcp" / "jax-cpu" / "seed-0" / "result.json"
@@ -91,3 +92,22 @@ def _megabytes(cache: Path) -> float:
     (corpus,) = cache.glob("synthetic-*")
     seconds = sum(json.loads((corpus / "corpus.json").read_text())["summary"]["seconds"].values())
     return seconds * 100 * 93 * 2 / 1e6
+
+
+def test_an_evaluation_shows_its_dev_batches_on_a_terminal_and_adds_no_line_off_one():
+    for terminal in (True, False):
+        console, shown = _console(terminal)
+        reporter = RunReporter(console)
+        reporter.batch_completed(BatchProgress(epoch=3, batch_in_epoch=71, batches_per_epoch=71, batch_index=213,
+                                               seconds=60.0, loss=1.5, throughput=40.0, data_wait=0.01))
+        reporter.eval_started(epoch=3, batches=6)
+        if terminal:  # the epoch's bar becomes the evaluation's (the live view draws reporter.progress)
+            console.print(reporter.progress)
+            assert "epoch 3: evaluating" in shown.getvalue() and "0/6" in shown.getvalue()
+        for done in range(1, 7):
+            reporter.eval_batch_completed(subset="dev-clean" if done <= 3 else "dev-other", done=done, batches=6)
+        if terminal:  # the last batch is always shown (the others at most four times a second)
+            console.print(reporter.progress)
+            assert "epoch 3: evaluating dev-other" in shown.getvalue() and "6/6" in shown.getvalue()
+        else:  # as for training's batches, nothing until the evaluation's line when it completes
+            assert shown.getvalue() == ""

@@ -37,6 +37,8 @@ class RunReporter:
         self.live: Live | None = None
         self.last_refresh = 0.0
         self.targets: tuple[str, ...] = ()
+        self.evaluating = 0
+        """The epoch whose evaluation is under way."""
 
     @hookimpl
     def run_started(self, config, run_dir):
@@ -61,7 +63,20 @@ class RunReporter:
 
     @hookimpl
     def eval_started(self, epoch, batches):
-        self.progress.update(self.task, description=f"epoch {epoch}: evaluating")
+        # The bar counts the dev batches until training goes on (off a terminal, as for training's
+        # batches, the evaluation's line when it completes says what it took).
+        self.evaluating = epoch
+        self.progress.update(self.task, description=f"epoch {epoch}: evaluating", completed=0, total=batches)
+        self._refresh()
+
+    @hookimpl
+    def eval_batch_completed(self, subset, done, batches):
+        now = time.monotonic()
+        if now - self.last_refresh < REFRESH_SECONDS and done != batches:
+            return
+        self.last_refresh = now
+        self.progress.update(self.task, description=f"epoch {self.evaluating}: evaluating {subset}", completed=done,
+                             total=batches)
         self._refresh()
 
     @hookimpl

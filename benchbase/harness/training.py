@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import pluggy
 
 from benchbase.backend import Backend, Batch
@@ -242,12 +243,22 @@ class TrainingLoop:
         started = self.clock.seconds()
         dev_data = self.inputs.dev_data
         self.log.start(constants.EVAL_START, metadata={constants.EPOCH_NUM: epoch})
-        self.hook.eval_started(epoch=epoch, batches=sum(len(data) for data in dev_data.values()))
+        batches = sum(len(data) for data in dev_data.values())
+        self.hook.eval_started(epoch=epoch, batches=batches)
         scored_subset = self.workload.scored_subset
         sample_size = self.workload.evaluation.independent_utterances
         sample = UtteranceSample(scored_subset, sample_size) if sample_size else None
+        predicted = 0
+
+        def observe(subset: str, batch: Batch, log_probs: np.ndarray) -> None:
+            nonlocal predicted
+            if sample is not None:
+                sample(subset, batch, log_probs)
+            predicted += 1
+            self.hook.eval_batch_completed(subset=subset, done=predicted, batches=batches)
+
         head = self._evaluation_head()
-        results = evaluate_subsets(self.backend, dev_data, head, observe=sample)
+        results = evaluate_subsets(self.backend, dev_data, head, observe=observe)
         for subset, result in results.items():
             # The decoded outputs are the evidence behind the rates: `benchbase check` recomputes them.
             decoded = self.recorder.decoded(self.folder.decoded_evaluation(subset, epoch), result.references,
