@@ -15,7 +15,8 @@ from test_figures import _reach_targets_as_the_harness_does, write_run
 
 from benchbase.report import CostModel, load_groups
 from benchbase.report.comparison import pick_baseline, report_tables, scored_groups
-from benchbase.report.figures import draw_accuracy, draw_same_batch_throughput
+from benchbase.report.figures import draw_accuracy, draw_same_batch_throughput, draw_throughput, write_figures
+from benchbase.report.runs import groups_by_workload
 from benchbase.report.throughput import group_throughput, run_throughput
 
 CLOSE_TARGETS = [{"metric": "paper_cer", "value": 25.0}, {"metric": "paper_cer", "value": 24.0},
@@ -85,6 +86,64 @@ def test_a_lone_label_stays_where_it_was_placed(tmp_path):
     _, cer, _ = draw_accuracy(load_groups([folder])).axes
     offsets = {text.get_text(): text.xyann for text in cer.texts}
     assert offsets == {"CER 25": (0, 0), "CER 25: 1.00 min": (6, -11)}
+
+
+# One figure per workload ----------------------------------------------------------------------------------
+
+def _two_workloads(root: Path) -> list[Path]:
+    """ds2-mini: groups a and b; rnnt-mini: group c, with other targets; all at global batch 32."""
+    return [write_run(root / "a", new=True), write_run(root / "b", new=True, throughput=60.0),
+            _as_workload(write_run(root / "c", new=True, throughput=80.0), "rnnt-mini", RNNT_TARGETS)]
+
+
+def test_a_report_over_two_workloads_draws_each_workloads_figures_apart(tmp_path):
+    folders = _two_workloads(tmp_path)
+    for folder in folders:
+        _reach_targets_as_the_harness_does(folder)
+    groups = load_groups(folders)
+    names = [path.name for path in write_figures(groups, tmp_path / "figures")]
+    assert names == [f"{figure}-{workload}.png" for workload in ("ds2-mini", "rnnt-mini")
+                     for figure in ("accuracy-over-time", "utilization", "throughput-over-time",
+                                    "throughput-same-batch")][:-1]  # rnnt-mini has one group: no bars
+    assert sorted(path.name for path in (tmp_path / "figures").iterdir()) == sorted(names)
+    expected = {"ds2-mini": ({"a", "b"}, {25.0}, {60.0}), "rnnt-mini": ({"c"}, {30.0}, {70.0})}
+    for workload, members in groups_by_workload(groups).items():
+        figure = draw_accuracy(members)
+        assert figure.texts[0].get_text().startswith(f"{workload}: ")
+        own, cer_targets, wer_targets = expected[workload]
+        _, cer, wer = figure.axes
+        for axis, values in ((cer, cer_targets), (wer, wer_targets)):
+            assert {line.get_ydata()[0] for line in axis.lines if line.get_linestyle() == "--"} == values
+            drawn = {text.get_text().split(":")[0].split(",")[0] for text in axis.get_legend().get_texts()}
+            assert drawn == own
+        throughput = draw_throughput(members).axes[0]
+        assert {text.get_text() for text in throughput.get_legend().get_texts()} == own
+    with pytest.raises(ValueError, match="ds2-mini, rnnt-mini"):
+        draw_accuracy(groups)
+    with pytest.raises(ValueError, match="ds2-mini, rnnt-mini"):
+        draw_throughput(groups)
+    with pytest.raises(ValueError, match="ds2-mini, rnnt-mini"):
+        draw_same_batch_throughput(groups)
+
+
+def test_one_workloads_figures_keep_their_names(tmp_path):
+    groups = load_groups(_two_workloads(tmp_path)[:2])
+    names = [path.name for path in write_figures(groups, tmp_path / "figures")]
+    assert names == ["accuracy-over-time.png", "utilization.png", "throughput-over-time.png",
+                     "throughput-same-batch.png"]
+
+
+def test_the_report_embeds_each_workloads_figures(tmp_path):
+    from cli_helpers import run_benchbase
+
+    folders = _two_workloads(tmp_path)
+    out = tmp_path / "report"
+    done = run_benchbase("report", *map(str, folders), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    markdown = (out / "report.md").read_text()
+    for workload in ("ds2-mini", "rnnt-mini"):
+        assert f"![accuracy-over-time-{workload}](figures/accuracy-over-time-{workload}.png)" in markdown
+    assert "figures/accuracy-over-time.png" not in markdown
 
 
 # Throughput: one number in the table and the figure -------------------------------------------------------

@@ -12,6 +12,9 @@ Figure 10: training throughput per run group as bars, for the groups that share 
   size (drawn only where two or more do: one bar compares nothing); the bars and their labels are
   the throughput table's numbers (benchbase.report.throughput).
 
+A report over runs of several workloads draws each figure once per workload (FILE-WORKLOAD.png):
+a workload's targets and curves never share an axis with another workload's.
+
 Each figure has a draw_* function that returns the matplotlib figure (so tests can inspect
 its axes) and a *_figure function that draws it and writes the PNG.
 """
@@ -48,7 +51,7 @@ from benchbase.report.figure_parts import (
     save,
     separate_labels,
 )
-from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, loss_name
+from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, groups_by_workload, loss_name
 from benchbase.report.throughput import group_throughput, throughput_text
 from benchbase.report.utilization_figure import (
     SMOOTHING_SECONDS,
@@ -70,15 +73,37 @@ OTHER_SUBSET_ALPHA = 0.35  # the subsets TTA is not scored on: there for context
 
 
 def write_figures(groups: list[RunGroup], out: Path, window: tuple[float, float] | None = None) -> list[Path]:
-    """Write the figures into out; returns their paths."""
+    """Write the figures into out, one set per workload; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [accuracy_figure(groups, out / "accuracy-over-time.png"),
-             utilization_figure(groups, out / "utilization.png", window),
-             throughput_figure(groups, out / "throughput-over-time.png")]
-    shared = same_batch_groups(groups)
-    if shared:  # a bar chart of one group compares nothing
-        paths.append(same_batch_figure(shared, out / "throughput-same-batch.png"))
+    by_workload = groups_by_workload(groups)
+    paths = []
+    for workload, members in by_workload.items():
+        suffix = f"-{_file_part(workload)}" if len(by_workload) > 1 else ""
+        paths += [accuracy_figure(members, out / f"accuracy-over-time{suffix}.png"),
+                  utilization_figure(members, out / f"utilization{suffix}.png", window),
+                  throughput_figure(members, out / f"throughput-over-time{suffix}.png")]
+        shared = same_batch_groups(members)
+        if shared:  # a bar chart of one group compares nothing
+            paths.append(same_batch_figure(shared, out / f"throughput-same-batch{suffix}.png"))
     return paths
+
+
+def _file_part(workload: str) -> str:
+    return "".join(char if char.isalnum() or char in "-_." else "_" for char in workload) or "_"
+
+
+def _one_workload(groups: list[RunGroup]) -> str:
+    """The workload every group ran; a figure of several would set one workload's runs against
+    another's targets (write_figures draws one figure per workload)."""
+    names = list(groups_by_workload(groups))
+    if len(names) > 1:
+        raise ValueError(f"one figure draws one workload's runs, not {', '.join(names)}")
+    return names[0] if names else ""
+
+
+def _workload_title(groups: list[RunGroup], title: str) -> str:
+    workload = _one_workload(groups)
+    return f"{workload}: {title}" if workload else title
 
 
 def accuracy_figure(groups: list[RunGroup], path: Path) -> Path:
@@ -100,7 +125,8 @@ def same_batch_figure(groups: list[RunGroup], path: Path) -> Path:
 # Figure 7 ---------------------------------------------------------------------------------------
 
 def draw_accuracy(groups: list[RunGroup]):
-    """Figure 7: loss, CER and WER panels over the run clock, each on a log y axis."""
+    """Figure 7: loss, CER and WER panels over the run clock, each on a log y axis (one workload's runs)."""
+    _one_workload(groups)
     figure, (loss, cer, wer) = plt.subplots(3, 1, sharex=True, figsize=(11, 10))
     cer_metric = _cer_metric(groups)
     panels = {cer_metric: cer, "wer": wer}
@@ -135,8 +161,9 @@ def _finish_accuracy_axes(figure, axes, groups: list[RunGroup], cer_metric: str,
         note_if_empty(axis, f"no {name.split(' (')[0]} in the runs' records")
         outside_legend(axis)
     wer.set_xlabel("run clock (minutes)")
-    figure.suptitle(f"loss, {metric_name(cer_metric)} and WER over time; targets dashed; a star marks TTA: the first "
-                    f"evaluation whose {_window_text(windows)} is at or below the target", fontsize=10)
+    figure.suptitle(_workload_title(groups, f"loss, {metric_name(cer_metric)} and WER over time; targets dashed;\na "
+                                            f"star marks TTA: the first evaluation whose {_window_text(windows)} "
+                                            "is at or below the target"), fontsize=10)
 
 
 def _window_text(windows: set) -> str:
@@ -213,7 +240,8 @@ def _target_lines(cer, wer, groups: list[RunGroup]) -> None:
 # Figure 9 ---------------------------------------------------------------------------------------
 
 def draw_throughput(groups: list[RunGroup]):
-    """Figure 9: per-batch training throughput over the run clock."""
+    """Figure 9: per-batch training throughput over the run clock (one workload's runs)."""
+    _one_workload(groups)
     figure, axis = plt.subplots(figsize=(8, 4))
     for color, group in colored(groups):
         for index, run in enumerate(group.runs):
@@ -227,7 +255,8 @@ def draw_throughput(groups: list[RunGroup]):
     axis.grid(alpha=0.3)
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=7, loc="lower right")
-    axis.set_title(f"training throughput (faint: per batch; solid: median of {ROLLING_BATCHES} batches)")
+    axis.set_title(_workload_title(groups, f"training throughput (faint: per batch; solid: median of "
+                                           f"{ROLLING_BATCHES} batches)"), fontsize=10)
     return figure
 
 
@@ -246,6 +275,7 @@ def same_batch_groups(groups: list[RunGroup]) -> list[RunGroup]:
 def draw_same_batch_throughput(groups: list[RunGroup]):
     """Figure 10: one bar per group, its training throughput (the throughput table's number, at its
     rounding); the title names the shared batch size."""
+    _one_workload(groups)
     figure, axis = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 2), 4))
     values = [group_throughput(group) for group in groups]
     batches = [group.global_batch for group in groups]
@@ -256,8 +286,8 @@ def draw_same_batch_throughput(groups: list[RunGroup]):
     axis.set_ylabel("utterances per second")
     axis.grid(alpha=0.3, axis="y")
     axis.margins(y=0.12)  # room for the value labels above the tallest bar
-    axis.set_title(f"training throughput, median after {WARMUP_BATCHES} warm-up batches\n({_batch_note(batches)})",
-                   fontsize=10)
+    axis.set_title(_workload_title(groups, f"training throughput, median after {WARMUP_BATCHES} warm-up batches\n"
+                                           f"({_batch_note(batches)})"), fontsize=10)
     return figure
 
 

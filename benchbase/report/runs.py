@@ -15,7 +15,8 @@ from benchbase.errors import InputError
 from benchbase.run_folder import RESULT_NAME, RunFolder, find_run_folders, read_json_lines
 from benchbase.specs import ResultProblem, RunResult, read_run_result
 
-__all__ = ["Run", "RunGroup", "groups_by_shared_batch", "load_groups", "loss_name", "read_json_lines"]
+__all__ = ["Run", "RunGroup", "groups_by_shared_batch", "groups_by_workload", "load_groups", "loss_name",
+           "read_json_lines"]
 
 
 @dataclass
@@ -150,6 +151,14 @@ def groups_by_shared_batch(groups: list[RunGroup]) -> dict[int, list[RunGroup]]:
         if group.global_batch is not None:
             by_batch.setdefault(group.global_batch, []).append(group)
     return {batch: shared for batch, shared in sorted(by_batch.items()) if len(shared) > 1}
+
+
+def groups_by_workload(groups: list[RunGroup]) -> dict[str, list[RunGroup]]:
+    """Workload name -> its groups, in the order the groups came."""
+    by_workload: dict[str, list[RunGroup]] = {}
+    for group in groups:
+        by_workload.setdefault(group.workload_name, []).append(group)
+    return by_workload
 
 
 def load_groups(paths: list[Path]) -> list[RunGroup]:
