@@ -84,10 +84,7 @@ def test_another_frameworks_error_is_not_called_a_full_disk(tmp_path):
 
 
 def test_the_estimate_counts_checkpoints_and_optimizer_state():
-    from benchbase.plugin_host import get_plugin_manager
-    from benchbase.plugin_host.registry import collect_registry
-
-    workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("ds2-mini")
+    workload = _workload()
     parameters = workload.model.parameter_count(workload.features.dimension)
     assert disk_space.estimated_run_bytes(workload) > parameters * 4 * 3 * 4  # 4 checkpoints of 3 values each
 
@@ -107,9 +104,88 @@ def test_dry_run_warns_and_run_refuses_when_the_disk_is_too_small(capsys, tmp_pa
     assert not out.exists()
 
 
-def test_dry_run_says_nothing_of_disk_space_when_there_is_room(capsys, tmp_path):
+def test_dry_run_shows_the_estimate_when_there_is_room(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**40, 0, 2**40))
+    monkeypatch.setenv("COLUMNS", "400")
     code, said, _ = benchbase_in_process(capsys, *DRY, "--out", str(tmp_path / "run"), "--dry-run")
-    assert code == 0 and "disk space" not in said
+    estimate = disk_space._size(disk_space.estimated_run_bytes(_workload()))
+    assert code == 0 and f"the run needs about {estimate} (checkpoints, log and metrics); 1024.0 GiB free" in said
+    assert "warning" not in said
+
+
+def _workload(name: str = "ds2-mini"):
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
+
+    return collect_registry(get_plugin_manager(load_entrypoints=False)).workload(name)
+
+
+def _started_run(folder: Path, checkpoint_bytes: int = 0) -> Path:
+    """A run folder as a run that started and was killed leaves it: its config.json, a log, and
+    (``checkpoint_bytes``) a checkpoint; nothing this test needs trains."""
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
+    from benchbase.specs import RunConfig
+
+    registry = collect_registry(get_plugin_manager(load_entrypoints=False))
+    config = RunConfig(workload=registry.workload("ds2-mini"), backend="torch", hardware=registry.profile("cpu"),
+                       out=folder, data=folder.parent / "store")
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.json").write_text(config.model_dump_json())
+    (folder / "mllog.log").write_text("x" * 1000)
+    if checkpoint_bytes:
+        (folder / "checkpoints" / "batch-0000004.ckpt").write_bytes(b"w" * checkpoint_bytes)
+    return folder
+
+
+def test_a_resume_needs_the_rest_of_the_run_and_a_copy_of_the_segment(tmp_path):
+    from benchbase.run_folder import RunFolder
+
+    workload = _workload()
+    fresh = disk_space.estimated_run_bytes(workload)
+    folder = RunFolder(_started_run(tmp_path / "run", checkpoint_bytes=2**20))
+    assert disk_space.estimated_resume_bytes(workload, folder) == fresh - 2**20 + 1000
+
+
+def test_resume_refuses_when_the_disk_is_too_small(capsys, tmp_path, monkeypatch):
+    out = _started_run(tmp_path / "run")
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**30, 2**30 - 2**20, 2**20))
+    code, _, err = benchbase_in_process(capsys, "run", "--resume", str(out))
+    [line] = err.strip().splitlines()
+    assert code == 1 and line.startswith(f"benchbase: error: {out}: resuming the run needs about ")
+    assert line.endswith("and its filesystem has 1.0 MiB free; free some space, then resume it again")
+    assert not (out / "segments").exists()
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**40, 0, 2**40))
+    code, _, err = benchbase_in_process(capsys, "run", "--resume", str(out))  # room: on to the checkpoints
+    assert code == 2 and "no complete checkpoint to resume from" in err
+
+
+SWEEP = {"name": "small", "workload": "ds2-mini", "backends": ["torch"], "profiles": ["cpu"], "seeds": [0, 1],
+         "max_epochs": 1}
+
+
+def test_sweep_sums_its_runs_estimates_warns_in_a_dry_run_and_refuses(capsys, tmp_path, monkeypatch):
+    import yaml
+
+    sweep_file = tmp_path / "small.yaml"
+    sweep_file.write_text(yaml.safe_dump(SWEEP))
+    out = tmp_path / "sweep"
+    monkeypatch.setenv("COLUMNS", "400")
+    summed = disk_space._size(2 * disk_space.estimated_run_bytes(_workload()))
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**40, 0, 2**40))
+    code, said, err = benchbase_in_process(capsys, "sweep", str(sweep_file), "--out", str(out), "--dry-run")
+    assert code == 0, err
+    assert f"disk space: the sweep (2 runs still to run) needs about {summed} (checkpoints, log and metrics)" in said
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**30, 2**30 - 2**20, 2**20))
+    code, said, err = benchbase_in_process(capsys, "sweep", str(sweep_file), "--out", str(out), "--dry-run")
+    assert code == 0, err
+    assert (f"disk space: warning: {out}: the sweep (2 runs still to run) needs about {summed} (checkpoints, log "
+            "and metrics) and its filesystem has 1.0 MiB free; the sweep would refuse to start") in said
+    code, said, err = benchbase_in_process(capsys, "sweep", str(sweep_file), "--out", str(out))
+    assert code == 2 and err == (f"benchbase: error: {out}: the sweep (2 runs still to run) needs about {summed} "
+                                 "(checkpoints, log and metrics) and its filesystem has 1.0 MiB free; free some "
+                                 "space or choose another --out\n")
+    assert not out.exists() and said == ""
 
 
 @pytest.mark.slow

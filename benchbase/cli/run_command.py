@@ -21,7 +21,7 @@ from benchbase.cli.run_resume import resume_run
 from benchbase.data.workload_data import StoreBuild, default_cache, ensure_workload_data
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
-from benchbase.harness.disk_space import estimated_run_bytes, space_shortfall
+from benchbase.harness.disk_space import estimated_run_bytes, space_estimate
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import Registry, collect_registry
@@ -122,18 +122,18 @@ def run(context: click.Context, **options: Any) -> None:
         for folder in folders:
             check_out_folder(folder)
     # Every run of a series writes beside the others, on the same filesystem.
-    shortfall = space_shortfall(folders[0], estimated_run_bytes(resolved.workload) * len(folders)) \
-        if world.leader else None
+    space = space_estimate(folders[0], estimated_run_bytes(resolved.workload) * len(folders),
+                           "the run" if len(folders) == 1 else f"the series of {len(folders)} runs")
     if options["dry_run"]:
         table = run_plan_table(resolved, folders, options["seed"], options["org"] or DEFAULT_ORG,
                                _data_description(request.data, options["cache"]),
                                options["checkpoint_every"], not options["no_final_eval"])
-        if shortfall:
-            table.add_row("disk space", escape(f"warning: {shortfall}; the run would refuse to start"))
+        table.add_row("disk space", escape(f"warning: {space.shortfall()}; the run would refuse to start"
+                                           if space.short else space.describe()))
         Console().print(table)
         return
-    if shortfall:
-        raise InputError(f"{shortfall}; free some space or choose another --out")
+    if space.short and world.leader:
+        raise InputError(f"{space.shortfall()}; free some space or choose another --out")
     statuses = _run_all(world, manager, resolved, folders, options)
     # Under torchrun (or benchbase's own launcher), every rank of a run that completed leaves with 0,
     # whatever its status: torchrun takes any other code for a crashed worker (it would print a

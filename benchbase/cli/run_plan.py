@@ -28,7 +28,7 @@ from benchbase.specs.overrides import apply_overrides, division_of, open_changes
 from benchbase.specs.strategy import DEFAULT_STRATEGY, StrategyDefinition, StrategySpec, check_strategy_fields
 from benchbase.specs.tta import parse_target
 
-__all__ = ["ResolvedRun", "RunRequest", "check_out_folder", "resolve_run", "with_overrides"]
+__all__ = ["ResolvedRun", "RunRequest", "check_out_folder", "request_workload", "resolve_run", "with_overrides"]
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,7 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     registry.backend_entry(request.backend)  # an unknown name first, before any spec is read
     named = registry.workload(request.workload)
     parsed = [parse_override(text) for text in request.settings]
-    workload = apply_overrides(
-        with_overrides(named, request.max_minutes, request.max_epochs, request.targets, request.precision),
-        [(path, value) for root, path, value in parsed if root == "workload"], "workload")
+    workload = request_workload(request, registry)
     profile = apply_overrides(registry.profile(request.hardware),
                               [(path, value) for root, path, value in parsed if root == "hardware"], "hardware")
     preliminary = device_plan(profile, request.device, devices=request.devices)
@@ -97,6 +95,16 @@ def resolve_run(request: RunRequest, registry: Registry, world: World | None = N
     _check_data(workload, request.data)
     return ResolvedRun(request, backend_class, workload, profile, plan,
                        _division(registry, workload, request.settings, definition), named.model.precision, strategy)
+
+
+def request_workload(request: RunRequest, registry: Registry) -> WorkloadSpec:
+    """The workload ``request`` trains, with its overrides: what a run writes depends on it alone
+    (disk_space), so `sweep` asks this of each run without loading a framework."""
+    parsed = [parse_override(text) for text in request.settings]
+    return apply_overrides(
+        with_overrides(registry.workload(request.workload), request.max_minutes, request.max_epochs,
+                       request.targets, request.precision),
+        [(path, value) for root, path, value in parsed if root == "workload"], "workload")
 
 
 def _check_device_flag(backend_class: type[Backend], request: RunRequest, profile: HardwareProfile,

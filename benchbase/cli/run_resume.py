@@ -22,9 +22,10 @@ from benchbase.backend import Backend
 from benchbase.cli.framework_logs import load_backend
 from benchbase.cli.launched_run import COLLECTIVE_SLACK_S, launched_status
 from benchbase.cli.reporter import RunReporter
-from benchbase.errors import InputError, describe_validation_error
+from benchbase.errors import BenchbaseError, InputError, describe_validation_error
 from benchbase.harness import Harness
 from benchbase.harness.devices import checked_plan
+from benchbase.harness.disk_space import estimated_resume_bytes, space_shortfall
 from benchbase.harness.follower import follow
 from benchbase.harness.resume import ResumePoint, find_resume_point
 from benchbase.harness.resume_state import ResumeState
@@ -43,6 +44,8 @@ def resume_run(folder_path: Path) -> str:
     folder = RunFolder(folder_path)
     config = _resumable_config(folder)
     world = World.from_environment()
+    if world.leader:  # rank 0 writes the folder; as `benchbase run` checks before its clock
+        _check_space(folder, config)
     manager = get_plugin_manager()
     backend_class = load_backend(collect_registry(manager), config.backend)
     plan = checked_plan(backend_class, config.backend, config.workload, config.hardware, device=config.device,
@@ -68,6 +71,15 @@ def _resumable_config(folder: RunFolder) -> RunConfig:
         raise InputError(describe_validation_error(str(folder.config), error)) from None
     # The folder as given now: config.json names it as the run's first command did (maybe relative).
     return config.model_copy(update={"out": folder.root})
+
+
+def _check_space(folder: RunFolder, config: RunConfig) -> None:
+    """Refused in one line when the folder's filesystem cannot hold what the rest of the run
+    writes. Exit 1, not 2: `benchbase sweep` takes a resume's 2 for checkpoints it cannot go on
+    from, and would start the run again from nothing."""
+    shortfall = space_shortfall(folder.root, estimated_resume_bytes(config.workload, folder), "resuming the run")
+    if shortfall:
+        raise BenchbaseError(f"{shortfall}; free some space, then resume it again")
 
 
 def _resume_rank(world: World, folder: RunFolder, config: RunConfig, manager: pluggy.PluginManager,

@@ -18,11 +18,19 @@ from rich.table import Table
 from rich.text import Text
 
 from benchbase.cli.app import cli
-from benchbase.cli.run_command import ORG_ENVIRONMENT, run_refusal
+from benchbase.cli.run_command import ORG_ENVIRONMENT, run_refusal, run_request
+from benchbase.cli.run_command import run as run_command
+from benchbase.cli.run_plan import request_workload
 from benchbase.cli.sweep_view import SweepView
 from benchbase.errors import BenchbaseError, InputError, Terminated
+from benchbase.harness.disk_space import (
+    SpaceEstimate,
+    estimated_resume_bytes,
+    estimated_run_bytes,
+    space_estimate,
+)
 from benchbase.plugin_host.registry import Registry
-from benchbase.run_folder import find_run_folders
+from benchbase.run_folder import RunFolder, find_run_folders
 from benchbase.sweeps.folder import (
     FINISHED,
     SweepRecord,
@@ -69,9 +77,13 @@ def sweep(sweep_file: Path, out: Path | None, dry_run: bool, org: str | None) ->
     out = out or Path("runs") / f"sweep-{spec.name}"
     check_same_runs(out, plan, SweepRecord.read(out))
     console = Console()
+    # The runs' folders stay side by side: the sweep needs what its runs still to run write, summed.
+    space = _space_needed(plan, out, registry)
     if dry_run:
-        _dry_run(console, spec, plan, out, registry)
+        _dry_run(console, spec, plan, out, registry, space)
         return
+    if space.short:  # as `benchbase run` refuses before its clock, the sweep before its first run
+        raise InputError(f"{space.shortfall()}; free some space or choose another --out")
     console.print(_plan_view(spec, plan, out))
     _note_runs_left_over(console, plan, out)
     with hold_sweep_folder(out):
@@ -90,15 +102,41 @@ def _check_resolvable(spec: SweepSpec, source: Path) -> Registry:
     return registry
 
 
-def _dry_run(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Path, registry: Registry) -> None:
-    """The plan, each run checked as `benchbase run` checks it before its clock starts."""
+def _dry_run(console: Console, spec: SweepSpec, plan: list[PlannedRun], out: Path, registry: Registry,
+            space: SpaceEstimate) -> None:
+    """The plan, each run checked as `benchbase run` checks it before its clock starts, and the disk
+    space the runs still to run need (a warning where the sweep would refuse to start)."""
     refusals = {run.name: run_refusal(run.options, registry) for run in plan}
     console.print(_plan_view(spec, plan, out, refusals))
+    if space.short:
+        console.print(f"[yellow]disk space: warning:[/] {escape(str(space.shortfall()))}; the sweep would refuse "
+                      "to start", soft_wrap=True)
+    else:
+        console.print(f"disk space: {escape(space.describe())}", soft_wrap=True)
     _note_runs_left_over(console, plan, out)
     refused = [name for name, refusal in refusals.items() if refusal is not None]
     if refused:
         raise InputError(f"{len(refused)} of {len(plan)} planned runs would be refused by `benchbase run` "
                          "(the table says why)")
+
+
+def _space_needed(plan: list[PlannedRun], out: Path, registry: Registry) -> SpaceEstimate:
+    """Each run still to run estimated as `benchbase run` (or its --resume) estimates it, summed;
+    a run `benchbase run` would refuse counts nothing (the dry run's table says why)."""
+    needed, runs = 0, 0
+    for planned in plan:
+        folder, action = planned.folder(out), next_action(planned.folder(out))
+        if action == "skip":
+            continue
+        try:
+            with run_command.make_context("run", list(planned.options)) as context:
+                workload = request_workload(run_request(dict(context.params)), registry)
+        except (click.ClickException, InputError):
+            continue
+        needed += (estimated_resume_bytes(workload, RunFolder(folder)) if action == "resume"
+                   else estimated_run_bytes(workload))
+        runs += 1
+    return space_estimate(out, needed, f"the sweep ({runs} run{'' if runs == 1 else 's'} still to run)")
 
 
 def _plan_view(spec: SweepSpec, plan: list[PlannedRun], out: Path,

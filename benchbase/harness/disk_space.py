@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import errno
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT
+from benchbase.run_folder import PERIODIC_CHECKPOINTS_KEPT, RunFolder
 from benchbase.specs import WorkloadSpec
 
-__all__ = ["DISK_FULL", "disk_full_error", "estimated_run_bytes", "free_bytes", "space_shortfall"]
+__all__ = ["DISK_FULL", "SpaceEstimate", "disk_full_error", "estimated_resume_bytes", "estimated_run_bytes",
+           "free_bytes", "space_estimate", "space_shortfall"]
 
 DISK_FULL = "the disk is full (No space left on device)"
 
@@ -53,16 +55,60 @@ def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def space_shortfall(folder: Path, needed: int) -> str | None:
-    """A one-line account when ``folder``'s filesystem has less free space than ``needed``; else None."""
+def estimated_resume_bytes(workload: WorkloadSpec, folder: RunFolder) -> int:
+    """What resuming the run in ``folder`` writes on top of what the folder holds: the run's
+    estimate less the checkpoints already in it (they count among those on disk at once), plus
+    the copy of the interrupted segment's log, metrics, telemetry and sentences (segments/K)."""
+    held = sum(_size_of(path) for path in folder.checkpoints.glob("*")) if folder.checkpoints.is_dir() else 0
+    segment = sum(_size_of(path) for path in folder.segment_evidence())
+    return max(estimated_run_bytes(workload) - held, LOG_AND_METRICS_BYTES) + segment
+
+
+@dataclass(frozen=True)
+class SpaceEstimate:
+    """What ``who`` (the run, its resume, a sweep's runs) will write into ``folder``, and the free
+    space on its filesystem (None where it cannot be known)."""
+
+    folder: Path
+    needed: int
+    free: int | None
+    who: str = "the run"
+
+    @property
+    def short(self) -> bool:
+        return self.free is not None and self.free < self.needed
+
+    def describe(self) -> str:
+        """The estimate, as a dry run shows it."""
+        free = "free space unknown" if self.free is None else f"{_size(self.free)} free on its filesystem"
+        return f"{self.who} needs about {_size(self.needed)} (checkpoints, log and metrics); {free}"
+
+    def shortfall(self) -> str | None:
+        """A one-line account when the filesystem has less free space than needed; else None."""
+        if not self.short:
+            return None
+        return (f"{self.folder}: {self.who} needs about {_size(self.needed)} (checkpoints, log and metrics) and its "
+                f"filesystem has {_size(self.free or 0)} free")
+
+
+def space_estimate(folder: Path, needed: int, who: str = "the run") -> SpaceEstimate:
     try:
-        free = free_bytes(folder)
+        free: int | None = free_bytes(folder)
     except OSError:
-        return None  # unknowable here; the run's own writes will say
-    if free >= needed:
-        return None
-    return (f"{folder}: the run needs about {_size(needed)} (checkpoints, log and metrics) and its "
-            f"filesystem has {_size(free)} free")
+        free = None  # unknowable here; the run's own writes will say
+    return SpaceEstimate(folder, needed, free, who)
+
+
+def space_shortfall(folder: Path, needed: int, who: str = "the run") -> str | None:
+    """A one-line account when ``folder``'s filesystem has less free space than ``needed``; else None."""
+    return space_estimate(folder, needed, who).shortfall()
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() else 0
+    except OSError:
+        return 0
 
 
 def disk_full_error(error: BaseException, path: Path) -> OSError | None:
