@@ -192,7 +192,7 @@ def test_sweep_sums_its_runs_estimates_warns_in_a_dry_run_and_refuses(capsys, tm
 @pytest.mark.parametrize("failing", ["periodic", "final"])
 def test_a_full_disk_ends_the_run_in_one_line_and_it_resumes(capsys, tmp_path, monkeypatch, small_store, failing):
     """The second periodic checkpoint (or the final one) meets a full disk as torch reports it."""
-    real_save = recorder.save_atomically
+    real_save, real_usage = recorder.save_atomically, shutil.disk_usage  # disk_space.shutil is shutil
     periodic_calls = []
 
     def failing_save(save, final: Path) -> None:
@@ -211,7 +211,7 @@ def test_a_full_disk_ends_the_run_in_one_line_and_it_resumes(capsys, tmp_path, m
         try:
             return real_save(torn, final)
         finally:
-            monkeypatch.setattr(disk_space.shutil, "disk_usage", shutil.disk_usage)
+            monkeypatch.setattr(disk_space.shutil, "disk_usage", real_usage)  # the disk has room again
 
     monkeypatch.setattr(recorder, "save_atomically", failing_save)
     out = tmp_path / "run"
