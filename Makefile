@@ -6,6 +6,9 @@
 # make test-quick  the development loop: the same without the tests marked slow (the ones that
 #            train a model through a run, or take over ~20 s); `make test` still runs them
 # make test-isa  runs the numerics tests again with the frameworks held one ISA below this CPU's
+# make test-gpu  runs the tests marked gpu (the kit, whole runs and CUDA graphs on a GPU); they skip
+#            without one. GPU_PYTHON=python3 runs them with a Python that already has a CUDA torch and
+#            JAX (a bare GPU machine: see docs/gpu.md), instead of installing .venv
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -17,7 +20,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 
-.PHONY: run test test-quick test-isa lint clean-venv
+.PHONY: run test test-quick test-isa test-gpu lint clean-venv
 
 run: $(STAMP)
 	$(BIN)/benchbase run --workload ds2-mini --backend torch --hw cpu
@@ -35,6 +38,15 @@ test-quick: $(STAMP)
 test-isa: $(STAMP)
 	$(BIN)/python -m benchbase.testing.isa --cap below -- $(PYTEST) $(PARALLEL) -m "numerics and not serial" -q
 	$(BIN)/python -m benchbase.testing.isa --cap below -- $(PYTEST) -m "numerics and serial" -q
+
+# The files that hold tests marked gpu: collecting only these needs none of the test-only packages.
+GPU_TESTS := tests/test_gpu_tier.py tests/test_telemetry.py plugins/torch_ds2/tests/test_torch_cuda_graphs.py \
+	plugins/torch_ds2/tests/test_torch_backend.py plugins/jax_ds2/tests/test_jax_gpu.py
+GPU_PYTHON ?= $(BIN)/python
+
+# JAX takes most of the GPU's memory when it starts unless told not to; torch tests share the process.
+test-gpu: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),$(STAMP))
+	XLA_PYTHON_CLIENT_PREALLOCATE=false $(GPU_PYTHON) -m pytest -p no:cacheprovider -m gpu $(GPU_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check benchbase plugins tests benchmarks conftest.py

@@ -97,15 +97,31 @@ def small_corpus(tmp_path_factory) -> Path:
                       lambda root: synthesize_corpus(root, utterances=SMALL_CORPUS_UTTERANCES, seed=7))
 
 
+PREPARED_STORES = "BENCHBASE_TEST_STORES"
+"""A folder holding the small stores already prepared (``features``, ``conformer-features``): a GPU
+machine without eSpeak NG or librosa runs the GPU tier on them (benchmarks/gpu_bundle.py makes it)."""
+
+
+def _prepared(name: str) -> Path | None:
+    folder = os.environ.get(PREPARED_STORES)
+    return Path(folder) / name if folder else None
+
+
 @pytest.fixture(scope="session")
-def small_store(tmp_path_factory, small_corpus, mini_workload) -> Path:
+def small_store(request, tmp_path_factory, mini_workload) -> Path:
+    if (prepared := _prepared("features")) is not None:
+        return prepared
+    small_corpus = request.getfixturevalue("small_corpus")
     return _made_once(_session_folder(tmp_path_factory) / "store" / "features",
                       lambda out: prepare_workload_store(small_corpus, mini_workload, out))
 
 
 @pytest.fixture(scope="session")
-def conformer_store(tmp_path_factory, small_corpus) -> Path:
+def conformer_store(request, tmp_path_factory) -> Path:
     """The small corpus prepared for conformer-mini: its own features (80 log-mel bands, no MFCCs)."""
+    if (prepared := _prepared("conformer-features")) is not None:
+        return prepared
+    small_corpus = request.getfixturevalue("small_corpus")
     workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("conformer-mini")
     return _made_once(_session_folder(tmp_path_factory) / "store" / "conformer-features",
                       lambda out: prepare_workload_store(small_corpus, workload, out))

@@ -167,6 +167,7 @@ class DevicePlan:
     devices_per_process: int | None = None
     """None: ``count`` (a world of one)."""
     peer_addresses: tuple[str, ...] = ()
+    cuda_graphs: bool = True  # the profile's devices.cuda_graphs: a backend may replay CUDA steps from graphs
 
     @property
     def process_devices(self) -> int:
@@ -352,14 +353,13 @@ class Backend(ABC):
         return ()
 
     def device_description(self) -> str:
-        """Human-readable description of the devices in use (for the log and the report)."""
-        return ", ".join(self.devices_in_use())
+        return ", ".join(self.devices_in_use())  # for the log and the report
 
     def step_timings(self) -> Mapping[str, float]:
-        """Where the last ``train_step`` spent its time, for the phases the backend can measure:
-        "communication", seconds of communication in the step (a DDP hook's all-reduce, overlapped
-        or not); "communication_bytes", the payload this learner sent. The harness writes them per
-        batch beside its data-wait and step times. Empty (the default): nothing measured."""
+        """Where the last ``train_step`` spent its time, as the backend measures it: "communication"
+        (seconds of a DDP hook's all-reduce), "communication_bytes" (this learner's payload), any
+        other number under "backend" (a CUDA graph's capture). The harness writes them per batch
+        beside its data-wait and step times. Empty (the default): nothing measured."""
         return {}
 
     def start_profiler(self, directory: Path) -> None:

@@ -1,13 +1,15 @@
-"""`benchbase backend-test NAME [--family FAMILY | --workload W] [--precision P] [--symbols N]`: prove a backend.
+"""`benchbase backend-test NAME [--family F | --workload W] [--precision P] [--symbols N] [--device D]`.
 
-Runs the conformance kit (``benchbase.kit``) on the kit's small real-speech batches, for
+Proves a backend: runs the conformance kit (``benchbase.kit``) on the kit's small real-speech batches, for
 every model family the backend declares (``Capabilities.families``) or the one --family names
 (or --workload's family: the kit proves a family on its own small model, not the workload's sizes),
 each family with the kit's rules that apply to it (``RULES``): every one, or those named with --rule. With
 --precision (int8-emulated), the family's rules for that precision instead
 (``PRECISION_RULE_SETS``), for the families the backend declares it for. With --symbols N, each
 family's kit model predicts N output symbols instead of the alphabet's 30 (a subword vocabulary's
-width, up to 1024), on labels drawn from them (``benchbase.kit.data``). Exit codes: 0 every
+width, up to 1024), on labels drawn from them (``benchbase.kit.data``). With --device cuda, the
+backends under test train on one GPU (the same rules and bounds; the thread budget's does not
+apply). Exit codes: 0 every
 rule passes, 1 some rule fails, 2 an unknown backend, family, precision or rule, a family (or
 precision) the backend does not declare, or symbols out of the model spec's bounds.
 """
@@ -51,9 +53,12 @@ def _symbols_bounds() -> tuple[int, int]:
 @click.option("--symbols", type=click.IntRange(*_symbols_bounds()), default=None, metavar="N",
               help="Prove the kit model at N output symbols, the blank included (a subword vocabulary's width, "
               "e.g. 1024), on labels drawn from them; default: the kit model's own (the alphabet's 30).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Train the backends under test on a CPU or on one CUDA GPU (the first visible): the same rules "
+              "and bounds, as the spec's fp32 is IEEE float32 on both (TF32 off).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 def backend_test(name: str, family: str | None, workload: str | None, rules: tuple[str, ...], precision: str,
-                 symbols: int | None, as_json: bool) -> None:
+                 symbols: int | None, device: str, as_json: bool) -> None:
     """Run the conformance kit on backend NAME (see `benchbase plugins`)."""
     if workload is not None:
         family = _workload_family(workload, family)
@@ -76,6 +81,10 @@ def backend_test(name: str, family: str | None, workload: str | None, rules: tup
                          f"{', '.join(rule.name for rule in RULES)}")
     with filtered_native_logs():  # the framework's C++ start-up lines, not the kit's output
         backend_class = resolve_backend(name)
+    if device != "cpu":
+        visible = backend_class.visible_devices(device)
+        if visible is not None and visible < 1:
+            raise InputError(f"--device {device}: backend {name!r} sees no {device} device here")
     plan = rules_by_family(rules or None, families_to_test(backend_class, family, precision), precision)
     # Symbols a family's spec refuses fail before any work too; None: the kit model's own.
     models = {tested: kit_model(tested, symbols) for tested in plan}
@@ -89,10 +98,10 @@ def backend_test(name: str, family: str | None, workload: str | None, rules: tup
         on_result = None if as_json else (
             lambda r: progress.print(f"[dim]{r.name}: {'pass' if r.passed else 'FAIL'}[/]"))
         results += run_conformance(backend_class, [rule.name for rule in selected], family=tested, data=data,
-                                   on_result=on_result, precision=precision)
+                                   on_result=on_result, precision=precision, device=device)
     failed = [result.name for result in results if not result.passed]
     if as_json:
-        click.echo(json.dumps({"backend": name, "families": list(plan), "precision": precision,
+        click.echo(json.dumps({"backend": name, "families": list(plan), "precision": precision, "device": device,
                                "symbols": {tested: model.symbols for tested, model in models.items()},
                                "passed": not failed, "rules": [r.to_dict() for r in results]}, indent=2))
     else:

@@ -45,7 +45,8 @@ def device_plan(hardware: HardwareProfile, device: str = "auto", *, devices: int
     return DevicePlan(kind=kind, count=count, batch_per_device=global_batch // count, threads=threads,
                       world_size=world.size, rank=world.rank, local_rank=world.local_rank,
                       overridden=kind != profile_kind or count != hardware.devices.count,
-                      devices_per_process=per_process if world.distributed else None)
+                      devices_per_process=per_process if world.distributed else None,
+                      cuda_graphs=hardware.devices.cuda_graphs)
 
 
 def check_capabilities(backend: type[Backend], name: str, workload: WorkloadSpec, hardware: HardwareProfile,

@@ -48,6 +48,10 @@ class RunRecorder:
             record["comm_s"] = round(float(timings["communication"]), 5)
         if timings and timings.get("communication_bytes") is not None:
             record["comm_bytes"] = int(timings["communication_bytes"])
+        others = {name: value for name, value in (timings or {}).items()
+                  if name not in ("communication", "communication_bytes")}
+        if others:
+            record["backend"] = others
         write_json_line(self._metrics, record)
 
     def evaluation(self, epoch: int, seconds: float, scored_subset: str, subsets: dict[str, dict],

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from benchbase.backend import Backend
+from benchbase.backend import Backend, DeviceKind
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.families.parts import FamilyParts, parts_of_family
 from benchbase.kit.core import ConformanceFailure, Kit, describe_error
@@ -224,7 +224,8 @@ def families_to_test(backend_class: type[Backend], family: str | None = None, pr
 def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = None, *, family: str = "ds2",
                     data: KitData | None = None, seed: int = 0, kit: Kit | None = None,
                     on_result: Callable[[RuleResult], None] | None = None,
-                    precision: str = "fp32", symbols: int | None = None) -> list[RuleResult]:
+                    precision: str = "fp32", symbols: int | None = None,
+                    device: DeviceKind = "cpu") -> list[RuleResult]:
     """Run the named rules of ``family`` (all that apply by default) on ``backend_class``; one result
     per rule, in order.
 
@@ -235,7 +236,7 @@ def run_conformance(backend_class: type[Backend], rules: Iterable[str] | None = 
     """
     selected = select_rules(rules, family, precision)
     if kit is None:
-        kit = Kit(backend_class, data or load_kit_data(family=family, symbols=symbols), seed)
+        kit = Kit(backend_class, data or load_kit_data(family=family, symbols=symbols), seed, device)
     elif kit.backend_class is not backend_class:
         raise ValueError(f"the kit tests {kit.backend_class.__name__}, not {backend_class.__name__}")
     if kit.family != family:

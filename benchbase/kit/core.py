@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchbase.backend import Backend
+from benchbase.backend import Backend, DeviceKind
 from benchbase.families.parts import FamilyParts, ReferenceStep, family_parts
 from benchbase.kit.data import KitData
 from benchbase.specs import ModelSpec
@@ -46,10 +46,12 @@ class Kit:
     rules look at (the first training step) are computed once per kit.
     """
 
-    def __init__(self, backend_class: type[Backend], data: KitData, seed: int = 0) -> None:
+    def __init__(self, backend_class: type[Backend], data: KitData, seed: int = 0, device: DeviceKind = "cpu") -> None:
         self.backend_class = backend_class
         self.data = data
         self.seed = seed
+        self.device = device
+        """Where the backends under test train: a CPU, or one CUDA GPU (``--device cuda``)."""
         self._first_step: FirstStep | BaseException | None = None
 
     @property
@@ -74,7 +76,7 @@ class Kit:
         """
         instance = _Traced(self.backend_class())
         try:
-            instance.build(self.data.context(self.seed if seed is None else seed, model))
+            instance.build(self.data.context(self.seed if seed is None else seed, model, device=self.device))
             yield instance  # a Backend by duck typing: every call is forwarded
         finally:
             instance.close()

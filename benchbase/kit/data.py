@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
+from benchbase.backend import Batch, BuildContext, DeviceKind, DevicePlan, Inputs
 from benchbase.data.pipeline import pad_batch
 from benchbase.data.store import FeatureStore, Utterance
 from benchbase.data.workload_data import default_cache, store_key
@@ -99,9 +99,11 @@ class KitData:
     def max_label_length(self) -> int:
         return max(int(batch.labels.shape[1]) for batch in self.batches)
 
-    def context(self, seed: int, model: ModelSpec | None = None, threads: int | None = 1) -> BuildContext:
-        """What ``build()`` receives: one CPU, the kit's batch size, a thread budget of one."""
-        plan = DevicePlan(kind="cpu", count=1, batch_per_device=KIT_BATCH_SIZE, threads=threads)
+    def context(self, seed: int, model: ModelSpec | None = None, threads: int | None = 1,
+                device: DeviceKind = "cpu") -> BuildContext:
+        """What ``build()`` receives: one device (a CPU unless ``device`` says cuda), the kit's batch
+        size, a thread budget of one."""
+        plan = DevicePlan(kind=device, count=1, batch_per_device=KIT_BATCH_SIZE, threads=threads)
         return BuildContext(model=model or self.model, optimizer=self.optimizer,
                             feature_dimension=self.feature_dimension, plan=plan, seed=seed,
                             max_frames=self.max_frames, max_label_length=self.max_label_length)

@@ -173,7 +173,10 @@ def check_warm_up(kit: Kit) -> str | None:
 
 def check_thread_budget(kit: Kit) -> str:
     """With a budget of one thread, train_step keeps the process at about one core (timed over
-    TIMED_STEPS steps after one warm-up step per batch shape)."""
+    TIMED_STEPS steps after one warm-up step per batch shape). A thread budget is a CPU device's: on a
+    GPU the rule does not apply, and says so."""
+    if kit.device != "cpu":
+        return f"not applicable on {kit.device}: a thread budget bounds CPU devices"
     batches = kit.data.batches
     with kit.backend(model=kit.data.spec_model) as backend:
         for batch in batches:  # every shape once: a compiling backend compiles before the clock

@@ -17,6 +17,9 @@ class DeviceSpec(Spec):
     model: str = Field(min_length=1, max_length=120, description="Device model name.")
     memory_gb: float | None = Field(None, gt=0, le=100_000, description="Memory per device in GB.")
     interconnect: str = Field("", max_length=300, description="How the devices attach (PCIe lanes, NVLink).")
+    cuda_graphs: bool = Field(True, description="Let a backend replay its training step's kernels from CUDA graphs "
+                              "where it can (a launch-overhead lever on GPUs; the numerics stay within the error "
+                              "model). false: every step eager.")
 
 
 class CPUSpec(Spec):

@@ -29,6 +29,7 @@ from benchbase.errors import BenchbaseError
 from benchbase.specs import OptimizerSpec
 from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, SGDSpec
 from benchbase_torch_ds2 import families
+from benchbase_torch_ds2.cuda_graphs import GraphedNetwork
 from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy
 
 # torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core
@@ -78,6 +79,10 @@ class TorchBackend(Backend):
         self.network.train()
         self.strategy = build_strategy(context, self.network, self.device)
         self.model = self.strategy.model  # what training runs forward through: the network, or DDP around it
+        self.graphs = GraphedNetwork(self.network) if _graphs_serve(context, self.family, self.device) else None
+        if self.graphs is not None:
+            self.model = self.graphs
+        self._graphs_reported = 0
         if context.plan.rank:
             # Every rank starts from the same weights (the seed above; DDP also broadcasts rank 0's),
             # but draws its own dropout masks: the same masks on every slice would correlate them.
@@ -112,6 +117,16 @@ class TorchBackend(Backend):
         return float(loss.detach())  # .item() waits for the device: the update is complete
 
     def step_timings(self) -> dict[str, float]:
+        graphs = getattr(self, "graphs", None)
+        if graphs is not None:
+            # On the steps that captured a graph (or failed to): the totals so far, on record in metrics.jsonl.
+            attempts = graphs.captured + len(graphs.failures)
+            if attempts == self._graphs_reported:
+                return {}
+            self._graphs_reported = attempts
+            return {"cuda_graphs": float(graphs.captured), "cuda_graph_capture_s": round(graphs.capture_seconds, 4),
+                    "cuda_graph_memory_bytes": float(graphs.memory_bytes),
+                    "cuda_graph_failures": float(len(graphs.failures))}
         if self.world_size == 1:
             return {}
         meter = self.strategy.meter
@@ -184,12 +199,16 @@ class TorchBackend(Backend):
             return (f"cuda:{self.device.index} {torch.cuda.get_device_name(self.device)}",)
         return (f"cpu ({torch.get_num_threads()} threads)",)
 
+    def device_description(self) -> str:
+        graphs = " (training step in CUDA graphs)" if getattr(self, "graphs", None) is not None else ""
+        return ", ".join(self.devices_in_use()) + graphs
+
     def close(self) -> None:
         on_gpu = getattr(self, "device", None) is not None and self.device.type == "cuda"
         # Every reference to the modules goes, the strategy's included: a DDP reducer that outlives
         # this call is freed after the harness destroys the process group, and its destructor then
         # joins gloo's thread while holding the GIL that thread may still need (a hang at exit).
-        for attribute in ("model", "network", "strategy", "optimizer", "scaler", "profiler"):
+        for attribute in ("model", "graphs", "network", "strategy", "optimizer", "scaler", "profiler"):
             self.__dict__.pop(attribute, None)
         if on_gpu:
             torch.cuda.empty_cache()
@@ -208,7 +227,10 @@ class TorchBackend(Backend):
         """torch.autocast in the run's mixed precision (bf16, fp16); off for the others."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+        # A CUDA graph cannot hold autocast's cache of cast weights (make_graphed_callables refuses it);
+        # without it each forward casts the weights again, which the graph replays at no launch cost.
+        graphed = getattr(self, "graphs", None) is not None
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=not graphed)
 
 
 def _optimizer(parameters: list[torch.nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
@@ -233,6 +255,15 @@ def _schedule_learning_rate(optimizer: torch.optim.Optimizer, spec: OptimizerSpe
     learning_rate = spec.learning_rate_at(int(state.get("step", 0)))
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
+
+
+def _graphs_serve(context: BuildContext, family, device: torch.device) -> bool:
+    """CUDA graphs for this run's training forward: on one CUDA device (DDP's hooks and the other
+    strategies' communication stay eager), for a family whose forward can be captured, not in
+    int8-emulated (its quantizer's ranges are read on the host; not measured), and where the
+    hardware profile leaves them on."""
+    return (device.type == "cuda" and context.plan.cuda_graphs and not context.plan.distributed
+            and family.cuda_graphs and context.model.precision != "int8-emulated")
 
 
 def _select_device(plan: DevicePlan) -> torch.device:

@@ -42,6 +42,11 @@ class ModelFamily(Protocol):
     layout: ModuleType
     """``benchbase.families.<name>.weight_layout``: the neutral names, shapes and ``validate_weights``."""
 
+    cuda_graphs: bool
+    """Whether the training forward ``training_loss`` runs through ``model`` can be captured in a CUDA
+    graph (``cuda_graphs``): tensors in, tensors out, shapes fixed by the inputs' and no host
+    synchronization (``.item()``, a length read on the host) inside."""
+
     def build_network(self, context: BuildContext) -> torch.nn.Module:
         """The network of ``context.model``, on the CPU, initialized from torch's generator (which
         the backend has seeded); ``synchronizes_statistics(context)`` says whether its statistics

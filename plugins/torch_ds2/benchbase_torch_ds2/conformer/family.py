@@ -31,6 +31,7 @@ class ConformerFamily:
     summary = "Conformer (CTC)"
     # bf16 and fp16 are torch.autocast's mixed precision (the backend's); the spec has no int8 tensors.
     precisions = frozenset({"fp32", "tf32", "bf16", "fp16"})
+    cuda_graphs = True  # the padding mask is computed on the device from the lengths; no host reads
     layout = weight_layout
 
     def build_network(self, context: BuildContext) -> Conformer:

@@ -29,6 +29,7 @@ class DS2Family:
     # bf16 and fp16 are torch.autocast's mixed precision (the backend's); int8-emulated is the model's.
     precisions = frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"})
     layout = weight_layout
+    cuda_graphs = True  # convolution, cuDNN's LSTMs, BatchNorm and the output layer: static in the input's shape
 
     def build_network(self, context: BuildContext) -> DeepSpeech2:
         if context.plan.distributed:

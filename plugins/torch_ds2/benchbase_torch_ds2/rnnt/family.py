@@ -32,6 +32,7 @@ class RNNTFamily:
     precisions = frozenset({"fp32", "tf32", "int8-emulated"})
     """IEEE float32, TF32 matmuls on GPUs (the same code, with the matmul flag the backend sets) and
     int8-emulated (``model``). Mixed precision is DS2's only."""
+    cuda_graphs = False  # not measured yet: the joint and its lattice are sized by each batch's labels
     layout = weight_layout
 
     def build_network(self, context: BuildContext) -> RNNTransducer:

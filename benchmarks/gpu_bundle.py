@@ -1,0 +1,295 @@
+"""What a bare GPU machine needs to run benchbase's GPU tier and its MFU table, and the runs themselves.
+
+A GPU machine lent for minutes has a CUDA torch and JAX but none of benchbase's other dependencies,
+no eSpeak NG and no network. `prepare` makes, here, one folder that carries everything else:
+
+- ``whl/``: the wheels of what such a machine lacks (pydantic, jiwer, librosa, mlperf-logging, ...),
+  for its Python (``--python-version``), at the versions installed here;
+- ``stores/``: one synthetic corpus (``--utterances``) prepared twice, with ds2's features
+  (``features``: it serves ds2-mini and the full ds2) and with the Conformer's (``conformer-features``:
+  conformer-mini and the full conformer); the GPU tier reads them through ``BENCHBASE_TEST_STORES``;
+- ``workloads/``: the full ds2 and conformer for timing on that corpus (``TIMING``), and ``gpu.yaml``,
+  a one-GPU profile;
+- ``site/``: dist-info entries, so that the torch and JAX backends' entry points are found where
+  nothing is pip-installed; ``src/``: HEAD's code (``git archive``), so that edits in progress here
+  cannot change what runs there; ``env.sh``: the environment to source there.
+
+    python benchmarks/gpu_bundle.py prepare --dir .gpu            # about 45 MB at 400 utterances
+    # there (the folder carried):  source .gpu/env.sh
+    make -C .gpu/src test-gpu GPU_PYTHON=python3                  # the GPU tier
+    python3 .gpu/src/benchmarks/gpu_bundle.py run --dir .gpu --out OUT \\
+        --runs torch:ds2:bf16:150,torch:ds2:bf16:150:eager,jax:ds2:bf16:150,torch:conformer:bf16:32
+    python3 benchmarks/gpu_bundle.py summarize OUT                 # the table again
+
+A run is BACKEND:WORKLOAD:PRECISION:BATCH[:eager]: `benchbase run` of the timing workload on one GPU
+at that per-device batch, every utterance padded to 1670 frames, no evaluation (the targets are
+unreachable on this corpus; each run stops at its epoch limit); ``eager`` turns the profile's CUDA
+graphs off. The table: the median step after the first, utterances/s, model FLOP utilization
+against the GPU's dense peak for the precision (the family's own FLOP count,
+``benchbase.families.<family>.cost``), the data wait's share of the step, the first step
+(compilation, capture), and the peak GPU memory NVML saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "jiwer", "rapidfuzz",
+          "mlperf-logging", "librosa", "soundfile", "cffi", "pycparser", "sqlalchemy", "alembic", "mako")
+"""What benchbase imports that the GPU image lacks (the image has torch, JAX, numpy, scipy, click,
+rich, pluggy, matplotlib, pytest...). librosa's own needs load lazily: features are computed here."""
+STORES = {"features": "ds2", "conformer-features": "conformer"}
+PAD_FRAMES = 1670  # ds2's padding (16.7 s), for both families: each step has a fixed shape
+PEAKS = {"fp32": 67e12, "tf32": 495e12, "bf16": 989e12, "fp16": 989e12}
+"""H100 and H200 SXM dense peaks (NVIDIA's datasheets; the same GH100 chip and clocks): FP32 on the
+CUDA cores, TF32 and BF16/FP16 on the tensor cores."""
+CODE = ("benchbase", "plugins/torch_ds2", "plugins/jax_ds2", "hardware_profiles", "tests", "benchmarks",
+        "conftest.py", "pyproject.toml", "Makefile")
+ENTRY_POINTS = {"benchbase": "", "benchbase_torch_ds2": "torch = benchbase_torch_ds2.plugin",
+                "benchbase_jax_ds2": "jax = benchbase_jax_ds2.plugin"}
+
+PROFILE = {"name": "gpu", "description": "One NVIDIA GPU, 16 host cores (benchmarks/gpu_bundle.py).",
+           "devices": {"kind": "gpu", "count": 1, "model": "NVIDIA GPU"},
+           "cpu": {"model": "the GPU machine's host CPU", "cores": 16, "threads": 16, "ram_gb": 128},
+           "pipeline": {"global_batch": 32, "batch_per_device": 32, "readers": 16, "buffer": 32}}
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+
+def prepare(args: argparse.Namespace) -> None:
+    directory = args.dir.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    download_wheels(directory / "whl", args.python_version)
+    corpus = Path(tempfile.gettempdir()) / f"benchbase-gpu-corpus-{args.utterances}"
+    benchbase = [sys.executable, "-m", "benchbase"]
+    if not (corpus / "train").exists():
+        subprocess.run([*benchbase, "data", "synth", "--out", str(corpus), "--utterances", str(args.utterances)],
+                       check=True)
+    for name, workload in STORES.items():
+        store = directory / "stores" / name
+        if not (store / "store.json").exists():
+            timing = write_timing_workload(directory / "workloads", workload, args.utterances)
+            subprocess.run([*benchbase, "data", "prepare", "--librispeech", str(corpus), "--workload", str(timing),
+                            "--out", str(store)], check=True)
+    for workload in STORES.values():
+        write_timing_workload(directory / "workloads", workload, args.utterances)
+    (directory / "workloads" / "gpu.yaml").write_text(yaml.safe_dump(PROFILE, sort_keys=False))
+    write_dist_info(directory / "site")
+    snapshot(directory / "src")
+    (directory / "env.sh").write_text(ENV)
+    size = sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+    print(f"prepared {directory}: {size / 1e6:.1f} MB")
+
+
+ENV = """\
+# Source on the GPU machine: installs the carried wheels into /tmp/site and points Python at them,
+# at the carried code and at the entry points (benchmarks/gpu_bundle.py).
+BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
+    "$BUNDLE"/whl/*.whl || return 1
+export PYTHONPATH="/tmp/site:$BUNDLE/src:$BUNDLE/src/plugins/torch_ds2:$BUNDLE/src/plugins/jax_ds2:$BUNDLE/site"
+export BENCHBASE_TEST_STORES="$BUNDLE/stores" PYTHONUNBUFFERED=1
+"""
+
+
+def download_wheels(folder: Path, python_version: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    platforms = [f"--platform={tag}" for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+                                                  "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                                                  "manylinux1_x86_64", "manylinux_2_5_x86_64")]
+    pinned = [f"{name}=={importlib.metadata.version(name)}" for name in WHEELS]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    f"--python-version={python_version}", "--implementation=cp", *platforms, "-d", str(folder),
+                    *pinned], check=True)
+
+
+def write_timing_workload(folder: Path, family: str, utterances: int) -> Path:
+    """The registered ``family`` workload for timing on the synthetic corpus: its model, features and
+    optimizer; the synthetic subsets padded to PAD_FRAMES; characters (the corpus is too small to
+    train AlgoPerf's 1023 pieces, and the output layer is under 1% of the Conformer's FLOPs); no
+    evaluation but the end's, targets out of reach."""
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
+
+    spec = collect_registry(get_plugin_manager(load_entrypoints=False)).workload(family)
+    workload = spec.model_dump(mode="json", exclude_none=True)
+    workload["name"] = f"{family}-gpu-timing"
+    workload["description"] = f"The full {family} on benchbase's synthetic corpus, for timing a GPU only."
+    workload["reference"] = f"the {family} workload"
+    workload["data"] = {**workload["data"], "dataset": "synthetic", "train": ["train"], "dev": ["dev-clean"],
+                        "test": ["test-clean"], "pad_to_frames": PAD_FRAMES, "synthetic_utterances": utterances}
+    workload["data"].pop("tokens", None)
+    workload["data"].pop("length_buckets", None)
+    if workload["model"].get("symbols") not in (None, 30):
+        workload["model"]["symbols"] = 30
+    workload["evaluation"] = {**workload["evaluation"], "every_epochs": 100, "independent_utterances": 0}
+    workload["tta"] = {"subset": "dev-clean", "window": 1, "targets": [{"metric": "wer", "value": 0.001}]}
+    workload["max_epochs"], workload["max_minutes"] = 8, 5
+    workload["deviations"] = [{"field": "data", "reference": f"the {family} workload's LibriSpeech",
+                               "benchbase": f"the synthetic corpus ({utterances} utterances), padded to {PAD_FRAMES} "
+                               "frames, characters", "why": "Timing the GPU path on a machine without LibriSpeech."}]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{family}-gpu-timing.yaml"
+    path.write_text(yaml.safe_dump(workload, sort_keys=False))
+    return path
+
+
+def write_dist_info(site: Path) -> None:
+    for name, entry_point in ENTRY_POINTS.items():
+        info = site / f"{name}-0.0.0.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.0.0\n")
+        if entry_point:
+            (info / "entry_points.txt").write_text(f"[benchbase]\n{entry_point}\n")
+
+
+def snapshot(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", *CODE], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    subprocess.run(["rm", "-rf", str(folder / "tests" / "data")], check=True)  # recorded runs: not the tier's
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    (folder / "COMMIT").write_text(commit + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+def run(args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for spec in args.runs.split(","):
+        backend, workload, precision, batch, *options = spec.split(":")
+        name = f"{backend}-{workload}-{precision}-b{batch}" + "".join(f"-{option}" for option in options)
+        left = args.deadline - (time.monotonic() - started)
+        if left < 20:
+            print(f"skipping {name}: {left:.0f} s left before the deadline", flush=True)
+            continue
+        store = next(store for store, family in STORES.items() if family == workload)
+        command = [sys.executable, "-m", "benchbase", "run", "--workload",
+                   str(args.dir / "workloads" / f"{workload}-gpu-timing.yaml"), "--backend", backend,
+                   "--hw", str(args.dir / "workloads" / "gpu.yaml"), "--data", str(args.dir / "stores" / store),
+                   "--device", "cuda", "--precision", precision, "--no-final-eval", "--out", str(args.out / name),
+                   "--max-epochs", str(args.epochs), "--set", f"hardware.pipeline.global_batch={batch}",
+                   "--set", f"hardware.pipeline.batch_per_device={batch}"]
+        if "eager" in options:
+            command += ["--set", "hardware.devices.cuda_graphs=false"]
+        print(f"[{time.monotonic() - started:6.1f} s] {name}", flush=True)
+        with open(args.out / f"{name}.log", "w") as log:
+            try:
+                code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left).returncode
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
+    print(summarize(args.out))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def training_flops(config: dict) -> float:
+    """A step's training FLOPs on the padded batch: the family's forward FLOPs x its training factor."""
+    from benchbase.specs.model import validate_model
+    from benchbase.specs.workload import FeatureSpec
+
+    workload = config["workload"]
+    model = validate_model(workload["model"])
+    cost = importlib.import_module(f"benchbase.families.{model.family}.cost")
+    dimension = FeatureSpec.model_validate(workload["features"]).dimension
+    forward = cost.total_forward_flops(cost.forward_flops(model, dimension, workload["data"]["pad_to_frames"]))
+    return cost.TRAINING_FACTOR * forward * config["hardware"]["pipeline"]["batch_per_device"]
+
+
+def run_summary(folder: Path) -> dict:
+    config = json.loads((folder / "config.json").read_text())
+    result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").exists() else {}
+    batches = [m for m in read_jsonl(folder / "metrics.jsonl") if m.get("kind") == "batch"]
+    steady = batches[1:]  # the first step holds the compilation or the capture
+    entry = {"name": folder.name, "status": result.get("status"), "steps": len(batches),
+             "devices": result.get("devices"),
+             "peak_gpu_mem_mb": (result.get("telemetry") or {}).get("peak_gpu_mem_mb")}
+    if not steady:
+        return entry
+    precision = config["workload"]["model"].get("precision", "fp32")
+    steps = sorted(b["step_s"] for b in steady)
+    median = statistics.median(steps)
+    flops = training_flops(config)
+    graphs = [b["backend"] for b in batches if "backend" in b]
+    entry.update({
+        "precision": precision, "batch": config["hardware"]["pipeline"]["batch_per_device"],
+        "median_step_ms": round(1e3 * median, 2), "p10_step_ms": round(1e3 * steps[len(steps) // 10], 2),
+        "p90_step_ms": round(1e3 * steps[min(len(steps) - 1, 9 * len(steps) // 10)], 2),
+        "utt_per_s": round(config["hardware"]["pipeline"]["batch_per_device"] / median, 1),
+        "tflops": round(flops / median / 1e12, 1), "mfu": round(flops / median / PEAKS[precision], 4),
+        "data_wait_share": round(sum(b["wait_s"] for b in steady) / sum(b["step_s"] for b in steady), 4),
+        "first_step_s": round(batches[0]["step_s"], 2), "cuda_graphs": graphs[-1] if graphs else None,
+        "losses": [round(b["loss"], 4) for b in batches[:4]],
+    })
+    return entry
+
+
+def summarize(out: Path) -> str:
+    runs = [run_summary(folder) for folder in sorted(out.iterdir()) if (folder / "config.json").exists()]
+    (out / "summary.json").write_text(json.dumps(runs, indent=1))
+    lines = ["| run | median step ms (p10-p90) | utt/s | TFLOP/s | MFU (matching dense peak) | data wait % "
+             "| first step s | peak GPU MB | CUDA graphs |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in runs:
+        if "median_step_ms" not in r:
+            lines.append(f"| {r['name']} | {r.get('status')} ({r['steps']} steps) |")
+            continue
+        graphs = r["cuda_graphs"]
+        graph_text = (f"{graphs['cuda_graphs']:.0f} ({graphs['cuda_graph_memory_bytes'] / 1e6:.0f} MB, "
+                      f"{graphs['cuda_graph_failures']:.0f} failed)") if graphs else "-"
+        lines.append(f"| {r['name']} | {r['median_step_ms']} ({r['p10_step_ms']}-{r['p90_step_ms']}) "
+                     f"| {r['utt_per_s']} "
+                     f"| {r['tflops']} | {100 * r['mfu']:.1f}% | {100 * r['data_wait_share']:.2f} "
+                     f"| {r['first_step_s']} | {r['peak_gpu_mem_mb']} | {graph_text} |")
+    table = "\n".join(lines)
+    (out / "summary.md").write_text(table + "\n")
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.partition("\n\n")[2])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("prepare", help="the wheels, stores, workloads, entry points and code")
+    p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--utterances", type=int, default=400, help="the synthetic corpus's size (304 to train on)")
+    p.add_argument("--python-version", default="3.12", help="the GPU machine's Python (its wheels' tags)")
+    p.set_defaults(function=prepare)
+    r = commands.add_parser("run", help="one `benchbase run` per BACKEND:WORKLOAD:PRECISION:BATCH[:eager]")
+    r.add_argument("--dir", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--runs", required=True)
+    r.add_argument("--epochs", type=int, default=6)
+    r.add_argument("--deadline", type=float, default=3600, help="seconds: start no run after this")
+    r.set_defaults(function=run)
+    s = commands.add_parser("summarize", help="the table from the run folders")
+    s.add_argument("out", type=Path)
+    s.set_defaults(function=lambda args: print(summarize(args.out)))
+    args = parser.parse_args()
+    args.function(args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

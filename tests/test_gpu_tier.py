@@ -1,0 +1,85 @@
+"""The GPU tier: the conformance kit and whole runs on a CUDA GPU (`make test-gpu`).
+
+Each test here is marked ``gpu`` and skips where the backend sees no GPU (CI has none); the one
+that runs everywhere checks that asking for a GPU there is one clear line. On a GPU machine
+without benchbase's data dependencies, benchmarks/gpu_bundle.py prepares the stores these tests
+read (``BENCHBASE_TEST_STORES``); docs/gpu.md says how.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_benchbase
+
+
+def gpus_of(backend: str) -> int:
+    """How many CUDA devices ``backend`` sees here (0 where it is not installed)."""
+    modules = {"torch": "benchbase_torch_ds2.backend", "jax": "benchbase_jax_ds2.backend"}
+    if importlib.util.find_spec(modules[backend].partition(".")[0]) is None:
+        return 0
+    module = importlib.import_module(modules[backend])
+    backend_class = next(value for value in vars(module).values()
+                         if isinstance(value, type) and getattr(value, "name", None) == backend)
+    return backend_class.visible_devices("cuda") or 0
+
+
+def needs_gpu(backend: str):
+    return pytest.mark.skipif(not gpus_of(backend), reason=f"backend {backend!r} sees no CUDA GPU here")
+
+
+def test_the_kit_on_a_gpu_that_is_not_there_is_one_line():
+    if gpus_of("torch"):
+        pytest.skip("this machine has a GPU")
+    result = run_benchbase("backend-test", "torch", "--family", "ds2", "--device", "cuda", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "benchbase: error: --device cuda: backend 'torch' sees no cuda device here"]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "family"), [
+    pytest.param("torch", "ds2", marks=needs_gpu("torch")),
+    pytest.param("torch", "conformer", marks=needs_gpu("torch")),
+    pytest.param("torch", "rnnt", marks=needs_gpu("torch")),
+    pytest.param("jax", "ds2", marks=needs_gpu("jax")),
+])
+def test_the_kit_passes_on_the_gpu(backend, family):
+    """Every rule, with the CPU's bounds: the spec's fp32 is IEEE float32 on the GPU too (TF32 off)."""
+    result = run_benchbase("backend-test", backend, "--family", family, "--device", "cuda", "--json", timeout=900)
+    report = json.loads(result.stdout)
+    failed = {rule["rule"]: rule["message"] for rule in report["rules"] if not rule["passed"]}
+    assert result.returncode == 0 and not failed, failed
+    assert report["device"] == "cuda"
+
+
+def _gpu_run(backend: str, workload: str, store: Path, out: Path, *extra: str):
+    return run_benchbase("run", "--workload", workload, "--backend", backend, "--hw", "cpu", "--device", "cuda",
+                         "--data", str(store), "--out", str(out), *extra, timeout=900)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "workload", "store"), [
+    pytest.param("torch", "ds2-mini", "small_store", marks=needs_gpu("torch")),
+    pytest.param("jax", "ds2-mini", "small_store", marks=needs_gpu("jax")),
+    pytest.param("torch", "conformer-mini", "conformer_store", marks=needs_gpu("torch")),
+])
+def test_a_mini_workload_trains_on_the_gpu_to_a_target(request, tmp_path, backend, workload, store):
+    """`benchbase run --device cuda` end to end: a loose target reached on the GPU, the log passes
+    `check`, and NVML's telemetry sampled the GPU the run trained on."""
+    folder = tmp_path / "run"
+    result = _gpu_run(backend, workload, request.getfixturevalue(store), folder, "--target", "paper_cer=95",
+                      "--max-epochs", "6")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((folder / "result.json").read_text())
+    assert summary["status"] == "success"
+    assert any(device.startswith("cuda:") for device in summary["devices"]), summary["devices"]
+    telemetry = summary.get("telemetry") or {}
+    assert telemetry.get("gpu_percent_mean") is not None and telemetry.get("peak_gpu_mem_mb"), telemetry
+    check = run_benchbase("check", str(folder / "mllog.log"), timeout=300)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
