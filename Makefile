@@ -43,10 +43,11 @@ test-isa: $(STAMP)
 GPU_TESTS := tests/test_gpu_tier.py tests/test_telemetry.py plugins/torch_ds2/tests/test_torch_cuda_graphs.py \
 	plugins/torch_ds2/tests/test_torch_backend.py plugins/jax_ds2/tests/test_jax_gpu.py
 GPU_PYTHON ?= $(BIN)/python
+GPU_TEST_ARGS ?=
 
 # JAX takes most of the GPU's memory when it starts unless told not to; torch tests share the process.
 test-gpu: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),$(STAMP))
-	XLA_PYTHON_CLIENT_PREALLOCATE=false $(GPU_PYTHON) -m pytest -p no:cacheprovider -m gpu $(GPU_TESTS)
+	XLA_PYTHON_CLIENT_PREALLOCATE=false $(GPU_PYTHON) -m pytest -p no:cacheprovider -m gpu $(GPU_TEST_ARGS) $(GPU_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check benchbase plugins tests benchmarks conftest.py

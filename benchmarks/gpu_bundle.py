@@ -53,6 +53,7 @@ WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "
 """What benchbase imports that the GPU image lacks (the image has torch, JAX, numpy, scipy, click,
 rich, pluggy, matplotlib, pytest...). librosa's own needs load lazily: features are computed here."""
 STORES = {"features": "ds2", "conformer-features": "conformer"}
+SUBSETS = "train,dev-clean,dev-other,test-clean,test-other"  # the mini workloads' subsets
 PAD_FRAMES = 1670  # ds2's padding (16.7 s), for both families: each step has a fixed shape
 PEAKS = {"fp32": 67e12, "tf32": 495e12, "bf16": 989e12, "fp16": 989e12}
 """H100 and H200 SXM dense peaks (NVIDIA's datasheets; the same GH100 chip and clocks): FP32 on the
@@ -84,7 +85,7 @@ def prepare(args: argparse.Namespace) -> None:
         if not (store / "store.json").exists():
             timing = write_timing_workload(directory / "workloads", workload, args.utterances)
             subprocess.run([*benchbase, "data", "prepare", "--librispeech", str(corpus), "--workload", str(timing),
-                            "--out", str(store)], check=True)
+                            "--subsets", SUBSETS, "--out", str(store)], check=True)
     for workload in STORES.values():
         write_timing_workload(directory / "workloads", workload, args.utterances)
     (directory / "workloads" / "gpu.yaml").write_text(yaml.safe_dump(PROFILE, sort_keys=False))
@@ -185,11 +186,13 @@ def run(args: argparse.Namespace) -> None:
         command = [sys.executable, "-m", "benchbase", "run", "--workload",
                    str(args.dir / "workloads" / f"{workload}-gpu-timing.yaml"), "--backend", backend,
                    "--hw", str(args.dir / "workloads" / "gpu.yaml"), "--data", str(args.dir / "stores" / store),
-                   "--device", "cuda", "--precision", precision, "--no-final-eval", "--out", str(args.out / name),
+                   "--device", args.device, "--precision", precision, "--no-final-eval", "--out", str(args.out / name),
                    "--max-epochs", str(args.epochs), "--set", f"hardware.pipeline.global_batch={batch}",
                    "--set", f"hardware.pipeline.batch_per_device={batch}"]
         if "eager" in options:
             command += ["--set", "hardware.devices.cuda_graphs=false"]
+        for override in args.set:
+            command += ["--set", override]
         print(f"[{time.monotonic() - started:6.1f} s] {name}", flush=True)
         with open(args.out / f"{name}.log", "w") as log:
             try:
@@ -282,6 +285,8 @@ def main() -> None:
     r.add_argument("--runs", required=True)
     r.add_argument("--epochs", type=int, default=6)
     r.add_argument("--deadline", type=float, default=3600, help="seconds: start no run after this")
+    r.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke test of this script")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     r.set_defaults(function=run)
     s = commands.add_parser("summarize", help="the table from the run folders")
     s.add_argument("out", type=Path)
