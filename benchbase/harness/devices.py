@@ -41,7 +41,9 @@ def device_plan(hardware: HardwareProfile, device: str = "auto", *, devices: int
         raise InputError(f"hardware profile {hardware.name!r}: its global batch of {global_batch} does not split "
                          f"evenly over {count} devices")
     per_process = 1 if process_model == "process_per_device" else max(1, count // world.size)
-    threads = hardware.pipeline.threads * per_process if hardware.pipeline.threads else None
+    # The profile's threads are a CPU device's compute budget: a GPU run's host threads launch
+    # kernels (XLA's GPU client keeps several busy), so a CUDA plan has none.
+    threads = hardware.pipeline.threads * per_process if hardware.pipeline.threads and kind == "cpu" else None
     return DevicePlan(kind=kind, count=count, batch_per_device=global_batch // count, threads=threads,
                       world_size=world.size, rank=world.rank, local_rank=world.local_rank,
                       overridden=kind != profile_kind or count != hardware.devices.count,

@@ -28,6 +28,7 @@ outside DDP and int8-emulated, and where the hardware profile leaves ``devices.c
 
 from __future__ import annotations
 
+import gc
 import time
 
 import torch
@@ -85,6 +86,9 @@ class GraphedNetwork(torch.nn.Module):
         """A graph of the forward and backward for these tensors' signature, with the network's
         buffers and the CUDA generator as they were before (None, and eager, if it cannot be)."""
         device = tensors[0].device
+        # No autograd graph of an earlier step may outlive this point: a parameter's gradient
+        # accumulator it holds, made on the default stream, would make the captured backward wait on it.
+        gc.collect()
         buffers = {name: buffer.clone() for name, buffer in self.network.named_buffers()}
         generator = torch.cuda.get_rng_state(device)
         reserved = torch.cuda.memory_reserved(device)
