@@ -265,14 +265,15 @@ def run_summary(folder: Path) -> dict:
 def summarize(out: Path) -> str:
     runs = [run_summary(folder) for folder in sorted(out.iterdir()) if (folder / "config.json").exists()]
     (out / "summary.json").write_text(json.dumps(runs, indent=1))
-    lines = ["| run | median step ms (p10-p90) | utt/s | TFLOP/s | MFU (matching dense peak) | data wait % (within epochs) "
-             "| first step s | peak GPU MB | CUDA graphs |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| run | median step ms (p10-p90) | utt/s | TFLOP/s | MFU (matching dense peak) "
+             "| data wait % (within epochs) | first step s | peak GPU MB | CUDA graphs |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         if "median_step_ms" not in r:
             lines.append(f"| {r['name']} | {r.get('status')} ({r['steps']} steps) |")
             continue
         graphs = r["cuda_graphs"]
-        within = "-" if r["data_wait_share_within_epochs"] is None else f"{100 * r['data_wait_share_within_epochs']:.2f}"
+        share = r["data_wait_share_within_epochs"]
+        within = "-" if share is None else f"{100 * share:.2f}"
         graph_text = (f"{graphs['cuda_graphs']:.0f} ({graphs['cuda_graph_memory_bytes'] / 1e6:.0f} MB, "
                       f"{graphs['cuda_graph_failures']:.0f} failed)") if graphs else "-"
         lines.append(f"| {r['name']} | {r['median_step_ms']} ({r['p10_step_ms']}-{r['p90_step_ms']}) "
