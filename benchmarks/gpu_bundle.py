@@ -266,7 +266,8 @@ def summarize(out: Path) -> str:
     runs = [run_summary(folder) for folder in sorted(out.iterdir()) if (folder / "config.json").exists()]
     (out / "summary.json").write_text(json.dumps(runs, indent=1))
     lines = ["| run | median step ms (p10-p90) | utt/s | TFLOP/s | MFU (matching dense peak) "
-             "| data wait % (within epochs) | first step s | peak GPU MB | CUDA graphs |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| data wait % (within epochs) | first step s | peak GPU MB | CUDA graphs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         if "median_step_ms" not in r:
             lines.append(f"| {r['name']} | {r.get('status')} ({r['steps']} steps) |")
