@@ -22,6 +22,7 @@ from benchbase.compliance.parse import parse_log, parse_log_text
 from benchbase.compliance.rules import RuleSet, load_ruleset
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
+from benchbase.harness.unfinished import RunUnfinished
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig, RunResult, Target, TTARule, read_run_result
@@ -498,8 +499,10 @@ def crashed_run(tmp_path_factory, small_store) -> Path:
     out = tmp_path_factory.mktemp("crashed") / "run"
     config = RunConfig(workload=workload, backend=FullDiskAtTheFinalCheckpoint.name, hardware=registry.profile("cpu"),
                        seed=1, out=out, data=small_store)
-    with pytest.raises(OSError, match="No space left on device"):
+    # The harness names the run unfinished (run_stop logged, no result.json), the full disk as the cause.
+    with pytest.raises(RunUnfinished, match=r"the disk is full .*run is unfinished") as raised:
         run_benchmark(config, manager, registry.backend(FullDiskAtTheFinalCheckpoint.name))
+    assert isinstance(raised.value.__cause__, OSError)
     return out
 
 

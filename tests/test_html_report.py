@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
-import pytest
+from real_parts import skip_unless_required
 
 from benchbase.report.html import render_html
 from benchbase.report.output import write_tables
@@ -84,10 +84,11 @@ def _browser() -> str | None:
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 
 
-@pytest.mark.skipif(_browser() is None, reason="no headless Chromium or Chrome on this machine")
 def test_a_real_browser_renders_the_report(tmp_path):
     """In CI, Debian's chromium (.ci/run installs it), as root: hence --no-sandbox, as Chromium
     refuses root with its sandbox on. A profile of its own, so that nothing else's is touched."""
+    if _browser() is None:
+        skip_unless_required("chromium", "no headless Chromium or Chrome on this machine")
     from PIL import Image
 
     write_tables(_tables(), tmp_path, [_figure(tmp_path)])
@@ -99,7 +100,7 @@ def test_a_real_browser_renders_the_report(tmp_path):
     except subprocess.TimeoutExpired:
         blank = None
     if blank is None or blank.returncode or "<html" not in blank.stdout:
-        pytest.skip(f"{common[0]} cannot render an empty page on this machine: "
+        skip_unless_required("chromium", f"{common[0]} cannot render an empty page on this machine: "
                     f"{blank.stderr[-1000:] if blank else 'no answer in 120 s'}")
     dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-3000:]

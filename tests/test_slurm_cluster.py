@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 import pytest
 from cli_helpers import run_benchbase
+from real_parts import skip_unless_required
 
 pytestmark = pytest.mark.slow
 
@@ -78,10 +79,10 @@ def _this_node() -> str:
         described = subprocess.run([shutil.which("slurmd", path=SEARCH_PATH) or "slurmd", "-C"],
                                    capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
-        pytest.skip(f"slurmd -C did not describe this machine: {error}")
+        skip_unless_required("slurm", f"slurmd -C did not describe this machine: {error}")
     line = next((line for line in described.stdout.splitlines() if line.startswith("NodeName=")), None)
     if described.returncode or line is None:
-        pytest.skip(f"slurmd -C did not describe this machine: {described.stderr.strip()}")
+        skip_unless_required("slurm", f"slurmd -C did not describe this machine: {described.stderr.strip()}")
     return " ".join([f"NodeName={NODE}", *line.split()[1:], "State=UNKNOWN"])
 
 
@@ -137,11 +138,11 @@ def _wait_until(ready, daemons: dict[str, subprocess.Popen], folder: Path, what:
     while not ready():
         for name, process in daemons.items():
             if process.poll() is not None:
-                pytest.skip(f"{name} exited with {process.returncode} before {what}:\n"
-                            f"{_tail(folder / 'log' / f'{name}.out')}")
+                skip_unless_required("slurm", f"{name} exited with {process.returncode} before {what}:\n"
+                                     f"{_tail(folder / 'log' / f'{name}.out')}")
         if time.monotonic() > deadline:
             logs = "\n".join(f"--- {name}\n{_tail(folder / 'log' / f'{name}.out', 10)}" for name in daemons)
-            pytest.skip(f"no {what} within {COMES_UP_WITHIN:.0f} s:\n{logs}")
+            skip_unless_required("slurm", f"no {what} within {COMES_UP_WITHIN:.0f} s:\n{logs}")
         time.sleep(0.5)
 
 
@@ -158,8 +159,8 @@ def slurm_cluster() -> Iterator[Cluster]:
     """A one-node cluster on this machine, running until the module's tests are done."""
     missing = [name for name in (*DAEMONS, *CLIENTS) if shutil.which(name, path=SEARCH_PATH) is None]
     if missing:
-        pytest.skip(f"Slurm or munge is not installed ({', '.join(missing)} missing; Debian: "
-                    "apt-get install slurm-wlm munge)")
+        skip_unless_required("slurm", f"Slurm or munge is not installed ({', '.join(missing)} missing; Debian: "
+                             "apt-get install slurm-wlm munge)")
     user = pwd.getpwuid(os.getuid()).pw_name
     node = _this_node()
     # A short path of its own: munged's socket path may not exceed 107 bytes, and munged wants
@@ -239,7 +240,7 @@ def _job(cluster: Cluster, job: str) -> dict[str, str]:
 def test_the_batch_script_trains_across_a_real_allocation(slurm_cluster, small_store, tmp_path):
     pytest.importorskip("torch", reason="torch is not installed")
     if not (Path(sys.prefix) / "bin" / "torchrun").exists():
-        pytest.skip(f"no torchrun in {sys.prefix}/bin, where the script looks (VENV)")
+        skip_unless_required("slurm", f"no torchrun in {sys.prefix}/bin, where the script looks (VENV)")
     out, output = tmp_path / "run", tmp_path / "job.out"
     knobs = {"WORKLOAD": "ds2-mini", "BACKEND": "torch", "HW": "cpu2", "DATA": str(small_store), "SEED": "0",
              "OUT": str(out), "GPUS_PER_NODE": "2", "PROCS_PER_NODE": "2", "RDZV_PORT": str(_free_port()),
@@ -258,13 +259,13 @@ def test_the_batch_script_trains_across_a_real_allocation(slurm_cluster, small_s
     while (state := _job(slurm_cluster, job)).get("JobState") not in ENDED:
         waited = time.monotonic() - submitted_at
         if state.get("JobState") == "PENDING" and waited > JOB_STARTS_WITHIN:
-            pytest.skip(f"job {job} still pending after {waited:.0f} s ({state.get('Reason')}): "
-                        "the cluster does not start jobs here")
+            skip_unless_required("slurm", f"job {job} still pending after {waited:.0f} s ({state.get('Reason')}): "
+                                 "the cluster does not start jobs here")
         assert waited < JOB_ENDS_WITHIN, f"job {job} still {state} after {waited:.0f} s:\n{_tail(output, 80)}"
         time.sleep(1)
     if not output.exists():
-        pytest.skip(f"job {job} ended {state} without starting its script (slurmd could not launch it here):\n"
-                    f"{_tail(slurm_cluster.folder / 'log' / 'slurmd.out')}")
+        skip_unless_required("slurm", f"job {job} ended {state} without starting its script (slurmd could not "
+                             f"launch it here):\n{_tail(slurm_cluster.folder / 'log' / 'slurmd.out')}")
     assert (state["JobState"], state.get("ExitCode")) == ("COMPLETED", "0:0"), \
         f"job {job} ended {state}:\n{_tail(output, 80)}"
 
