@@ -304,11 +304,14 @@ class Backend(ABC):
 
     @abstractmethod
     def load_checkpoint(self, path: Path) -> None:
-        """Restore what ``save_checkpoint`` of the same backend wrote.
+        """Restore what ``save_checkpoint`` of the same backend wrote, right after ``build()`` with the
+        same context, before any step; a file that does not fit raises ``BenchbaseError`` naming it."""
 
-        Called only right after ``build()`` with the same context, before any step. A file
-        that does not fit the model raises ``BenchbaseError`` naming the path.
-        """
+    def host_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """A host array the harness's pipeline pads a batch's features into, in its producer threads
+        (so thread-safe), after ``build()``: memory the backend copies to its device fastest
+        (page-locked for a GPU, which only a framework can allocate). None (the default): NumPy's."""
+        return None
 
     @abstractmethod
     def parameter_count(self) -> int:
@@ -316,19 +319,14 @@ class Backend(ABC):
 
     @abstractmethod
     def export_weights(self) -> dict[str, np.ndarray]:
-        """The model's weights in benchbase's framework-neutral layout (the family's ``weight_layout``).
-
-        Names, shapes and meanings are those of ``family_parts(model).weight_layout(model, feature_dimension)``;
-        arrays are float32 numpy copies. BatchNorm running statistics are included.
-        """
+        """The model's weights in benchbase's framework-neutral layout: the names, shapes and meanings of
+        ``family_parts(model).weight_layout(model, feature_dimension)``, float32 NumPy copies, BatchNorm's
+        running statistics included."""
 
     @abstractmethod
     def import_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Set the model's weights from the framework-neutral layout (every name, exact shapes).
-
-        The optimizer's state is left as it is. The conformance kit uses this to compare the
-        backend with the reference on the same weights.
-        """
+        """Set the model's weights from the framework-neutral layout (every name, exact shapes), the
+        optimizer's state left as it is: the conformance kit compares the backend with the reference so."""
 
     @classmethod
     def visible_devices(cls, kind: DeviceKind) -> int | None:

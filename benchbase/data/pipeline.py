@@ -26,9 +26,13 @@ import numpy as np
 
 from benchbase.backend import Batch, BatchShape
 from benchbase.data.store import FeatureStore, ShardIndex, Utterance
+from benchbase.errors import BenchbaseError
 from benchbase.specs import ModelSpec
 
-__all__ = ["BatchPipeline", "EpochBatches", "bucketed_plan", "pad_batch"]
+__all__ = ["BatchPipeline", "EpochBatches", "HostArrays", "bucketed_plan", "pad_batch"]
+
+HostArrays = Callable[[tuple[int, ...], np.dtype], "np.ndarray | None"]
+"""``Backend.host_array``: an array for a batch's padded features, or None for NumPy's."""
 
 _END = object()
 
@@ -63,6 +67,8 @@ class BatchPipeline:
         self.length_buckets = length_buckets if shuffle else 0
         self.pad_to_frames = pad_to_frames
         self.model = model
+        self.host_arrays: HostArrays | None = None
+        """Where padded features go (the backend's ``host_array``, set after its build); None: np.zeros."""
 
     def __len__(self) -> int:
         """Batches per epoch (with bucketing, each bucket drops its own remainder)."""
@@ -88,7 +94,7 @@ class BatchPipeline:
             for index, group in enumerate(groups):
                 if index < skip:
                     continue
-                _put(batches, pad_batch(group, self.model, self.pad_to_frames), stop)
+                _put(batches, pad_batch(group, self.model, self.pad_to_frames, self.host_arrays), stop)
             _put(batches, _END, stop)
         except BaseException as error:  # noqa: BLE001 - handed to the consumer, which re-raises it
             _put(batches, error, stop)
@@ -203,17 +209,20 @@ def bucketed_plan(frames: np.ndarray, buckets: int, batch_size: int, drop_last: 
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int | None = None) -> Batch:
+def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int | None = None,
+              host_arrays: HostArrays | None = None) -> Batch:
     """Right-pad features with zeros (to the longest, or to ``pad_to_frames``) and labels with the blank.
 
-    The output lengths come from the model spec's formula, the only one.
+    The output lengths come from the model spec's formula, the only one. ``host_arrays`` (a
+    backend's ``host_array``) gives the array the features are padded into; None, or its None: NumPy's.
     """
     frames = np.asarray([u.features.shape[0] for u in utterances], dtype=np.int32)
     label_lengths = np.asarray([len(u.labels) for u in utterances], dtype=np.int32)
     width = pad_to_frames or int(frames.max())
     if frames.max() > width:
         raise ValueError(f"an utterance has {frames.max()} frames, more than pad_to_frames {width}")
-    features = np.zeros((len(utterances), width, utterances[0].features.shape[1]), dtype=np.float32)
+    shape = (len(utterances), width, utterances[0].features.shape[1])
+    features = _host_features(host_arrays, shape)
     labels = np.full((len(utterances), label_lengths.max()), model.blank_index, dtype=np.int32)
     for row, utterance in enumerate(utterances):
         features[row, : frames[row]] = utterance.features
@@ -227,6 +236,18 @@ def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int 
         utterance_ids=tuple(u.utterance_id for u in utterances),
         transcripts=tuple(u.transcript for u in utterances),
     )
+
+
+def _host_features(host_arrays: HostArrays | None, shape: tuple[int, int, int]) -> np.ndarray:
+    """Zeros of ``shape``, float32, where the backend wants them (page-locked memory) or NumPy's."""
+    features = host_arrays(shape, np.dtype(np.float32)) if host_arrays is not None else None
+    if features is None:
+        return np.zeros(shape, dtype=np.float32)
+    if features.shape != shape or features.dtype != np.float32 or not features.flags.writeable:
+        raise BenchbaseError(f"the backend's host_array{shape} gave a {features.dtype} array of shape "
+                             f"{features.shape}; expected a writeable float32 array of that shape")
+    features.fill(0)
+    return features
 
 
 def _ordered_map(function, items: list, workers: int, stop: threading.Event) -> Iterator:

@@ -4,14 +4,15 @@ build() gets, the same on every rank; and the fp32 context of a lower-precision 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
-from benchbase.backend import BuildContext, DevicePlan
+from benchbase.backend import Backend, BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.specs import RunConfig
 from benchbase.specs.strategy import SyncSpec
 
-__all__ = ["build_context", "fp32_context", "run_pipeline"]
+__all__ = ["build_context", "fp32_context", "pad_into_backend_arrays", "run_pipeline"]
 
 
 def run_pipeline(config: RunConfig, store: FeatureStore, subsets: tuple[str, ...], training: bool) -> BatchPipeline:
@@ -25,6 +26,14 @@ def run_pipeline(config: RunConfig, store: FeatureStore, subsets: tuple[str, ...
     return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
                          prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=config.seed,
                          pad_to_frames=data.pad_to_frames)
+
+
+def pad_into_backend_arrays(backend: Backend, pipelines: Iterable[BatchPipeline]) -> None:
+    """After build(): the pipelines pad into the backend's host arrays, where it offers its own
+    (``Backend.host_array``: page-locked memory, so a GPU copy needs no staging)."""
+    if type(backend).host_array is not Backend.host_array:
+        for pipeline in pipelines:
+            pipeline.host_arrays = backend.host_array
 
 
 def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> BuildContext:

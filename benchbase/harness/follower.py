@@ -17,7 +17,7 @@ from benchbase.data.augmentation import training_batch
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.errors import Terminated
-from benchbase.harness.assembly import build_context, run_pipeline
+from benchbase.harness.assembly import build_context, pad_into_backend_arrays, run_pipeline
 from benchbase.harness.devices import config_plan, own_slice
 from benchbase.harness.rank_checkpoints import own_checkpoint, write_own_checkpoint
 from benchbase.harness.resume_state import ResumeState
@@ -73,6 +73,7 @@ class _Follower:
             if not built_before_clock:
                 backend.build(context)
             coordinator.gather(list(backend.devices_in_use()))
+            pad_into_backend_arrays(backend, [train_data])
             if self.resume is not None:  # right after build(), as rank 0 loads its own
                 backend.load_checkpoint(own_checkpoint(self.folder, self.resume.batch_index, coordinator.world.rank))
             try:

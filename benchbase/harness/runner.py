@@ -25,6 +25,7 @@ from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
 from benchbase.data.page_cache import drop_from_page_cache
 from benchbase.data.registered import data_departures, store_data_record
+from benchbase.harness.assembly import pad_into_backend_arrays
 from benchbase.harness.backend_failure import backend_failure
 from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import check_devices_in_use, device_plan, gpus_in_use, thread_budget
@@ -145,6 +146,7 @@ class Harness:
                     backend.build(inputs.context)
                     build_seconds = self.clock.seconds() - build_started
                 devices = self._check_devices(log, backend, inputs)
+                pad_into_backend_arrays(backend, [inputs.train_data, *inputs.dev_data.values()])
                 progress = self._progress(backend, resumption)
                 loop = TrainingLoop(self.config, self.hook, self.clock, log, recorder, self.coordinator, inputs,
                                     backend, progress, resumed=resumption is not None, build_seconds=build_seconds)

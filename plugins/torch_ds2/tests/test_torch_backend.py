@@ -114,3 +114,25 @@ def test_cuda_training_step(registry, small_store):
     backend = torch_backend.TorchBackend()
     backend.build(context(workload, DevicePlan(kind="cuda", count=1, batch_per_device=8)))
     assert np.isfinite(backend.train_step(batch))
+
+
+def test_host_arrays_are_numpys_on_a_cpu(registry):
+    backend = build(registry.workload("ds2-mini"))
+    try:
+        assert backend.host_array((2, 3), np.dtype(np.float32)) is None
+    finally:
+        backend.close()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_host_arrays_are_page_locked(registry):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    backend = torch_backend.TorchBackend()
+    backend.build(context(registry.workload("ds2-mini"), DevicePlan(kind="cuda", count=1, batch_per_device=8)))
+    try:
+        array = backend.host_array((8, 600, 96), np.dtype(np.float32))
+        assert array.shape == (8, 600, 96) and array.dtype == np.float32 and torch.from_numpy(array).is_pinned()
+        assert backend._tensor(array).device.type == "cuda"
+    finally:
+        backend.close()
