@@ -22,11 +22,13 @@ no eSpeak NG and no network. `prepare` makes, here, one folder that carries ever
         --runs torch:ds2:bf16:150,torch:ds2:bf16:150:eager,jax:ds2:bf16:150,torch:conformer:bf16:32
     python3 benchmarks/gpu_bundle.py summarize OUT                 # the table again
 
-A run is BACKEND:WORKLOAD:PRECISION:BATCH[:eager]: `benchbase run` of the timing workload on one GPU
+A run is BACKEND:WORKLOAD:PRECISION:BATCH[:OPTION]: `benchbase run` of the timing workload on one GPU
 at that per-device batch, every utterance padded to 1670 frames, no evaluation (the targets are
 unreachable on this corpus; each run stops at its epoch limit); ``eager`` turns the profile's CUDA
-graphs off. The table: the median step after the first, utterances/s, model FLOP utilization
-against the GPU's dense peak for the precision (the family's own FLOP count,
+graphs off; ``compile``, ``compile_ro``, ``compile_max`` compile the torch backend's training
+forward with ``torch.compile`` in its default, reduce-overhead or max-autotune-no-cudagraphs mode
+(``COMPILE_MODES``), the backend's graphs off. The table: the median step after the first,
+utterances/s, model FLOP utilization against the GPU's dense peak for the precision (the family's own FLOP count,
 ``benchbase.families.<family>.cost``), the data wait's share of the step, the first step
 (compilation, capture), and the peak GPU memory NVML saw.
 """
@@ -192,13 +194,16 @@ def run(args: argparse.Namespace) -> None:
             print(f"skipping {name}: {left:.0f} s left before the deadline", flush=True)
             continue
         store = next(store for store, family in STORES.items() if family == workload)
-        command = [sys.executable, "-m", "benchbase", "run", "--workload",
+        compiled = [option for option in options if option in COMPILE_MODES]
+        starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--compile", compiled[0], "--"]
+                   if compiled else [sys.executable, "-m", "benchbase"])
+        command = [*starter, "run", "--workload",
                    str(args.dir / "workloads" / f"{workload}-gpu-timing.yaml"), "--backend", backend,
                    "--hw", str(args.dir / "workloads" / "gpu.yaml"), "--data", str(args.dir / "stores" / store),
                    "--device", args.device, "--precision", precision, "--no-final-eval", "--out", str(args.out / name),
                    "--max-epochs", str(args.epochs), "--set", f"hardware.pipeline.global_batch={batch}",
                    "--set", f"hardware.pipeline.batch_per_device={batch}"]
-        if "eager" in options:
+        if "eager" in options or compiled:  # torch.compile's own graphs, not the backend's
             command += ["--set", "hardware.devices.cuda_graphs=false"]
         for override in args.set:
             command += ["--set", override]
@@ -210,6 +215,30 @@ def run(args: argparse.Namespace) -> None:
                 code = "timeout"
         print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
     print(summarize(args.out))
+
+
+COMPILE_MODES = {"compile": "default", "compile_ro": "reduce-overhead", "compile_max": "max-autotune-no-cudagraphs"}
+"""The ``torch.compile`` lever: the torch backend's training forward compiled by TorchInductor in one
+of its modes (reduce-overhead replays CUDA graphs of its own); a lever measured here, not the
+backend's default."""
+
+
+def child(args: argparse.Namespace) -> None:
+    """`benchbase ARGS` in this process with the torch backend's training forward compiled."""
+    import torch
+    from benchbase_torch_ds2 import backend as torch_backend
+
+    built = torch_backend.TorchBackend.build
+
+    def compiled_build(self, context):
+        built(self, context)
+        if self.model is self.network:  # one device, no graphs of the backend's own
+            self.model = torch.compile(self.network, mode=COMPILE_MODES[args.compile])
+
+    torch_backend.TorchBackend.build = compiled_build
+    from benchbase.cli import main as benchbase_main
+
+    benchbase_main(args.benchbase)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -305,10 +334,16 @@ def main() -> None:
     r.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke test of this script")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     r.set_defaults(function=run)
+    c = commands.add_parser("child", help=argparse.SUPPRESS)
+    c.add_argument("--compile", choices=sorted(COMPILE_MODES), required=True)
+    c.add_argument("benchbase", nargs=argparse.REMAINDER)
+    c.set_defaults(function=child)
     s = commands.add_parser("summarize", help="the table from the run folders")
     s.add_argument("out", type=Path)
     s.set_defaults(function=lambda args: print(summarize(args.out)))
     args = parser.parse_args()
+    if getattr(args, "benchbase", None) and args.benchbase[0] == "--":
+        args.benchbase = args.benchbase[1:]
     args.function(args)
 
 
