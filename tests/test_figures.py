@@ -148,6 +148,23 @@ def test_figure_8_follows_a_chosen_window(tmp_path):
     assert times[0] == 40.0 and times[-1] == 50.0
 
 
+def test_figure_8_of_a_resumed_run_reads_its_segments_telemetry(tmp_path):
+    """A resume moves the interrupted segment's telemetry to segments/K/ and the clock goes on from
+    there: a window in an earlier segment draws its samples, and the CPUs are counted from them."""
+    run = write_run(tmp_path / "run", new=True)
+    samples = [json.loads(line) for line in (run / "telemetry.jsonl").read_text().splitlines()]
+    for number, part in ((1, samples[:40]), (2, samples[40:80])):  # t 0-19.5 and 20-39.5 s
+        (run / "segments" / str(number)).mkdir(parents=True)
+        (run / "segments" / str(number) / "telemetry.jsonl").write_text("".join(json.dumps(s) + "\n" for s in part))
+    (run / "telemetry.jsonl").write_text("".join(json.dumps(sample) + "\n" for sample in samples[80:]))
+    [group] = load_groups([run])
+    assert [sample["t"] for sample in group.runs[0].telemetry] == [sample["t"] for sample in samples]
+    figure = draw_utilization([group], (5.0, 15.0))
+    texts = [text.get_text() for axis in figure.axes for text in axis.texts]
+    assert "no telemetry in this window" not in texts
+    assert "of all 2 logical CPUs" in figure.axes[0].get_ylabel()
+
+
 def test_figure_10_bars_the_median_throughput_after_warm_up(tmp_path):
     write_run(tmp_path / "a" / "run-0", new=True, throughput=40.0)
     write_run(tmp_path / "a" / "run-1", new=True, throughput=60.0)

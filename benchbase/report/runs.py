@@ -71,7 +71,15 @@ class Run:
 
     @cached_property
     def telemetry(self) -> list[dict]:
-        return read_json_lines(RunFolder(self.path).telemetry)
+        """Every sample of the run. A resume moves the interrupted segment's samples to segments/K/
+        and its clock goes on from the interruption, so the segments' samples, in order, come first."""
+        folder = RunFolder(self.path)
+        segments = sorted(folder.segment_folders(), key=lambda segment: _segment_number(segment.root.name))
+        return [sample for part in (*segments, folder) for sample in read_json_lines(part.telemetry)]
+
+
+def _segment_number(name: str) -> int:
+    return int(name) if name.isdigit() else -1  # segments/10 after segments/9
 
 
 @dataclass
