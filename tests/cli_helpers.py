@@ -47,21 +47,8 @@ def two_torchrun_nodes(run_arguments: list[str], timeout: float = 600,
     (the clusters' recipes), node 0 hosting its store (``is_host``): two c10d agents left to guess
     on one host race to host it, and the loser can wait minutes before it retries as a client.
     """
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    if rendezvous == "static":
-        meeting = [["--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}", f"--node-rank={node}"]
-                   for node in range(2)]
-    else:
-        meeting = [["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=benchbase-test",
-                    f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}"] for node in range(2)]
     started = time.monotonic()
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", *meeting[node],
-         "-m", "benchbase", "run", *run_arguments],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        for node in range(2)]
+    nodes = start_two_torchrun_nodes(run_arguments, rendezvous)
     try:
         outputs, ended = [], []
         for node in nodes:
@@ -73,3 +60,21 @@ def two_torchrun_nodes(run_arguments: list[str], timeout: float = 600,
                 node.kill()
     return [(node.returncode, stdout, stderr, seconds)
             for node, (stdout, stderr), seconds in zip(nodes, outputs, ended)]
+
+
+def start_two_torchrun_nodes(run_arguments: list[str], rendezvous: str = "static") -> list[subprocess.Popen]:
+    """The two torchrun agents of ``two_torchrun_nodes``, started and left running."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    if rendezvous == "static":
+        meeting = [["--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}", f"--node-rank={node}"]
+                   for node in range(2)]
+    else:
+        meeting = [["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=benchbase-test",
+                    f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}"] for node in range(2)]
+    return [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", *meeting[node],
+         "-m", "benchbase", "run", *run_arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        for node in range(2)]

@@ -26,7 +26,7 @@ import psutil
 import pytest
 import torch
 import yaml
-from cli_helpers import run_benchbase
+from cli_helpers import run_benchbase, start_two_torchrun_nodes, two_torchrun_nodes
 
 from benchbase.data.integrity import file_digest
 from benchbase.errors import InputError
@@ -184,6 +184,39 @@ def test_a_signal_stops_a_run_of_two_processes_in_one_line_and_it_resumes(uninte
 
     resumed = run_benchbase("run", "--resume", str(out), timeout=600)
     assert resumed.returncode == 3, resumed.stderr[-3000:]
+    _assert_trained_alike(out, uninterrupted("sync"))
+    _assert_check_passes_and_says_resumed(out)
+
+
+@pytest.mark.slow
+def test_a_run_on_two_torchrun_machines_stopped_by_sigterm_resumes_to_the_uninterrupted_run(uninterrupted,
+                                                                                             small_store, tmp_path):
+    """Two torchrun invocations ("machines", one process each, meeting on 127.0.0.1) both get
+    SIGTERM, as a cluster preempting the job sends it to every node's agent. The same two torchrun
+    commands with `run --resume OUT` go on, and the run trains and evaluates exactly as the
+    uninterrupted cpu2 run of benchbase's own launcher: the same plan, two ranks, gloo."""
+    out = tmp_path / "run"
+    nodes = start_two_torchrun_nodes([*SETTINGS, "--data", str(small_store), "--out", str(out)])
+    try:
+        deadline = time.monotonic() + 300
+        while not (any((out / "checkpoints").glob("*.ckpt.json")) and _batches_written(out) >= 3):
+            assert all(node.poll() is None for node in nodes), [node.communicate()[1][-2000:] for node in nodes]
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+        for node in nodes:
+            node.send_signal(signal.SIGTERM)
+        stopped = [node.communicate(timeout=120) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    codes = [node.returncode for node in nodes]
+    assert codes[0] == codes[1] != 0, (codes, [stderr[-2000:] for _, stderr in stopped])
+    last = [event for event in _events(out) if event["key"] == "benchbase_checkpoint"][-1]
+    assert last["metadata"]["terminated"] is True  # every rank checkpointed the batch it stopped at
+
+    resumed = two_torchrun_nodes(["--resume", str(out)])
+    assert [code for code, *_ in resumed] == [0, 0], [stderr[-2000:] for _, _, stderr, _ in resumed]
     _assert_trained_alike(out, uninterrupted("sync"))
     _assert_check_passes_and_says_resumed(out)
 
