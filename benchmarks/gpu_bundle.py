@@ -27,7 +27,8 @@ at that per-device batch, every utterance padded to 1670 frames, no evaluation (
 unreachable on this corpus; each run stops at its epoch limit); ``eager`` turns the profile's CUDA
 graphs off; ``compile``, ``compile_ro``, ``compile_max`` compile the torch backend's training
 forward with ``torch.compile`` in its default, reduce-overhead or max-autotune-no-cudagraphs mode
-(``COMPILE_MODES``), the backend's graphs off. The table: the median step after the first,
+(``COMPILE_MODES``), the backend's graphs off; ``unrollN`` unrolls JAX's LSTM scans N frames a
+loop iteration (``UNROLL``). The table: the median step after the first,
 utterances/s, model FLOP utilization against the GPU's dense peak for the precision (the family's own FLOP count,
 ``benchbase.families.<family>.cost``), the data wait's share of the step, the first step
 (compilation, capture), and the peak GPU memory NVML saw.
@@ -40,6 +41,7 @@ import importlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -196,8 +198,9 @@ def run(args: argparse.Namespace) -> None:
             continue
         store = next(store for store, family in STORES.items() if family == workload)
         compiled = [option for option in options if option in COMPILE_MODES]
-        starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--compile", compiled[0], "--"]
-                   if compiled else [sys.executable, "-m", "benchbase"])
+        levers = [option for option in options if option in COMPILE_MODES or UNROLL.fullmatch(option)]
+        starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--lever", levers[0], "--"]
+                   if levers else [sys.executable, "-m", "benchbase"])
         command = [*starter, "run", "--workload",
                    str(args.dir / "workloads" / f"{workload}-gpu-timing.yaml"), "--backend", backend,
                    "--hw", str(args.dir / "workloads" / "gpu.yaml"), "--data", str(args.dir / "stores" / store),
@@ -224,19 +227,35 @@ of its modes (reduce-overhead replays CUDA graphs of its own); a lever measured 
 backend's default."""
 
 
+UNROLL = re.compile(r"unroll(\d+)")
+"""The JAX lever ``unrollN``: the LSTM's scans over frames (forward and backward) unrolled N steps per
+loop iteration (``lax.scan(unroll=N)``): fewer, larger loop bodies for XLA; the same arithmetic."""
+
+
 def child(args: argparse.Namespace) -> None:
-    """`benchbase ARGS` in this process with the torch backend's training forward compiled."""
-    import torch
-    from benchbase_torch_ds2 import backend as torch_backend
+    """`benchbase ARGS` in this process with one lever applied: the torch backend's training forward
+    compiled (``COMPILE_MODES``), or JAX's LSTM scans unrolled (``UNROLL``)."""
+    if unrolled := UNROLL.fullmatch(args.lever):
+        import functools
+        import types
 
-    built = torch_backend.TorchBackend.build
+        from benchbase_jax_ds2 import recurrence
+        from jax import lax
 
-    def compiled_build(self, context):
-        built(self, context)
-        if self.model is self.network:  # one device, no graphs of the backend's own
-            self.model = torch.compile(self.network, mode=COMPILE_MODES[args.compile])
+        steps = int(unrolled.group(1))
+        recurrence.lax = types.SimpleNamespace(**{**vars(lax), "scan": functools.partial(lax.scan, unroll=steps)})
+    else:
+        import torch
+        from benchbase_torch_ds2 import backend as torch_backend
 
-    torch_backend.TorchBackend.build = compiled_build
+        built = torch_backend.TorchBackend.build
+
+        def compiled_build(self, context):
+            built(self, context)
+            if self.model is self.network:  # one device, no graphs of the backend's own
+                self.model = torch.compile(self.network, mode=COMPILE_MODES[args.lever])
+
+        torch_backend.TorchBackend.build = compiled_build
     from benchbase.cli import main as benchbase_main
 
     benchbase_main(args.benchbase)
@@ -336,7 +355,7 @@ def main() -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     r.set_defaults(function=run)
     c = commands.add_parser("child", help=argparse.SUPPRESS)
-    c.add_argument("--compile", choices=sorted(COMPILE_MODES), required=True)
+    c.add_argument("--lever", required=True, help="compile, compile_ro, compile_max or unrollN")
     c.add_argument("benchbase", nargs=argparse.REMAINDER)
     c.set_defaults(function=child)
     s = commands.add_parser("summarize", help="the table from the run folders")
