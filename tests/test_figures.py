@@ -163,6 +163,7 @@ def test_figure_8_of_a_resumed_run_reads_its_segments_telemetry(tmp_path):
     texts = [text.get_text() for axis in figure.axes for text in axis.texts]
     assert "no telemetry in this window" not in texts
     assert "of all 2 logical CPUs" in figure.axes[0].get_ylabel()
+    assert figure.get_suptitle().startswith("ds2-mini: CPU and GPU utilization")  # the workload named
 
 
 def test_figure_10_bars_the_median_throughput_after_warm_up(tmp_path):

@@ -301,7 +301,7 @@ def test_the_utilization_figure_draws_the_run_processes_cpu_where_the_samples_ha
                for step in range(100)]
     samples[5].pop("proc_cpu")  # a sample without it is left out of the line, not drawn as zero
     (tmp_path / "telemetry.jsonl").write_text("".join(json.dumps(sample) + "\n" for sample in samples))
-    run = Run(tmp_path, result={})
+    run = Run(tmp_path, result={}, config={"workload": {"name": "ds2-mini"}})  # a result.json is not read here
     try:
         axis = draw_utilization([RunGroup("run", [run])], (0.0, 10.0)).axes[0]
         lines = {line.get_label(): line for line in axis.lines}

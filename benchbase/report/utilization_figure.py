@@ -51,16 +51,18 @@ def draw_utilization(groups: list[RunGroup], window: tuple[float, float] | None 
         axis.set_ylim(0, 105)
         axis.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("run clock (seconds)")
-    figure.suptitle(_title(window, intervals), fontsize=10)
+    workloads = sorted({group.workload_name for group in groups})
+    figure.suptitle(_title(window, intervals, workloads), fontsize=10)
     return figure
 
 
-def _title(window: tuple[float, float] | None, intervals: list[float | None]) -> str:
+def _title(window: tuple[float, float] | None, intervals: list[float | None], workloads: list[str]) -> str:
     which = (f"run clock {window[0]:g} to {window[1]:g} s" if window
              else f"{UTILIZATION_WINDOW_SECONDS:g} s after {WARMUP_BATCHES} warm-up batches")
     known = [interval for interval in intervals if interval]
     raw = f"raw {1000 * statistics.median(known):.0f} ms samples" if known else "raw samples"
-    return (f"CPU and GPU utilization, {which} (first run of each group)\n"
+    return (f"{', '.join(workloads) + ': ' if workloads else ''}CPU and GPU utilization, {which} "
+            "(first run of each group)\n"
             f"lines: {SMOOTHING_SECONDS:g} s means; shaded: the range of the {raw} in each {SMOOTHING_SECONDS:g} s")
 
 
