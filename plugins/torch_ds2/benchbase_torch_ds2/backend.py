@@ -268,8 +268,8 @@ def _schedule_learning_rate(optimizer: torch.optim.Optimizer, spec: OptimizerSpe
 def _graphs_serve(context: BuildContext, family, device: torch.device) -> bool:
     """CUDA graphs for this run's training forward: on one CUDA device (DDP's hooks and the other
     strategies' communication stay eager), for a family whose forward can be captured, not in
-    int8-emulated (its quantizer's ranges are read on the host; not measured), and where the
-    hardware profile leaves them on."""
+    int8-emulated (its quantized recurrence is a Function of its own, not yet measured under a
+    graph), and where the hardware profile leaves them on."""
     return (device.type == "cuda" and context.plan.cuda_graphs and not context.plan.distributed
             and family.cuda_graphs and context.model.precision != "int8-emulated")
 
