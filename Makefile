@@ -41,7 +41,7 @@ test-isa: $(STAMP)
 
 # The files that hold tests marked gpu: collecting only these needs none of the test-only packages.
 GPU_TESTS := tests/test_gpu_tier.py tests/test_telemetry.py plugins/torch_ds2/tests/test_torch_cuda_graphs.py \
-	plugins/torch_ds2/tests/test_torch_backend.py plugins/jax_ds2/tests/test_jax_gpu.py
+	plugins/torch_ds2/tests/test_torch_backend.py
 GPU_PYTHON ?= $(BIN)/python
 GPU_TEST_ARGS ?=
 

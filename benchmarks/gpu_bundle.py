@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # benchbase from this checkout, when run as a script
 
 from benchbase.data.workload_data import default_cache  # noqa: E402
+from benchbase.run_folder import read_json_lines  # noqa: E402
 
 WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "jiwer", "rapidfuzz",
           "mlperf-logging", "librosa", "soundfile", "cffi", "pycparser")
@@ -261,10 +262,6 @@ def child(args: argparse.Namespace) -> None:
     benchbase_main(args.benchbase)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
 def training_flops(config: dict) -> float:
     """A step's training FLOPs on the padded batch: the family's forward FLOPs x its training factor."""
     from benchbase.specs.model import validate_model
@@ -281,7 +278,7 @@ def training_flops(config: dict) -> float:
 def run_summary(folder: Path) -> dict:
     config = json.loads((folder / "config.json").read_text())
     result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").exists() else {}
-    batches = [m for m in read_jsonl(folder / "metrics.jsonl") if m.get("kind") == "batch"]
+    batches = [m for m in read_json_lines(folder / "metrics.jsonl") if m.get("kind") == "batch"]
     steady = batches[1:]  # the first step holds the compilation or the capture
     entry = {"name": folder.name, "status": result.get("status"), "steps": len(batches),
              "devices": result.get("devices"),

@@ -12,19 +12,18 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import run_benchbase
 
 
 def gpus_of(backend: str) -> int:
     """How many CUDA devices ``backend`` sees here (0 where it is not installed)."""
-    modules = {"torch": "benchbase_torch_ds2.backend", "jax": "benchbase_jax_ds2.backend"}
-    if importlib.util.find_spec(modules[backend].partition(".")[0]) is None:
+    module, name = {"torch": ("benchbase_torch_ds2.backend", "TorchBackend"),
+                    "jax": ("benchbase_jax_ds2.backend", "JaxBackend")}[backend]
+    if importlib.util.find_spec(module.partition(".")[0]) is None:
         return 0
-    module = importlib.import_module(modules[backend])
-    backend_class = next(value for value in vars(module).values()
-                         if isinstance(value, type) and getattr(value, "name", None) == backend)
-    return backend_class.visible_devices("cuda") or 0
+    return getattr(importlib.import_module(module), name).visible_devices("cuda") or 0
 
 
 def needs_gpu(backend: str):
@@ -90,3 +89,35 @@ def test_a_mini_workload_trains_on_the_gpu(request, tmp_path, backend, workload,
     assert telemetry.get("gpu_percent_mean") is not None and telemetry.get("peak_gpu_mem_mb"), telemetry
     check = run_benchbase("check", str(folder / "mllog.log"), timeout=300)
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [pytest.param("torch", marks=needs_gpu("torch")),
+                                  pytest.param("jax", marks=needs_gpu("jax"))])
+def test_bf16_on_the_gpu_is_within_bf16s_rounding_bound(name):
+    """As on a CPU (tests/test_precision.py), on the GPU's tensor cores: the kit's DS2 in bf16 predicts
+    within bfloat16's rounding bound of the float64 reference (both sides: which operands a framework
+    narrows is its own choice), visibly not in float32, and trains finite steps."""
+    from benchbase.families.ds2.reference import bounded_reference, random_weights
+    from benchbase.kit.conformance import Kit, resolve_backend
+    from benchbase.kit.data import load_kit_data
+    from benchbase.kit.int8 import in_precision
+    from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES
+
+    data = load_kit_data()
+    weights = random_weights(data.model, data.feature_dimension, seed=1)
+    inputs = data.batches[0].inputs()
+    with Kit(resolve_backend(name), data, device="cuda").backend(model=in_precision(data.model, "bf16")) as backend:
+        assert backend.devices_in_use()[0].startswith("cuda:")
+        backend.import_weights(weights)
+        found = backend.predict(inputs)
+        losses = [backend.train_step(data.batches[step % 3]) for step in range(3)]
+    assert found.dtype == np.float32 and all(np.isfinite(losses))
+    float32 = bounded_reference(weights, data.model, inputs.features, inputs.feature_lengths, training=False)
+    bf16 = bounded_reference(weights, data.model, inputs.features, inputs.feature_lengths, training=False,
+                             operand_roundoff=BFLOAT16_UNIT_ROUNDOFF)
+    expected = float32.log_probs
+    valid = np.broadcast_to((np.arange(expected.shape[1])[None, :] < inputs.output_lengths[:, None])[..., None],
+                            expected.shape)
+    difference = np.abs(found[:, : expected.shape[1]] - expected)[valid]
+    assert float32.log_probs_bound[valid].max() < difference.max() <= BOTH_SIDES * bf16.log_probs_bound[valid].max()

@@ -11,7 +11,7 @@ from benchbase.errors import InputError
 from benchbase.report.cost import CostModel, energy_kwh
 from benchbase.report.paper import FINAL_WER, PLATFORMS
 from benchbase.report.report_table import ReportTable
-from benchbase.report.runs import RunGroup, groups_by_shared_batch, loss_name
+from benchbase.report.runs import RunGroup, groups_by_shared_batch, groups_by_workload, loss_name
 from benchbase.report.scoring import OlympicScore, score_group
 from benchbase.report.throughput import THROUGHPUT_DIGITS, WARMUP_BATCHES, group_throughput
 from benchbase.specs import RunResult
@@ -103,11 +103,10 @@ OPEN_NOTE = ("(open): a group with runs in the open division (a workload changed
 
 
 def workload_groups(scored: list[Scored]) -> dict[str, list[Scored]]:
-    """Workload name -> its groups, in the order the groups came."""
-    by_workload: dict[str, list[Scored]] = {}
-    for item in scored:
-        by_workload.setdefault(item.group.workload_name, []).append(item)
-    return by_workload
+    """Workload name -> its scored groups, in the order they came (``groups_by_workload``)."""
+    by_group = {id(item.group): item for item in scored}
+    return {workload: [by_group[id(group)] for group in groups]
+            for workload, groups in groups_by_workload([item.group for item in scored]).items()}
 
 
 def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:
