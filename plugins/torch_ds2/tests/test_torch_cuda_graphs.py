@@ -113,7 +113,9 @@ def test_a_graphed_step_trains_as_the_eager_step(workload, precision, small_stor
     start, after_eager, after_graphed = eager[1], eager[2], graphed[2]
     # GPU reductions (atomics in BatchNorm's and CTC's backward) differ from run to run, and AdamW
     # turns a gradient that is rounding noise (an attention key's bias, which softmax ignores) into
-    # a full step: the two runs may part by a small share of how far three steps moved the weights.
+    # a full step: the two runs may part by a share of how far three steps moved the weights. The
+    # error model allows the first loss's bound compounded over the later steps (``after_steps``:
+    # 0.27 here); 5% is tighter, and held for both families and precisions on an H200.
     moved = np.sqrt(sum(float(np.sum((after_eager[name] - start[name]) ** 2)) for name in start))
     apart = np.sqrt(sum(float(np.sum((after_graphed[name] - after_eager[name]) ** 2)) for name in start))
     assert apart <= 0.05 * moved, (apart, moved)
