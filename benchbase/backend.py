@@ -308,8 +308,8 @@ class Backend(ABC):
         same context, before any step; a file that does not fit raises ``BenchbaseError`` naming it."""
 
     def host_array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-        """A host array the harness's pipeline pads a batch's features into, in its producer threads
-        (so thread-safe), after ``build()``: memory the backend copies to its device fastest
+        """A host array the harness's training pipeline pads a batch's features into, in its producer
+        threads (so thread-safe), after ``build()``: memory the backend copies to its device fastest
         (page-locked for a GPU, which only a framework can allocate). None (the default): NumPy's."""
         return None
 

@@ -62,6 +62,7 @@ class HostArrayBackend(LinearCTCBackend):
         super().build(context)
         self.arrays = Arrays()
         self.in_own_arrays: list[bool] = []
+        self.predicted_from_own_arrays = False
 
     def host_array(self, shape, dtype):
         return self.arrays(shape, dtype)
@@ -70,8 +71,13 @@ class HostArrayBackend(LinearCTCBackend):
         self.in_own_arrays.append(any(batch.features is given for given in self.arrays.given))
         return super().train_step(batch)
 
+    def predict(self, inputs):
+        self.predicted_from_own_arrays |= any(inputs.features is given for given in self.arrays.given)
+        return super().predict(inputs)
+
     def close(self):
         HostArrayBackend.seen = list(self.in_own_arrays)
+        HostArrayBackend.predicted_from_own = self.predicted_from_own_arrays
         super().close()
 
 
@@ -83,7 +89,8 @@ class HostArrayPlugin:
 
 def test_the_harness_pads_into_the_backends_arrays_after_build(tmp_path, small_store):
     """After the first epoch (whose batches the pipeline may have padded before build()), every
-    training batch arrives in an array the backend handed out."""
+    training batch arrives in an array the backend handed out; no evaluation batch does (independent
+    scoring reads their features again, and the backend could rewrite memory it holds)."""
     manager = get_plugin_manager(load_entrypoints=False)
     manager.register(HostArrayPlugin())
     registry = collect_registry(manager)
@@ -94,3 +101,4 @@ def test_the_harness_pads_into_the_backends_arrays_after_build(tmp_path, small_s
     seen = HostArrayBackend.seen
     per_epoch = len(seen) // 2
     assert per_epoch and all(seen[per_epoch:]), seen
+    assert HostArrayBackend.predicted_from_own is False

@@ -4,7 +4,6 @@ build() gets, the same on every rank; and the fp32 context of a lower-precision 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 
 from benchbase.backend import Backend, BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
@@ -28,12 +27,13 @@ def run_pipeline(config: RunConfig, store: FeatureStore, subsets: tuple[str, ...
                          pad_to_frames=data.pad_to_frames)
 
 
-def pad_into_backend_arrays(backend: Backend, pipelines: Iterable[BatchPipeline]) -> None:
-    """After build(): the pipelines pad into the backend's host arrays, where it offers its own
-    (``Backend.host_array``: page-locked memory, so a GPU copy needs no staging)."""
+def pad_into_backend_arrays(backend: Backend, train_data: BatchPipeline) -> None:
+    """After build(): the training pipeline pads into the backend's host arrays, where it offers its
+    own (``Backend.host_array``: page-locked memory, so a GPU copy needs no staging). The dev
+    pipelines keep NumPy's: independent scoring re-reads an evaluation batch's features after
+    predict(), and memory the backend holds could be rewritten under it."""
     if type(backend).host_array is not Backend.host_array:
-        for pipeline in pipelines:
-            pipeline.host_arrays = backend.host_array
+        train_data.host_arrays = backend.host_array
 
 
 def build_context(config: RunConfig, store: FeatureStore, plan: DevicePlan) -> BuildContext:

@@ -73,7 +73,7 @@ class _Follower:
             if not built_before_clock:
                 backend.build(context)
             coordinator.gather(list(backend.devices_in_use()))
-            pad_into_backend_arrays(backend, [train_data])
+            pad_into_backend_arrays(backend, train_data)
             if self.resume is not None:  # right after build(), as rank 0 loads its own
                 backend.load_checkpoint(own_checkpoint(self.folder, self.resume.batch_index, coordinator.world.rank))
             try:

@@ -146,7 +146,7 @@ class Harness:
                     backend.build(inputs.context)
                     build_seconds = self.clock.seconds() - build_started
                 devices = self._check_devices(log, backend, inputs)
-                pad_into_backend_arrays(backend, [inputs.train_data, *inputs.dev_data.values()])
+                pad_into_backend_arrays(backend, inputs.train_data)
                 progress = self._progress(backend, resumption)
                 loop = TrainingLoop(self.config, self.hook, self.clock, log, recorder, self.coordinator, inputs,
                                     backend, progress, resumed=resumption is not None, build_seconds=build_seconds)
