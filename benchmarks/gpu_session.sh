@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One call of a lent GPU machine, prepared: everything a session measures, in the order that matters
+# most if the device time runs out, each part under its own time limit, its output under $OUT.
+#
+#   python benchmarks/gpu_bundle.py prepare --dir .gpu              # here, from a committed tree
+#   OUT=... bash .gpu/src/benchmarks/gpu_session.sh [PART ...]      # there (the device tool's $OUT)
+#
+# PARTs, run in the order given (default: machine ulps tier mfu):
+#   machine  the GPU, driver, CUDA, cuDNN, framework versions             -> machine.txt
+#   ulps     exp, log, sigmoid, tanh of torch (cuDNN's LSTM included) and JAX on the GPU, against
+#            float64, in the error model's units (benchmarks/elementwise_ulps.py) -> ulps-cuda.*
+#   tier     `make test-gpu` with 8 workers                                -> tier.log, tier.xml
+#   kit      `benchbase backend-test` on cuda for torch's three families and JAX's DS2: the kit's
+#            own report, with the bound and the excess of a failing rule  -> kit-*.log
+#   mfu      `gpu_bundle.py run` of $MFU_RUNS, started until $MFU_DEADLINE s -> mfu/summary.md,
+#            mfu-runs.tgz (config, result and metrics of every run)
+# Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (240).
+set -u
+BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+: "${OUT:?set OUT to the folder whose files come back}"
+MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:compile,torch:conformer:bf16:32,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150}
+started=$SECONDS
+stamp() { echo "[$((SECONDS - started)) s] $*"; }
+
+# shellcheck source=/dev/null
+source "$BUNDLE/env.sh" || { echo "the bundle's env.sh failed"; exit 1; }
+cd "$BUNDLE/src" || exit 1
+
+machine() {
+    { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
+      nproc; python3 --version
+      python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+      python3 -c 'import jax; print("jax", jax.__version__, jax.devices())'
+    } > "$OUT/machine.txt" 2>&1
+    cat "$OUT/machine.txt"
+}
+
+ulps() {
+    timeout 120 python3 benchmarks/elementwise_ulps.py --frameworks torch,jax --device cuda \
+        --out "$OUT/ulps-cuda.json" > "$OUT/ulps-cuda.md" 2>&1
+    cat "$OUT/ulps-cuda.md"
+}
+
+tier() {
+    timeout "${TIER_LIMIT:-300}" make test-gpu GPU_PYTHON=python3 \
+        GPU_TEST_ARGS="-n 8 -q -rfE --junitxml=$OUT/tier.xml" > "$OUT/tier.log" 2>&1
+    echo "tier exit $?"; tail -n 25 "$OUT/tier.log"
+}
+
+kit() {
+    for spec in torch:ds2 torch:rnnt torch:conformer jax:ds2; do
+        backend=${spec%%:*} family=${spec##*:}
+        timeout "${KIT_LIMIT:-120}" python3 -m benchbase backend-test "$backend" --family "$family" --device cuda \
+            > "$OUT/kit-$backend-$family.log" 2>&1
+        echo "kit $spec exit $?"; grep -iE "fail|error" "$OUT/kit-$backend-$family.log" | head -n 5
+    done
+}
+
+mfu() {
+    python3 benchmarks/gpu_bundle.py run --dir "$BUNDLE" --out "$OUT/mfu" --epochs 5 --runs "$MFU_RUNS" \
+        --deadline "${MFU_DEADLINE:-240}"
+    tar -czf "$OUT/mfu-runs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$OUT" mfu
+}
+
+for part in "${@:-machine ulps tier mfu}"; do
+    for name in $part; do
+        case $name in
+            machine|ulps|tier|kit|mfu) stamp "$name"; "$name" ;;
+            *) echo "unknown part '$name' (machine, ulps, tier, kit, mfu)"; exit 2 ;;
+        esac
+    done
+done
+stamp "done"
