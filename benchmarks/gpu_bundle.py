@@ -28,7 +28,9 @@ unreachable on this corpus; each run stops at its epoch limit); ``eager`` turns 
 graphs off; ``compile``, ``compile_ro``, ``compile_max`` compile the torch backend's training
 forward with ``torch.compile`` in its default, reduce-overhead or max-autotune-no-cudagraphs mode
 (``COMPILE_MODES``), the backend's graphs off; ``unrollN`` unrolls JAX's LSTM scans N frames a
-loop iteration (``UNROLL``). The table: the median step after the first,
+loop iteration (``UNROLL``); ``pageable`` takes the torch backend's page-locked host arrays away
+(``Backend.host_array``), so that the pipeline pads into NumPy's memory and each step stages its
+copy, as before the hook. The table: the median step after the first,
 utterances/s, model FLOP utilization against the GPU's dense peak for the precision (the family's own FLOP count,
 ``benchbase.families.<family>.cost``), the data wait's share of the step, the first step
 (compilation, capture), and the peak GPU memory NVML saw.
@@ -199,7 +201,7 @@ def run(args: argparse.Namespace) -> None:
             continue
         store = next(store for store, family in STORES.items() if family == workload)
         compiled = [option for option in options if option in COMPILE_MODES]
-        levers = [option for option in options if option in COMPILE_MODES or UNROLL.fullmatch(option)]
+        levers = [option for option in options if option in (*COMPILE_MODES, "pageable") or UNROLL.fullmatch(option)]
         starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--lever", levers[0], "--"]
                    if levers else [sys.executable, "-m", "benchbase"])
         command = [*starter, "run", "--workload",
@@ -235,8 +237,13 @@ loop iteration (``lax.scan(unroll=N)``): fewer, larger loop bodies for XLA; the 
 
 def child(args: argparse.Namespace) -> None:
     """`benchbase ARGS` in this process with one lever applied: the torch backend's training forward
-    compiled (``COMPILE_MODES``), or JAX's LSTM scans unrolled (``UNROLL``)."""
-    if unrolled := UNROLL.fullmatch(args.lever):
+    compiled (``COMPILE_MODES``), JAX's LSTM scans unrolled (``UNROLL``), or the torch backend without
+    its page-locked host arrays (``pageable``)."""
+    if args.lever == "pageable":
+        from benchbase_torch_ds2 import backend as torch_backend
+
+        torch_backend.TorchBackend.host_array = lambda self, shape, dtype: None
+    elif unrolled := UNROLL.fullmatch(args.lever):
         import functools
         import types
 
@@ -352,7 +359,7 @@ def main() -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     r.set_defaults(function=run)
     c = commands.add_parser("child", help=argparse.SUPPRESS)
-    c.add_argument("--lever", required=True, help="compile, compile_ro, compile_max or unrollN")
+    c.add_argument("--lever", required=True, help="compile, compile_ro, compile_max, unrollN or pageable")
     c.add_argument("benchbase", nargs=argparse.REMAINDER)
     c.set_defaults(function=child)
     s = commands.add_parser("summarize", help="the table from the run folders")

@@ -49,16 +49,16 @@ difference = np.abs(found[:, :reference.log_probs.shape[1]] - reference.log_prob
 out["forward"] = float(difference.max())
 out["forward_margin"] = margin(difference, reference.log_probs_bound[mask])
 step = kit.first_step()
-out["loss_relative"] = abs(step.loss - step.reference_loss) / abs(step.reference_loss)
-out["loss_margin"] = step.reference_loss_bound / max(abs(step.loss - step.reference_loss), 1e-30)
+out["loss_relative"] = abs(step.loss - step.reference.loss) / abs(step.reference.loss)
+out["loss_margin"] = step.reference.loss_bound / max(abs(step.loss - step.reference.loss), 1e-30)
 running, bounds = [], []
 for prefix in batchnorm_names(kit.model):
     for stat in ("mean", "variance"):
         key = f"{prefix}.{stat}"
-        running.append(np.abs(step.weights_after[key] - step.reference_running[key]))
+        running.append(np.abs(step.weights_after[key] - step.reference.running[key]))
         update = 4 * FLOAT32_UNIT_ROUNDOFF * np.maximum(np.abs(step.weights_after[key]),
                                                         np.abs(step.weights_before[key]))
-        bounds.append(step.reference_running_bound[key] + update)  # as the rule allows it
+        bounds.append(step.reference.running_bound[key] + update)  # as the rule allows it
 out["running_margin"] = margin(np.concatenate(running), np.concatenate(bounds))
 result = quantized_forward(backend_class, data)
 diff = np.abs(result.found - result.expected)[np.broadcast_to(result.mask, result.found.shape)]
