@@ -355,6 +355,18 @@ def test_a_predict_that_departs_from_its_trained_weights_fails_prediction_matche
 
 
 @needs_torch
+def test_a_passing_numerical_rule_says_how_close_the_backend_came_to_its_bound(kit_data):
+    """A backend's author (and a GPU session) sees its margin, not only a pass: the share of its
+    bound that the closest compared value used."""
+    rules = {"forward_parity": r"closest element at (\S+) of its bound", "loss": r"(\S+) of its bound",
+             "prediction_matches_weights": r"closest utterance at (\S+) of its tolerance"}
+    for result in run_conformance(TorchBackend, list(rules), data=kit_data):
+        share = re.fullmatch(rules[result.name], result.message)
+        assert result.passed and share, result
+        assert 0 <= float(share[1]) < 1, result
+
+
+@needs_torch
 def test_the_command_runs_the_named_rules_and_exits_0_when_they_pass():
     done = run_benchbase("backend-test", "torch", "--family", "ds2", "--rule", "parameter_count", "--rule",
                          "predict_shapes", "--json")

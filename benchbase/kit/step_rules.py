@@ -29,8 +29,9 @@ __all__ = ["check_batchnorm_statistics", "check_loss", "keeps_running_statistics
 STATISTICS = ("mean", "variance")
 
 
-def check_loss(kit: Kit) -> None:
-    """train_step's loss equals the reference's spec-pinned loss, impossible alignment included."""
+def check_loss(kit: Kit) -> str:
+    """train_step's loss equals the reference's spec-pinned loss, impossible alignment included; the
+    note says how close it came to the bound."""
     step = kit.first_step()
     reference, loss, name = step.reference, step.loss, kit.parts.loss_name
     if isinstance(loss, bool) or not isinstance(loss, float):
@@ -44,6 +45,7 @@ def check_loss(kit: Kit) -> None:
         raise ConformanceFailure("loss", f"train_step returned {loss:.6g}, the reference's mean {name} is "
                                  f"{reference.loss:.6g} (float32 rounding bound {reference.loss_bound:.3g})"
                                  f"{_loss_hint(kit, loss)}")
+    return f"{abs(loss - reference.loss) / reference.loss_bound:.2g} of its bound" if reference.loss_bound else ""
 
 
 def keeps_running_statistics(kit: Kit) -> bool:

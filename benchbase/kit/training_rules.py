@@ -109,9 +109,10 @@ def check_predict_sees_only_features(kit: Kit) -> None:
                   "Inputs (labels must not reach predict)")
 
 
-def check_prediction_matches_weights(kit: Kit) -> None:
+def check_prediction_matches_weights(kit: Kit) -> str:
     """After TRAINED_STEPS steps, predict() agrees with the family's reference on the backend's own
-    export_weights(), utterance by utterance (``benchbase.families.agreement``)."""
+    export_weights(), utterance by utterance (``benchbase.families.agreement``); the note says how
+    close the closest utterance came to its tolerance."""
     rule = "prediction_matches_weights"
     probes = {"the full batch": kit.data.impossible_batch.inputs(), "the small batch": kit.data.small_inputs}
     with kit.backend(model=kit.data.spec_model) as backend:  # trained as a run trains, dropout included
@@ -126,6 +127,7 @@ def check_prediction_matches_weights(kit: Kit) -> None:
     agreement = compare_with_reference(weights, kit.model, utterances)  # inference has no dropout
     if agreement.disagreeing:
         raise ConformanceFailure(rule, _describe_disagreement(agreement, kit.parts.outputs_name))
+    return f"closest utterance at {agreement.worst_ratio:.2g} of its tolerance"
 
 
 def check_seed_determinism(kit: Kit) -> None:
