@@ -5,19 +5,21 @@
 #   python benchmarks/gpu_bundle.py prepare --dir .gpu              # here, from a committed tree
 #   OUT=... bash .gpu/src/benchmarks/gpu_session.sh [PART ...]      # there (the device tool's $OUT)
 #
-# PARTs, run in the order given (default: machine ulps tier mfu):
+# PARTs, run in the order given (default: machine ulps tier kit mfu):
 #   machine  the GPU, driver, CUDA, cuDNN, framework versions             -> machine.txt
 #   ulps     exp, log, sigmoid, tanh of torch (cuDNN's LSTM included) and JAX on the GPU, against
-#            float64, in the error model's units (benchmarks/elementwise_ulps.py) -> ulps-cuda.*
+#            float64, in the error model's units (benchmarks/elementwise_ulps.py) -> ulps-$DEVICE.*
 #   tier     `make test-gpu` with 8 workers                                -> tier.log, tier.xml
-#   kit      `benchbase backend-test` on cuda for torch's three families and JAX's DS2: the kit's
-#            own report, with the bound and the excess of a failing rule  -> kit-*.log
+#   kit      `benchbase backend-test` on cuda, its numerical rules, for torch's three families and
+#            JAX's DS2: how close each came to its bound, or by how much it failed -> kit-*.log
 #   mfu      `gpu_bundle.py run` of $MFU_RUNS, started until $MFU_DEADLINE s -> mfu/summary.md,
 #            mfu-runs.tgz (config, result and metrics of every run)
-# Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (240).
+# Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (240). DEVICE=cpu runs the
+# same parts on a CPU (the tier then skips): a smoke test of the script before a GPU is lent.
 set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"
+DEVICE=${DEVICE:-cuda}
 MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:compile,torch:conformer:bf16:32,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150}
 started=$SECONDS
 stamp() { echo "[$((SECONDS - started)) s] $*"; }
@@ -36,9 +38,9 @@ machine() {
 }
 
 ulps() {
-    timeout 120 python3 benchmarks/elementwise_ulps.py --frameworks torch,jax --device cuda \
-        --out "$OUT/ulps-cuda.json" > "$OUT/ulps-cuda.md" 2>&1
-    cat "$OUT/ulps-cuda.md"
+    timeout 120 python3 benchmarks/elementwise_ulps.py --frameworks torch,jax --device "$DEVICE" \
+        --out "$OUT/ulps-$DEVICE.json" > "$OUT/ulps-$DEVICE.md" 2>&1
+    cat "$OUT/ulps-$DEVICE.md"
 }
 
 tier() {
@@ -50,19 +52,23 @@ tier() {
 kit() {
     for spec in torch:ds2 torch:rnnt torch:conformer jax:ds2; do
         backend=${spec%%:*} family=${spec##*:}
-        timeout "${KIT_LIMIT:-120}" python3 -m benchbase backend-test "$backend" --family "$family" --device cuda \
-            > "$OUT/kit-$backend-$family.log" 2>&1
-        echo "kit $spec exit $?"; grep -iE "fail|error" "$OUT/kit-$backend-$family.log" | head -n 5
+        timeout "${KIT_LIMIT:-120}" python3 -m benchbase backend-test "$backend" --family "$family" --device "$DEVICE" \
+            --rule forward_parity --rule loss --rule prediction_matches_weights --json \
+            > "$OUT/kit-$backend-$family.json" 2> "$OUT/kit-$backend-$family.err"
+        echo "kit $spec exit $?"
+        python3 -c 'import json, sys; [print(" ", r["rule"], "pass" if r["passed"] else "FAIL", r["message"])
+                    for r in json.load(open(sys.argv[1]))["rules"]]' "$OUT/kit-$backend-$family.json" \
+            || tail -n 3 "$OUT/kit-$backend-$family.err"
     done
 }
 
 mfu() {
     python3 benchmarks/gpu_bundle.py run --dir "$BUNDLE" --out "$OUT/mfu" --epochs 5 --runs "$MFU_RUNS" \
-        --deadline "${MFU_DEADLINE:-240}"
+        --deadline "${MFU_DEADLINE:-240}" --device "$DEVICE"
     tar -czf "$OUT/mfu-runs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$OUT" mfu
 }
 
-for part in "${@:-machine ulps tier mfu}"; do
+for part in "${@:-machine ulps tier kit mfu}"; do
     for name in $part; do
         case $name in
             machine|ulps|tier|kit|mfu) stamp "$name"; "$name" ;;
