@@ -28,7 +28,9 @@ unreachable on this corpus; each run stops at its epoch limit); ``eager`` turns 
 graphs off; ``compile``, ``compile_ro``, ``compile_max`` compile the torch backend's training
 forward with ``torch.compile`` in its default, reduce-overhead or max-autotune-no-cudagraphs mode
 (``COMPILE_MODES``), the backend's graphs off; ``unrollN`` unrolls JAX's LSTM scans N frames a
-loop iteration (``UNROLL``); ``pageable`` takes the torch backend's page-locked host arrays away
+loop iteration (``UNROLL``); ``profile`` profiles a few steps of the run (benchmarks/gpu_profile.py:
+the device's busy share and its time by kind of kernel, into the run folder); ``pageable`` takes the
+torch backend's page-locked host arrays away
 (``Backend.host_array``), so that the pipeline pads into NumPy's memory and each step stages its
 copy, as before the hook. The table: the median step after the first,
 utterances/s, model FLOP utilization against the GPU's dense peak for the precision (the family's own FLOP count,
@@ -56,6 +58,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # benchbase from this checkout, when run as a script
+sys.path.insert(1, str(REPO / "benchmarks"))  # gpu_profile beside it, under PYTHONSAFEPATH too
 
 from benchbase.data.workload_data import default_cache  # noqa: E402
 from benchbase.run_folder import read_json_lines  # noqa: E402
@@ -201,7 +204,8 @@ def run(args: argparse.Namespace) -> None:
             continue
         store = next(store for store, family in STORES.items() if family == workload)
         compiled = [option for option in options if option in COMPILE_MODES]
-        levers = [option for option in options if option in (*COMPILE_MODES, "pageable") or UNROLL.fullmatch(option)]
+        levers = [option for option in options
+                  if option in (*COMPILE_MODES, "pageable", "profile") or UNROLL.fullmatch(option)]
         starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--lever", levers[0], "--"]
                    if levers else [sys.executable, "-m", "benchbase"])
         command = [*starter, "run", "--workload",
@@ -222,6 +226,9 @@ def run(args: argparse.Namespace) -> None:
                 code = "timeout"
         print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
     print(summarize(args.out))
+    import gpu_profile
+
+    print(gpu_profile.summarize(args.out))
 
 
 COMPILE_MODES = {"compile": "default", "compile_ro": "reduce-overhead", "compile_max": "max-autotune-no-cudagraphs"}
@@ -238,8 +245,12 @@ loop iteration (``lax.scan(unroll=N)``): fewer, larger loop bodies for XLA; the 
 def child(args: argparse.Namespace) -> None:
     """`benchbase ARGS` in this process with one lever applied: the torch backend's training forward
     compiled (``COMPILE_MODES``), JAX's LSTM scans unrolled (``UNROLL``), or the torch backend without
-    its page-locked host arrays (``pageable``)."""
-    if args.lever == "pageable":
+    its page-locked host arrays (``pageable``), or a few of its steps profiled (``profile``)."""
+    if args.lever == "profile":
+        import gpu_profile
+
+        gpu_profile.patch_train_step(Path(args.benchbase[args.benchbase.index("--out") + 1]))
+    elif args.lever == "pageable":
         from benchbase_torch_ds2 import backend as torch_backend
 
         torch_backend.TorchBackend.host_array = lambda self, shape, dtype: None
@@ -359,7 +370,7 @@ def main() -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     r.set_defaults(function=run)
     c = commands.add_parser("child", help=argparse.SUPPRESS)
-    c.add_argument("--lever", required=True, help="compile, compile_ro, compile_max, unrollN or pageable")
+    c.add_argument("--lever", required=True, help="compile, compile_ro, compile_max, unrollN, pageable or profile")
     c.add_argument("benchbase", nargs=argparse.REMAINDER)
     c.set_defaults(function=child)
     s = commands.add_parser("summarize", help="the table from the run folders")

@@ -13,14 +13,16 @@
 #   kit      `benchbase backend-test` on cuda, its numerical rules, for torch's three families and
 #            JAX's DS2: how close each came to its bound, or by how much it failed -> kit-*.log
 #   mfu      `gpu_bundle.py run` of $MFU_RUNS, started until $MFU_DEADLINE s -> mfu/summary.md,
-#            mfu-runs.tgz (config, result and metrics of every run)
-# Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (240). DEVICE=cpu runs the
+#            mfu-runs.tgz (config, result, metrics and any profile of every run); by default where
+#            the bf16 steps' time goes (`:profile`), then the compile and unroll levers
+# A device call runs at most 10 minutes: `machine ulps tier kit` (about 5) in one, `mfu` in a second.
+# Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (300). DEVICE=cpu runs the
 # same parts on a CPU (the tier then skips): a smoke test of the script before a GPU is lent.
 set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"
 DEVICE=${DEVICE:-cuda}
-MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:compile,torch:conformer:bf16:32,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150}
+MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32:compile,torch:conformer:bf16:32,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150}
 started=$SECONDS
 stamp() { echo "[$((SECONDS - started)) s] $*"; }
 
@@ -64,7 +66,7 @@ kit() {
 
 mfu() {
     python3 benchmarks/gpu_bundle.py run --dir "$BUNDLE" --out "$OUT/mfu" --epochs 5 --runs "$MFU_RUNS" \
-        --deadline "${MFU_DEADLINE:-240}" --device "$DEVICE"
+        --deadline "${MFU_DEADLINE:-300}" --device "$DEVICE"
     tar -czf "$OUT/mfu-runs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$OUT" mfu
 }
 
