@@ -38,8 +38,10 @@ from benchbase.specs import ModelSpec
 __all__ = ["ROUNDING_DRAWS", "IndependentScore", "UtteranceSample", "score_sample"]
 
 ROUNDING_DRAWS = 1
-"""Rounding injections behind each tolerance (the kit takes 3). One costs 3 reference forwards'
-worth instead of 7, and the tolerance it gives is still about a thousand times the honest
+"""Rounding injections behind each tolerance. The kit takes ``INJECTION_DRAWS`` (16) because it
+compares element by element, where one draw's sum of signed roundings can cancel; an utterance's
+tolerance here is the largest bound over all its frames, which one draw already gives. One draw
+keeps the re-scoring cheap, and its tolerance is still about a thousand times the honest
 backends' differences (docs/BENCHMARKS.md, "Independent scoring"), while a lie is far above it."""
 
 
