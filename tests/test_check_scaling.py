@@ -4,14 +4,13 @@ size, and no rule reports more than MESSAGES_PER_RULE messages and a count of th
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import math
 import tracemalloc
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,8 +19,6 @@ from benchbase.compliance.checker import capped, check_evidence, check_log
 from benchbase.compliance.evidence import Evidence
 from benchbase.compliance.parse import PROBLEMS_KEPT, ParsedLog, parse_log, parse_log_lines, parse_log_text, read_log
 from benchbase.compliance.rules import load_ruleset
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _old_parse(data: bytes) -> tuple[int, list[tuple], list[tuple]]:
@@ -244,10 +241,7 @@ def test_every_rule_reports_at_most_its_cap():
 
 @pytest.fixture(scope="module")
 def scaling():
-    spec = importlib.util.spec_from_file_location("check_scaling", ROOT / "benchmarks" / "check_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("check_scaling")
 
 
 def test_a_long_log_is_checked_in_a_small_multiple_of_its_size(scaling, tmp_path, workloads):

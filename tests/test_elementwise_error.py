@@ -11,24 +11,17 @@ largest measured: docs/BENCHMARKS.md, "What a vector function costs, measured").
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load_benchmark
 
 from benchbase.numerics.tolerances import ELEMENTWISE_ULPS
 
 pytestmark = pytest.mark.numerics
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("elementwise_ulps", ROOT / "benchmarks" / "elementwise_ulps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("elementwise_ulps")
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax", "tf"])
