@@ -30,9 +30,10 @@ forward with ``torch.compile`` in its default, reduce-overhead or max-autotune-n
 (``COMPILE_MODES``), the backend's graphs off; ``unrollN`` unrolls JAX's LSTM scans N frames a
 loop iteration (``UNROLL``); ``profile`` profiles a few steps of the run (benchmarks/gpu_profile.py:
 the device's busy share and its time by kind of kernel, into the run folder); ``pageable`` takes the
-torch backend's page-locked host arrays away
-(``Backend.host_array``), so that the pipeline pads into NumPy's memory and each step stages its
-copy, as before the hook. The table: the median step after the first,
+torch backend's page-locked host arrays away (``Backend.host_array``), so that the pipeline pads
+into NumPy's memory and each step stages its copy, as before the hook; ``noautotune`` runs with
+XLA's GPU autotuning off (``--xla_gpu_autotune_level=0``), to see whether it is what JAX's first
+step waits for. The table: the median step after the first,
 utterances/s, model FLOP utilization against the GPU's dense peak for the precision (the family's own FLOP count,
 ``benchbase.families.<family>.cost``), the data wait's share of the step, the first step
 (compilation, capture), and the peak GPU memory NVML saw.
@@ -218,10 +219,14 @@ def run(args: argparse.Namespace) -> None:
             command += ["--set", "hardware.devices.cuda_graphs=false"]
         for override in args.set:
             command += ["--set", override]
+        environment = dict(os.environ)
+        if "noautotune" in options:  # XLA's GPU autotuning off: is it what JAX's first step waits for?
+            environment["XLA_FLAGS"] = (environment.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
         print(f"[{time.monotonic() - started:6.1f} s] {name}", flush=True)
         with open(args.out / f"{name}.log", "w") as log:
             try:
-                code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left).returncode
+                code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left,
+                                      env=environment).returncode
             except subprocess.TimeoutExpired:
                 code = "timeout"
         print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
