@@ -41,15 +41,21 @@ def test_the_kit_on_a_gpu_that_is_not_there_is_one_line():
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "family"), [
-    pytest.param("torch", "ds2", marks=needs_gpu("torch")),
-    pytest.param("torch", "conformer", marks=needs_gpu("torch")),
-    pytest.param("torch", "rnnt", marks=needs_gpu("torch")),
-    pytest.param("jax", "ds2", marks=needs_gpu("jax")),
+@pytest.mark.parametrize(("backend", "family", "precision"), [
+    pytest.param("torch", "ds2", "fp32", marks=needs_gpu("torch")),
+    pytest.param("torch", "conformer", "fp32", marks=needs_gpu("torch")),
+    pytest.param("torch", "rnnt", "fp32", marks=needs_gpu("torch")),
+    pytest.param("jax", "ds2", "fp32", marks=needs_gpu("jax")),
+    pytest.param("jax", "conformer", "fp32", marks=needs_gpu("jax")),
+    pytest.param("jax", "rnnt", "fp32", marks=needs_gpu("jax")),
+    pytest.param("torch", "ds2", "int8-emulated", marks=needs_gpu("torch")),
+    pytest.param("torch", "rnnt", "int8-emulated", marks=needs_gpu("torch")),
 ])
-def test_the_kit_passes_on_the_gpu(backend, family):
-    """Every rule, with the CPU's bounds: the spec's fp32 is IEEE float32 on the GPU too (TF32 off)."""
-    result = run_benchbase("backend-test", backend, "--family", family, "--device", "cuda", "--json", timeout=900)
+def test_the_kit_passes_on_the_gpu(backend, family, precision):
+    """Every rule, with the CPU's bounds: the spec's fp32 is IEEE float32 on the GPU too (TF32 off),
+    and int8-emulated's rules hold its fake quantization to the quantized reference."""
+    result = run_benchbase("backend-test", backend, "--family", family, "--precision", precision, "--device", "cuda",
+                           "--json", timeout=900)
     assert result.stdout.startswith("{"), result.stderr[-3000:]
     report = json.loads(result.stdout)
     failed = {rule["rule"]: rule["message"] for rule in report["rules"] if not rule["passed"]}
