@@ -199,7 +199,9 @@ class RunFolder:
         return RunFolder(self.segments / str(number))
 
     def segment_folders(self) -> list[RunFolder]:
-        return [RunFolder(path) for path in sorted(self.segments.glob("*"))]
+        """The resumes' segments in the order they ran: segments/10 after segments/9."""
+        return [RunFolder(path) for path in sorted(self.segments.glob("*"),
+                                                   key=lambda path: int(path.name) if path.name.isdigit() else -1)]
 
     def segment_evidence(self) -> tuple[Path, ...]:
         """The files a resume moves into a segment: what the interrupted segment wrote as it went."""

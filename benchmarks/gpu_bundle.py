@@ -61,6 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # benchbase from this checkout, when run as a script
 sys.path.insert(1, str(REPO / "benchmarks"))  # gpu_profile beside it, under PYTHONSAFEPATH too
 
+import gpu_profile  # noqa: E402
+
 from benchbase.data.workload_data import default_cache  # noqa: E402
 from benchbase.run_folder import read_json_lines  # noqa: E402
 
@@ -231,8 +233,6 @@ def run(args: argparse.Namespace) -> None:
                 code = "timeout"
         print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
     print(summarize(args.out))
-    import gpu_profile
-
     print(gpu_profile.summarize(args.out))
 
 
@@ -252,8 +252,6 @@ def child(args: argparse.Namespace) -> None:
     compiled (``COMPILE_MODES``), JAX's LSTM scans unrolled (``UNROLL``), or the torch backend without
     its page-locked host arrays (``pageable``), or a few of its steps profiled (``profile``)."""
     if args.lever == "profile":
-        import gpu_profile
-
         gpu_profile.patch_train_step(Path(args.benchbase[args.benchbase.index("--out") + 1]))
     elif args.lever == "pageable":
         from benchbase_torch_ds2 import backend as torch_backend

@@ -14,7 +14,7 @@ import numpy as np
 from benchbase.backend import Batch, Inputs
 from benchbase.families.ds2.reference import bounded_reference, bounded_step
 from benchbase.kit.outputs import normalization_bound
-from benchbase.numerics.tolerances import BOTH_SIDES, after_steps
+from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, after_steps
 from benchbase.specs import ModelSpec
 
 
@@ -57,3 +57,18 @@ def assert_normalized(log_probs: np.ndarray) -> None:
     """Each frame's probabilities sum to one within a float32 log-softmax's rounding."""
     totals = np.log(np.exp(np.asarray(log_probs, np.float64)).sum(-1))
     assert np.abs(totals).max() <= normalization_bound(log_probs), np.abs(totals).max()
+
+
+def bf16_log_probs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found: np.ndarray
+                                  ) -> tuple[float, float, float]:
+    """(float32's largest one-side bound, the largest difference, bfloat16's largest both-sides bound)
+    of bf16 ``found`` log-probabilities against the float32 reference on the valid frames. bf16 lands
+    between the first and the last: visibly not float32, within bfloat16's rounding (both sides:
+    which operands a framework narrows is its own choice)."""
+    float32_bound, mask = log_probs_bound(weights, model, inputs, sides=1)
+    bf16 = bounded_reference(weights, model.model_copy(update={"dropout": 0.0}), inputs.features,
+                             inputs.feature_lengths, training=False, operand_roundoff=BFLOAT16_UNIT_ROUNDOFF)
+    expected = bf16.log_probs  # the exact outputs: the operand roundings move only the bound
+    difference = np.abs(found[:, : expected.shape[1]] - expected)[mask]
+    bf16_bound = BOTH_SIDES * bf16.log_probs_bound[mask].max()
+    return float(float32_bound[mask].max()), float(difference.max()), float(bf16_bound)

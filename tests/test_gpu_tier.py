@@ -104,11 +104,12 @@ def test_bf16_on_the_gpu_is_within_bf16s_rounding_bound(name):
     """As on a CPU (tests/test_precision.py), on the GPU's tensor cores: the kit's DS2 in bf16 predicts
     within bfloat16's rounding bound of the float64 reference (both sides: which operands a framework
     narrows is its own choice), visibly not in float32, and trains finite steps."""
-    from benchbase.families.ds2.reference import bounded_reference, random_weights
+    from numerics import bf16_log_probs_against_bounds
+
+    from benchbase.families.ds2.reference import random_weights
     from benchbase.kit.conformance import Kit, resolve_backend
     from benchbase.kit.data import load_kit_data
     from benchbase.kit.int8 import in_precision
-    from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES
 
     data = load_kit_data()
     weights = random_weights(data.model, data.feature_dimension, seed=1)
@@ -119,11 +120,5 @@ def test_bf16_on_the_gpu_is_within_bf16s_rounding_bound(name):
         found = backend.predict(inputs)
         losses = [backend.train_step(data.batches[step % 3]) for step in range(3)]
     assert found.dtype == np.float32 and all(np.isfinite(losses))
-    float32 = bounded_reference(weights, data.model, inputs.features, inputs.feature_lengths, training=False)
-    bf16 = bounded_reference(weights, data.model, inputs.features, inputs.feature_lengths, training=False,
-                             operand_roundoff=BFLOAT16_UNIT_ROUNDOFF)
-    expected = float32.log_probs
-    valid = np.broadcast_to((np.arange(expected.shape[1])[None, :] < inputs.output_lengths[:, None])[..., None],
-                            expected.shape)
-    difference = np.abs(found[:, : expected.shape[1]] - expected)[valid]
-    assert float32.log_probs_bound[valid].max() < difference.max() <= BOTH_SIDES * bf16.log_probs_bound[valid].max()
+    float32_bound, difference, bf16_bound = bf16_log_probs_against_bounds(weights, data.model, inputs, found)
+    assert float32_bound < difference <= bf16_bound

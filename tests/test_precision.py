@@ -18,6 +18,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 from cli_helpers import run_benchbase
+from numerics import bf16_log_probs_against_bounds
 from test_compliance_checker import _edit_events, _edit_json, _set_value, real_run, run_copy  # noqa: F401
 from test_plugins import LinearCTCBackend
 
@@ -25,7 +26,7 @@ from benchbase.compliance.checker import check_log
 from benchbase.compliance.rules import load_ruleset
 from benchbase.errors import InputError
 from benchbase.families.ds2 import quantization
-from benchbase.families.ds2.reference import bounded_reference, random_weights, reference_forward
+from benchbase.families.ds2.reference import random_weights, reference_forward
 from benchbase.families.ds2.spec import QUANTIZABLE_TENSORS, DS2ModelSpec
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.harness import run_benchmark
@@ -40,7 +41,7 @@ from benchbase.kit.int8 import (
     quantized_ranges_after_step,
     range_update_rounding,
 )
-from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, same_kernels
+from benchbase.numerics.tolerances import FLOAT32_UNIT_ROUNDOFF, same_kernels
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
@@ -310,17 +311,11 @@ def test_bf16_trains_and_predicts_on_a_cpu(name, kit_data):
         after = backend.export_weights()
     assert found.dtype == np.float32 and all(np.isfinite(losses))
     assert after["output.kernel"].dtype == np.float32  # the master weights stay float32
-    float32 = bounded_reference(weights, kit_data.model, inputs.features, inputs.feature_lengths, training=False)
-    bf16 = bounded_reference(weights, kit_data.model, inputs.features, inputs.feature_lengths, training=False,
-                             operand_roundoff=BFLOAT16_UNIT_ROUNDOFF)
-    expected = float32.log_probs
-    mask = np.broadcast_to((np.arange(expected.shape[1])[None, :] < inputs.output_lengths[:, None])[..., None],
-                           expected.shape)
-    difference = np.abs(found[:, : expected.shape[1]] - expected)[mask]
     # bfloat16 keeps 8 significant bits: within bfloat16's rounding bound of the reference (both
     # sides: the framework's choice of which operands it narrows is its own), and visibly not
     # float32 (beyond float32's bound).
-    assert float32.log_probs_bound[mask].max() < difference.max() <= BOTH_SIDES * bf16.log_probs_bound[mask].max()
+    float32_bound, difference, bf16_bound = bf16_log_probs_against_bounds(weights, kit_data.model, inputs, found)
+    assert float32_bound < difference <= bf16_bound
 
 
 @pytest.mark.parametrize("name", BACKENDS)

@@ -103,10 +103,8 @@ OPEN_NOTE = ("(open): a group with runs in the open division (a workload changed
 
 
 def workload_groups(scored: list[Scored]) -> dict[str, list[Scored]]:
-    """Workload name -> its scored groups, in the order they came (``groups_by_workload``)."""
-    by_group = {id(item.group): item for item in scored}
-    return {workload: [by_group[id(group)] for group in groups]
-            for workload, groups in groups_by_workload([item.group for item in scored]).items()}
+    """Workload name -> its scored groups, in the order they came."""
+    return groups_by_workload(scored, lambda item: item.group)
 
 
 def same_batch_table(scored: list[Scored], labels: list[str]) -> ReportTable:

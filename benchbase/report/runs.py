@@ -7,13 +7,17 @@ folder of run folders (run-0, run-1, ...) scored together.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 from benchbase.errors import InputError
 from benchbase.run_folder import RESULT_NAME, RunFolder, find_run_folders, read_json_lines
 from benchbase.specs import ResultProblem, RunResult, read_run_result
+
+T = TypeVar("T")
 
 __all__ = ["Run", "RunGroup", "groups_by_shared_batch", "groups_by_workload", "load_groups", "loss_name",
            "read_json_lines"]
@@ -74,12 +78,7 @@ class Run:
         """Every sample of the run. A resume moves the interrupted segment's samples to segments/K/
         and its clock goes on from the interruption, so the segments' samples, in order, come first."""
         folder = RunFolder(self.path)
-        segments = sorted(folder.segment_folders(), key=lambda segment: _segment_number(segment.root.name))
-        return [sample for part in (*segments, folder) for sample in read_json_lines(part.telemetry)]
-
-
-def _segment_number(name: str) -> int:
-    return int(name) if name.isdigit() else -1  # segments/10 after segments/9
+        return [sample for part in (*folder.segment_folders(), folder) for sample in read_json_lines(part.telemetry)]
 
 
 @dataclass
@@ -161,11 +160,12 @@ def groups_by_shared_batch(groups: list[RunGroup]) -> dict[int, list[RunGroup]]:
     return {batch: shared for batch, shared in sorted(by_batch.items()) if len(shared) > 1}
 
 
-def groups_by_workload(groups: list[RunGroup]) -> dict[str, list[RunGroup]]:
-    """Workload name -> its groups, in the order the groups came."""
-    by_workload: dict[str, list[RunGroup]] = {}
-    for group in groups:
-        by_workload.setdefault(group.workload_name, []).append(group)
+def groups_by_workload(items: Iterable[T], group_of: Callable[[T], RunGroup] = lambda group: group
+                       ) -> dict[str, list[T]]:
+    """Workload name -> its groups (or items that each hold a group, ``group_of``), in the order they came."""
+    by_workload: dict[str, list[T]] = {}
+    for item in items:
+        by_workload.setdefault(group_of(item).workload_name, []).append(item)
     return by_workload
 
 
