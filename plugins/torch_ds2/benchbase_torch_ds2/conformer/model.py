@@ -39,6 +39,8 @@ class Conformer(nn.Module):
         self.final_norm = LayerNorm(d, spec.layernorm_epsilon)
         self.output = nn.Linear(d, spec.symbols)
         self.reset_parameters()
+        # After the initialization, which draws the kernels in their logical order whatever the layout.
+        self.subsampling.convs.to(memory_format=self.subsampling.memory_format)
 
     def reset_parameters(self) -> None:
         """The spec's ``init``: every kernel Xavier-uniform with the neutral layout's fans, every
@@ -73,7 +75,17 @@ class Conformer(nn.Module):
 
 
 class Subsampling(nn.Module):
-    """The strided convolutions, the projection to encoder_dim, the positions and the dropout."""
+    """The strided convolutions, the projection to encoder_dim, the positions and the dropout.
+
+    The convolutions run channels-last: (batch, time, frequency, channel) in memory, the layout
+    that the projection's flatten to (time, frequency x channel) reads without a transposing copy,
+    and the one oneDNN and cuDNN's tensor cores compute in natively (docs/BENCHMARKS.md, "The
+    Conformer's subsampling, channels-last"). ``CHANNELS_LAST = False`` before building keeps
+    PyTorch's default (batch, channel, time, frequency): the same arithmetic, summed in another
+    order, for measuring the layout against it.
+    """
+
+    CHANNELS_LAST = True
 
     def __init__(self, spec: ConformerModelSpec, feature_dimension: int) -> None:
         super().__init__()
@@ -83,6 +95,8 @@ class Subsampling(nn.Module):
         self.projection = nn.Linear(spec.subsampled_bins(feature_dimension) * d, d)
         self.dropout = nn.Dropout(spec.dropout)
         self.max_timescale = spec.max_timescale
+        self.channels_last = self.CHANNELS_LAST
+        self.memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, frames, F), lengths -> (batch, T', d) and the lengths T' of each row."""
@@ -92,10 +106,11 @@ class Subsampling(nn.Module):
             # Two zero rows after the last of time and frequency, then a valid stride-2 convolution:
             # output row i reads rows 2i .. 2i+2 and there are ceil(n / 2) of them, whatever the
             # batch's padded length (PyTorch's symmetric padding would start at row 2i - 1).
-            x = torch.relu(conv(nn.functional.pad(x, (0, 2, 0, 2))))
+            x = torch.relu(conv(nn.functional.pad(x, (0, 2, 0, 2)).contiguous(memory_format=self.memory_format)))
             lengths = (lengths + 1) // 2
-            frames = torch.arange(x.shape[2], device=x.device)
-            x = x.masked_fill((frames >= lengths[:, None])[:, None, :, None], 0.0)
+            padded = (torch.arange(x.shape[2], device=x.device) >= lengths[:, None])[:, None, :, None]
+            # masked_fill's copy comes out in the default layout; where() keeps channels-last.
+            x = torch.where(padded, 0.0, x) if self.channels_last else x.masked_fill(padded, 0.0)
         batch, channels, time, bins = x.shape
         x = x.permute(0, 2, 3, 1).reshape(batch, time, bins * channels)  # row f * C + c, as the layout has it
         x = self.projection(x) + sinusoids(time, self.projection.out_features, self.max_timescale, x.device)
