@@ -33,10 +33,14 @@ the device's busy share and its time by kind of kernel, into the run folder); ``
 torch backend's page-locked host arrays away (``Backend.host_array``), so that the pipeline pads
 into NumPy's memory and each step stages its copy, as before the hook; ``noautotune`` runs with
 XLA's GPU autotuning off (``--xla_gpu_autotune_level=0``), to see whether it is what JAX's first
-step waits for. The table: the median step after the first,
-utterances/s, model FLOP utilization against the GPU's dense peak for the precision (the family's own FLOP count,
-``benchbase.families.<family>.cost``), the data wait's share of the step, the first step
-(compilation, capture), and the peak GPU memory NVML saw.
+step waits for; ``nchw`` runs the torch Conformer's subsampling in PyTorch's default layout instead
+of channels-last. BATCH ``fit`` is the largest batch that fits in the GPU's memory, as the peaks of
+the same backend, workload and precision at two batches earlier in the list predict it
+(``fitted_batch``), tried smaller if it runs out of memory. A batch of more than half the corpus's
+training utterances reads them several times an epoch (``timing_workload``). The table: the median
+step after the first, utterances/s, model FLOP utilization against the GPU's dense peak for the
+precision (the family's own FLOP count, ``benchbase.families.<family>.cost``), the data wait's share
+of the step, the first step (compilation, capture), and the peak GPU memory NVML saw.
 """
 
 from __future__ import annotations
@@ -200,40 +204,142 @@ def run(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for spec in args.runs.split(","):
         backend, workload, precision, batch, *options = spec.split(":")
-        name = f"{backend}-{workload}-{precision}-b{batch}" + "".join(f"-{option}" for option in options)
-        left = args.deadline - (time.monotonic() - started)
-        if left < 20:
-            print(f"skipping {name}: {left:.0f} s left before the deadline", flush=True)
-            continue
-        store = next(store for store, family in STORES.items() if family == workload)
-        compiled = [option for option in options if option in COMPILE_MODES]
-        levers = [option for option in options
-                  if option in (*COMPILE_MODES, "pageable", "profile") or UNROLL.fullmatch(option)]
-        starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--lever", levers[0], "--"]
-                   if levers else [sys.executable, "-m", "benchbase"])
-        command = [*starter, "run", "--workload",
-                   str(args.dir / "workloads" / f"{workload}-gpu-timing.yaml"), "--backend", backend,
-                   "--hw", str(args.dir / "workloads" / "gpu.yaml"), "--data", str(args.dir / "stores" / store),
-                   "--device", args.device, "--precision", precision, "--no-final-eval", "--out", str(args.out / name),
-                   "--max-epochs", str(args.epochs), "--set", f"hardware.pipeline.global_batch={batch}",
-                   "--set", f"hardware.pipeline.batch_per_device={batch}"]
-        if "eager" in options or compiled:  # torch.compile's own graphs, not the backend's
-            command += ["--set", "hardware.devices.cuda_graphs=false"]
-        for override in args.set:
-            command += ["--set", override]
-        environment = dict(os.environ)
-        if "noautotune" in options:  # XLA's GPU autotuning off: is it what JAX's first step waits for?
-            environment["XLA_FLAGS"] = (environment.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
-        print(f"[{time.monotonic() - started:6.1f} s] {name}", flush=True)
-        with open(args.out / f"{name}.log", "w") as log:
-            try:
-                code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left,
-                                      env=environment).returncode
-            except subprocess.TimeoutExpired:
-                code = "timeout"
-        print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
+        attempts = 1
+        if batch == "fit":
+            fitted, how = fitted_batch(args.out, backend, workload, precision, args.device)
+            print(f"[{time.monotonic() - started:6.1f} s] {spec}: {how}", flush=True)
+            if fitted is None:
+                continue
+            batch, attempts = str(fitted), FIT_ATTEMPTS
+            options = [*options, "fit"]
+        for _ in range(attempts):
+            name = f"{backend}-{workload}-{precision}-b{batch}" + "".join(f"-{option}" for option in options)
+            left = args.deadline - (time.monotonic() - started)
+            if left < 20:
+                print(f"skipping {name}: {left:.0f} s left before the deadline", flush=True)
+                break
+            code = launch(args, name, backend, workload, precision, int(batch), options, left)
+            print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
+            if code == 0 or "fit" not in options or not ran_out_of_memory(args.out / f"{name}.log"):
+                break
+            batch = str(multiple_below(FIT_STEP_DOWN * int(batch)))  # the model's guess was too high
     print(summarize(args.out))
     print(gpu_profile.summarize(args.out))
+
+
+def launch(args: argparse.Namespace, name: str, backend: str, workload: str, precision: str, batch: int,
+           options: list[str], left: float) -> int | str:
+    """One `benchbase run` of the timing workload at ``batch`` per GPU; its exit code, or "timeout"."""
+    store = next(store for store, family in STORES.items() if family == workload)
+    compiled = [option for option in options if option in COMPILE_MODES]
+    levers = [option for option in options
+              if option in (*COMPILE_MODES, "pageable", "profile", "nchw") or UNROLL.fullmatch(option)]
+    starter = ([sys.executable, str(Path(__file__).resolve()), "child", "--lever", levers[0], "--"]
+               if levers else [sys.executable, "-m", "benchbase"])
+    command = [*starter, "run", "--workload", str(timing_workload(args, workload, store, batch)),
+               "--backend", backend,
+               "--hw", str(args.dir / "workloads" / "gpu.yaml"), "--data", str(args.dir / "stores" / store),
+               "--device", args.device, "--precision", precision, "--no-final-eval", "--out", str(args.out / name),
+               "--max-epochs", str(args.epochs), "--set", f"hardware.pipeline.global_batch={batch}",
+               "--set", f"hardware.pipeline.batch_per_device={batch}"]
+    if "eager" in options or compiled:  # torch.compile's own graphs, not the backend's
+        command += ["--set", "hardware.devices.cuda_graphs=false"]
+    for override in args.set:
+        command += ["--set", override]
+    environment = dict(os.environ)
+    if "noautotune" in options:  # XLA's GPU autotuning off: is it what JAX's first step waits for?
+        environment["XLA_FLAGS"] = (environment.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
+    print(f"[{args.deadline - left:6.1f} s] {name}", flush=True)
+    with open(args.out / f"{name}.log", "w") as log:
+        try:
+            return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left,
+                                  env=environment).returncode
+        except subprocess.TimeoutExpired:
+            return "timeout"
+
+
+def timing_workload(args: argparse.Namespace, workload: str, store: str, batch: int) -> Path:
+    """The timing workload for a per-GPU ``batch``: as prepared, or, for a batch of more than half the
+    training utterances, a copy that reads the training subset as many times an epoch as give every
+    epoch at least two steps (the harness drops an epoch's last partial batch, so a batch beyond the
+    subset would train nothing; every utterance is padded to the same frames, so a step costs the
+    same whichever utterances it holds)."""
+    prepared = args.dir / "workloads" / f"{workload}-gpu-timing.yaml"
+    training = json.loads((args.dir / "stores" / store / "store.json").read_text())["splits"]["train"]["utterances"]
+    repeats = -(-2 * batch // training)
+    if repeats <= 1:
+        return prepared
+    spec = yaml.safe_load(prepared.read_text())
+    spec["data"]["train"] = ["train"] * repeats
+    spec["deviations"].append({"field": "data.train", "reference": "each training utterance once an epoch",
+                               "benchbase": f"the training subset {repeats} times an epoch",
+                               "why": f"A per-GPU batch of {batch} on a subset of {training} utterances."})
+    path = args.out / "workloads" / f"{workload}-gpu-timing-x{repeats}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+FIT_HEADROOM = 0.06
+"""The share of the GPU's memory a fitted batch leaves free: the line through two runs' peaks does not
+see the allocator's fragmentation, which grows with the tensors."""
+FIT_ATTEMPTS = 3
+FIT_STEP_DOWN = 0.9
+"""A fitted batch that ran out of memory is tried again this much smaller, FIT_ATTEMPTS in all."""
+
+
+def fitted_batch(out: Path, backend: str, workload: str, precision: str, device: str) -> tuple[int | None, str]:
+    """The largest per-GPU batch (a multiple of 8) that the earlier runs in ``out`` predict to fit in
+    the GPU's memory, and how it was found; None, and why, where it cannot be predicted.
+
+    A step's memory is the weights, the optimizer's state and the framework's context, which do not
+    grow with the batch, plus the activations, which grow in proportion to it (every utterance is
+    padded to the same frames): so the peak GPU memory NVML saw in runs of the same backend,
+    workload and precision at two or more batches, without a lever, fixes a line, and the batch is
+    where that line meets the GPU's memory less FIT_HEADROOM. The run at that batch is the check."""
+    if device != "cuda":
+        return None, "no GPU: nothing to fit"
+    from benchbase.telemetry.hardware_detect import detected_gpus
+
+    gpus, note = detected_gpus()
+    if not gpus:
+        return None, f"the GPU's memory is unknown ({note})"
+    capacity_mb = gpus[0].memory_gb * 1e9 / 2**20  # NVML's used memory comes in MiB
+    plain = re.compile(rf"{re.escape(backend)}-{re.escape(workload)}-{re.escape(precision)}-b(\d+)")
+    points = sorted((int(match.group(1)), entry["peak_gpu_mem_mb"]) for folder in sorted(out.iterdir())
+                    if (match := plain.fullmatch(folder.name)) and (folder / "config.json").exists()
+                    and (entry := run_summary(folder)).get("steps", 0) >= 2 and entry.get("peak_gpu_mem_mb"))
+    return batch_for_memory(points, capacity_mb)
+
+
+def batch_for_memory(points: list[tuple[int, float]], capacity_mb: float) -> tuple[int | None, str]:
+    """The batch (a multiple of 8) where the least-squares line through (batch, peak MiB) ``points``
+    reaches ``capacity_mb`` less FIT_HEADROOM, and the line's numbers; None where they fix no rising line."""
+    batches = {batch for batch, _ in points}
+    if len(batches) < 2:
+        return None, f"needs runs at two batches without a lever first, found {sorted(batches) or 'none'}"
+    mean_batch = statistics.fmean(batch for batch, _ in points)
+    mean_peak = statistics.fmean(peak for _, peak in points)
+    slope = (sum((batch - mean_batch) * (peak - mean_peak) for batch, peak in points)
+             / sum((batch - mean_batch) ** 2 for batch, _ in points))
+    if slope <= 0:
+        return None, f"the peaks {points} do not grow with the batch"
+    fixed = mean_peak - slope * mean_batch
+    reach = ((1 - FIT_HEADROOM) * capacity_mb - fixed) / slope
+    how = (f"{fixed:.0f} MiB + {slope:.1f} MiB an utterance (from {len(points)} runs at {sorted(batches)}) "
+           f"reaches {100 * (1 - FIT_HEADROOM):.0f}% of {capacity_mb:.0f} MiB at batch {reach:.0f}")
+    return (multiple_below(reach) if reach >= 8 else None), how
+
+
+def multiple_below(batch: float, step: int = 8) -> int:
+    return max(step, int(batch) // step * step)
+
+
+def ran_out_of_memory(log: Path) -> bool:
+    """Whether a run's output says its framework ran out of device memory (torch's OutOfMemoryError,
+    the CUDA error, XLA's RESOURCE_EXHAUSTED)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return "out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text
 
 
 COMPILE_MODES = {"compile": "default", "compile_ro": "reduce-overhead", "compile_max": "max-autotune-no-cudagraphs"}
@@ -250,9 +356,14 @@ loop iteration (``lax.scan(unroll=N)``): fewer, larger loop bodies for XLA; the 
 def child(args: argparse.Namespace) -> None:
     """`benchbase ARGS` in this process with one lever applied: the torch backend's training forward
     compiled (``COMPILE_MODES``), JAX's LSTM scans unrolled (``UNROLL``), or the torch backend without
-    its page-locked host arrays (``pageable``), or a few of its steps profiled (``profile``)."""
+    its page-locked host arrays (``pageable``), or a few of its steps profiled (``profile``), or the
+    torch Conformer's subsampling in PyTorch's default layout instead of channels-last (``nchw``)."""
     if args.lever == "profile":
         gpu_profile.patch_train_step(Path(args.benchbase[args.benchbase.index("--out") + 1]))
+    elif args.lever == "nchw":
+        from benchbase_torch_ds2.conformer import model as conformer_model
+
+        conformer_model.Subsampling.CHANNELS_LAST = False
     elif args.lever == "pageable":
         from benchbase_torch_ds2 import backend as torch_backend
 
@@ -283,12 +394,15 @@ def child(args: argparse.Namespace) -> None:
     benchbase_main(args.benchbase)
 
 
-def training_flops(config: dict) -> float:
-    """A step's training FLOPs on the padded batch: the family's forward FLOPs x its training factor."""
+def training_flops(config: dict) -> float | None:
+    """A step's training FLOPs on the padded batch: the family's forward FLOPs x its training factor;
+    None for a workload that pads each batch to its own longest utterance (the FLOPs vary by step)."""
     from benchbase.specs.model import validate_model
     from benchbase.specs.workload import FeatureSpec
 
     workload = config["workload"]
+    if workload["data"].get("pad_to_frames") is None:
+        return None
     model = validate_model(workload["model"])
     cost = importlib.import_module(f"benchbase.families.{model.family}.cost")
     dimension = FeatureSpec.model_validate(workload["features"]).dimension
@@ -317,7 +431,8 @@ def run_summary(folder: Path) -> dict:
         "median_step_ms": round(1e3 * median, 2), "p10_step_ms": round(1e3 * steps[len(steps) // 10], 2),
         "p90_step_ms": round(1e3 * steps[min(len(steps) - 1, 9 * len(steps) // 10)], 2),
         "utt_per_s": round(config["hardware"]["pipeline"]["batch_per_device"] / median, 1),
-        "tflops": round(flops / median / 1e12, 1), "mfu": round(flops / median / PEAKS[precision], 4),
+        "tflops": None if flops is None else round(flops / median / 1e12, 1),
+        "mfu": None if flops is None or precision not in PEAKS else round(flops / median / PEAKS[precision], 4),
         "data_wait_share": round(sum(b["wait_s"] for b in steady) / sum(b["step_s"] for b in steady), 4),
         # Each epoch's first batch waits for the readers to start: on this small corpus (a few steps an
         # epoch) that is most of the wait, on LibriSpeech's thousands of steps an epoch it is not.
@@ -344,9 +459,11 @@ def summarize(out: Path) -> str:
         within = "-" if share is None else f"{100 * share:.2f}"
         graph_text = (f"{graphs['cuda_graphs']:.0f} ({graphs['cuda_graph_memory_bytes'] / 1e6:.0f} MB, "
                       f"{graphs['cuda_graph_failures']:.0f} failed)") if graphs else "-"
+        mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
         lines.append(f"| {r['name']} | {r['median_step_ms']} ({r['p10_step_ms']}-{r['p90_step_ms']}) "
                      f"| {r['utt_per_s']} "
-                     f"| {r['tflops']} | {100 * r['mfu']:.1f}% | {100 * r['data_wait_share']:.2f} ({within}) "
+                     f"| {'-' if r['tflops'] is None else r['tflops']} | {mfu} "
+                     f"| {100 * r['data_wait_share']:.2f} ({within}) "
                      f"| {r['first_step_s']} | {r['peak_gpu_mem_mb']} | {graph_text} |")
     table = "\n".join(lines)
     (out / "summary.md").write_text(table + "\n")
@@ -373,7 +490,8 @@ def main() -> None:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every run")
     r.set_defaults(function=run)
     c = commands.add_parser("child", help=argparse.SUPPRESS)
-    c.add_argument("--lever", required=True, help="compile, compile_ro, compile_max, unrollN, pageable or profile")
+    c.add_argument("--lever", required=True,
+                   help="compile, compile_ro, compile_max, unrollN, pageable, profile or nchw")
     c.add_argument("benchbase", nargs=argparse.REMAINDER)
     c.set_defaults(function=child)
     s = commands.add_parser("summarize", help="the table from the run folders")

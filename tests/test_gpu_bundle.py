@@ -1,0 +1,101 @@
+"""benchmarks/gpu_bundle.py's own arithmetic and files, which decide what a lent GPU runs: the
+batch it fits to the GPU's memory, the timing workload for a batch beyond the corpus, the table of
+a run folder that is not one of its own. No GPU needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from benchmark_scripts import load_benchmark
+
+from benchbase.specs.workload import WorkloadSpec
+from benchbase.specs.yaml_files import load_spec_file
+
+gpu_bundle = load_benchmark("gpu_bundle")
+
+H200_MIB = 143_771.0  # NVML's total on the H200 of docs/BENCHMARKS.md
+CONFORMER_BF16_PEAKS = [(32, 11_904.0), (256, 63_536.0)]
+"""Peak GPU MiB NVML saw for the torch Conformer in bf16 on the H200 at batches 32 and 256
+(docs/BENCHMARKS.md, "The GPU path on one H200")."""
+
+
+def test_the_fitted_batch_is_the_largest_multiple_of_8_the_line_puts_under_the_headroom():
+    batch, how = gpu_bundle.batch_for_memory(CONFORMER_BF16_PEAKS, H200_MIB)
+    slope = (63_536 - 11_904) / (256 - 32)
+    fixed = 11_904 - 32 * slope
+    limit = (1 - gpu_bundle.FIT_HEADROOM) * H200_MIB
+    assert batch % 8 == 0
+    assert fixed + slope * batch <= limit < fixed + slope * (batch + 8)
+    assert "[32, 256]" in how and "94% of 143771 MiB" in how
+
+
+def test_a_least_squares_line_takes_every_run_at_its_batch():
+    # Three runs on one line, two of them at the same batch with peaks either side of it.
+    points = [(32, 11_904.0), (256, 63_536.0 + 100), (256, 63_536.0 - 100)]
+    assert gpu_bundle.batch_for_memory(points, H200_MIB)[0] == gpu_bundle.batch_for_memory(
+        CONFORMER_BF16_PEAKS, H200_MIB)[0]
+
+
+@pytest.mark.parametrize(("points", "why"), [
+    ([(32, 11_904.0)], "two batches"),
+    ([], "two batches"),
+    ([(32, 11_904.0), (64, 11_000.0)], "do not grow"),
+])
+def test_no_batch_is_fitted_from_runs_that_fix_no_rising_line(points, why):
+    batch, how = gpu_bundle.batch_for_memory(points, H200_MIB)
+    assert batch is None and why in how
+
+
+def test_a_gpu_too_small_for_the_fixed_part_fits_nothing():
+    assert gpu_bundle.batch_for_memory(CONFORMER_BF16_PEAKS, 4_000.0)[0] is None
+
+
+def test_without_a_gpu_nothing_is_fitted(tmp_path):
+    assert gpu_bundle.fitted_batch(tmp_path, "torch", "conformer", "bf16", "cpu") == (None, "no GPU: nothing to fit")
+
+
+def _bundle(tmp_path: Path, training_utterances: int) -> argparse.Namespace:
+    gpu_bundle.write_timing_workload(tmp_path / "workloads", "conformer", 400)
+    store = tmp_path / "stores" / "conformer-features"
+    store.mkdir(parents=True)
+    (store / "store.json").write_text(json.dumps({"splits": {"train": {"utterances": training_utterances}}}))
+    return argparse.Namespace(dir=tmp_path, out=tmp_path / "out")
+
+
+def test_a_batch_beyond_half_the_training_subset_reads_it_more_often(tmp_path):
+    args = _bundle(tmp_path, 304)
+    prepared = tmp_path / "workloads" / "conformer-gpu-timing.yaml"
+    assert gpu_bundle.timing_workload(args, "conformer", "conformer-features", 152) == prepared
+    path = gpu_bundle.timing_workload(args, "conformer", "conformer-features", 528)
+    spec = load_spec_file(WorkloadSpec, path)
+    assert spec.data.train == ("train",) * 4  # 1,216 utterances: two steps of 528 an epoch
+    assert any(deviation.field == "data.train" and "528" in deviation.why for deviation in spec.deviations)
+    unchanged = yaml.safe_load(prepared.read_text())
+    assert unchanged["data"]["train"] == ["train"]
+
+
+def test_the_table_of_a_run_that_pads_to_each_batch_has_no_mfu(tmp_path):
+    """A run folder of a registered workload, not a timing one: no fixed padding, so no FLOP count."""
+    run = Path(__file__).parent / "data" / "rcp-conformer-mini" / "torch-cpu" / "seed-0"
+    shutil.copytree(run, tmp_path / "seed-0")
+    batches = [{"kind": "batch", "epoch": 1, "batch": step, "loss": 100.0 - step, "step_s": 0.5, "wait_s": 0.01}
+               for step in range(1, 5)]
+    (tmp_path / "seed-0" / "metrics.jsonl").write_text("".join(json.dumps(batch) + "\n" for batch in batches))
+    table = gpu_bundle.summarize(tmp_path)
+    row = next(line for line in table.splitlines() if line.startswith("| seed-0"))
+    assert "| 500.0 (500.0-500.0) |" in row and "| - | - |" in row
+
+
+def test_an_out_of_memory_failure_is_told_from_others(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("benchbase: error: backend 'torch' failed in train_step(): OutOfMemoryError: CUDA out of memory. "
+                   "Tried to allocate 2.00 GiB\n")
+    assert gpu_bundle.ran_out_of_memory(log)
+    log.write_text("benchbase: error: backend 'torch' failed in train_step(): RuntimeError: shape mismatch\n")
+    assert not gpu_bundle.ran_out_of_memory(log)
+    assert not gpu_bundle.ran_out_of_memory(tmp_path / "missing.log")
