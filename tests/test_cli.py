@@ -60,6 +60,17 @@ def test_bad_run_arguments_are_one_line_errors_with_exit_2(args, message):
     assert finished.stdout == ""  # not even a blank line before the error
 
 
+def test_a_spec_file_named_like_a_registered_name_is_told_how_to_be_read(tmp_path):
+    """A file without a .yaml suffix or a "/" is looked up as a registered name; the error says so."""
+    (tmp_path / "mine.json").write_text('{"name": "mine"}')
+    refused = benchbase("run", "--workload", "mine.json", "--backend", "torch", "--hw", "cpu", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert ("unknown workload 'mine.json'" in refused.stderr
+            and "(mine.json is a file: name a spec file ./mine.json, or give it a .yaml suffix)" in refused.stderr)
+    read = benchbase("run", "--workload", "./mine.json", "--backend", "torch", "--hw", "cpu", cwd=tmp_path)
+    assert read.returncode == 2 and "mine.json: " in read.stderr and "Field required" in read.stderr
+
+
 def test_a_target_with_an_unknown_metric_is_one_message_not_two():
     refused = benchbase("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--target", "foo=40")
     assert refused.returncode == 2

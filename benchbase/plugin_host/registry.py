@@ -120,5 +120,8 @@ def _lookup(table: dict, name: str, kind: str, also: str = ""):
     """``table[name]``, or a one-line InputError listing the names (and ``also``: what else the option takes)."""
     if name not in table:
         available = ", ".join([*sorted(table), also] if also else sorted(table)) or "none"
-        raise InputError(f"unknown {kind} {name!r}; available: {available}")
+        # A file here whose name neither ends in .yaml nor holds a "/" is taken for a registered name.
+        hint = (f" ({name} is a file: name a spec file ./{name}, or give it a .yaml suffix)"
+                if Path(name).is_file() else "")
+        raise InputError(f"unknown {kind} {name!r}; available: {available}{hint}")
     return table[name]
