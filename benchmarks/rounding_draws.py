@@ -11,6 +11,11 @@ the largest difference over its frame's median (docs/BENCHMARKS.md, "The roundin
 
     python benchmarks/rounding_draws.py --ulps 4 --draws 3       # the model before it was measured
     python benchmarks/rounding_draws.py                          # the model's own (16 u, 16 draws)
+    python benchmarks/rounding_draws.py --int8 torch --draws 3   # the RNN-T int8 encoder rule's bounds
+
+``--int8 BACKEND`` prints instead the two bounds of the kit's RNN-T ``int8_forward`` rule, which are
+aggregates over the valid outputs (the largest per-element bound, the median one) rather than one
+bound per element, at ``--draws``, and how close the backend came to each.
 """
 
 from __future__ import annotations
@@ -55,13 +60,33 @@ def measure(backend: str, family: str, draws: int) -> dict[str, float]:
             "largest_difference_of_median": float(np.max((difference / frame_median)[valid]))}
 
 
+def int8_rnnt(backend: str, draws: int) -> dict[str, float]:
+    """The RNN-T int8 encoder rule's flip and median bounds at ``draws``, and the backend's differences."""
+    import benchbase.kit.rnnt_int8 as rnnt_int8
+    from benchbase.kit.int8 import flip_bound, median_bound
+
+    rnnt_int8.INJECTION_DRAWS = draws  # read by name when the rule computes its bounds
+    result = rnnt_int8.quantized_encoder(resolve_backend(backend), load_kit_data(family="rnnt"))
+    difference = np.abs(result.found - result.expected)[np.broadcast_to(result.mask, result.bound.shape)]
+    return {"flip_bound": flip_bound(result), "median_bound": median_bound(result),
+            "largest": float(difference.max()), "median": float(np.median(difference))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ulps", type=float, default=tolerances.ELEMENTWISE_ULPS, help="the elementwise term, in u")
     parser.add_argument("--draws", type=int, default=tolerances.INJECTION_DRAWS)
     parser.add_argument("--backends", nargs="+", default=["torch", "jax", "tf"])
     parser.add_argument("--families", nargs="+", default=["ds2", "rnnt", "conformer"])
+    parser.add_argument("--int8", metavar="BACKEND", help="the RNN-T int8 encoder rule's bounds instead")
     args = parser.parse_args()
+    if args.int8:
+        r = int8_rnnt(args.int8, args.draws)
+        print(f"{args.int8} rnnt int8-emulated, {args.draws} draws: flip bound {r['flip_bound']:.4g} (largest "
+              f"difference {r['largest']:.3g}, {r['largest'] / r['flip_bound']:.2g} of it), median bound "
+              f"{r['median_bound']:.4g} (median difference {r['median']:.3g}, "
+              f"{r['median'] / r['median_bound']:.2g} of it)")
+        return
     for module in (tolerances, kit_outputs, rnnt_bounds):  # each reads the term by name
         module.ELEMENTWISE_ULPS = args.ulps
     print(f"{args.ulps:g} u, {args.draws} draws")

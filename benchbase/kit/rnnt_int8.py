@@ -30,7 +30,7 @@ from benchbase.kit.data import KitData
 from benchbase.kit.int8 import QuantizedForward, in_precision
 from benchbase.kit.outputs import valid_frames
 from benchbase.numerics.rounded import RoundedArithmetic
-from benchbase.numerics.tolerances import ctc_recursion_bound, rounding_bound
+from benchbase.numerics.tolerances import INJECTION_DRAWS, ctc_recursion_bound, rounding_bound
 
 __all__ = ["QuantizedStep", "int8_weights", "quantized_encoder", "quantized_training_step"]
 
@@ -52,13 +52,13 @@ def quantized_encoder(backend_class: type[Backend], data: KitData, seed: int = 0
         found = backend.predict(inputs)
     parts = family_parts(model)
     expected, bound = parts.bounded_outputs(weights, model, inputs.features, inputs.feature_lengths,
-                                            operand_roundoff=0.0, draws=3)
+                                            operand_roundoff=0.0, draws=INJECTION_DRAWS)
     unquantized = {name: value for name, value in weights.items() if not name.endswith(".input_range")}
     kernels = Quantizer(weights, model, training=False)
     quantized_kernels = {name: kernels.kernel(name, value) if name.endswith("kernel") else value
                          for name, value in unquantized.items()}
     _, float32_bound = parts.bounded_outputs(quantized_kernels, data.model, inputs.features,
-                                             inputs.feature_lengths, operand_roundoff=0.0, draws=3)
+                                             inputs.feature_lengths, operand_roundoff=0.0, draws=INJECTION_DRAWS)
     frames = expected.shape[1]
     return QuantizedForward(found[:, :frames], expected, valid_frames(inputs, frames), bound, float32_bound)
 
