@@ -64,6 +64,15 @@ def test_a_failed_fp32_evaluation_is_said_and_an_fp32_run_has_no_fp32_columns():
     assert "FP32" not in shown and "in fp32" not in shown and "67.62" in shown
 
 
+def test_a_title_longer_than_its_table_stays_one_line_on_an_80_column_terminal():
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    RunReporter(console).run_finished(_recorded_result(_final("fp32", None)))
+    lines = console.file.getvalue().splitlines()
+    title = next(line for line in lines if line.startswith("time to accuracy: "))
+    assert title.endswith(" min") and len(title) > len(lines[lines.index(title) + 1])  # wider than the table
+    assert any(line.startswith("final evaluation (not timed): greedy, beam 1, 4 s") for line in lines)
+
+
 def test_building_a_store_says_so_in_one_line_on_a_terminal_or_not_and_a_second_familys_too(tmp_path, registry):
     cache = tmp_path / "cache"
     stores = {}

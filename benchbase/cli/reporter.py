@@ -17,6 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from benchbase import hookimpl
 from benchbase.harness.hook_payloads import BatchProgress, Evaluation
@@ -117,10 +118,9 @@ class RunReporter:
         return Group(self.progress, table)
 
 
-def result_table(result: RunResult) -> Table:
+def result_table(result: RunResult) -> Group:
     style = "green" if result.status == "success" else "yellow"
-    table = Table(title=f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
-                        f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min")
+    table = Table()
     table.add_column("target")
     table.add_column("TTA (min)", justify="right")
     table.add_column("TTA (s)", justify="right")
@@ -130,18 +130,18 @@ def result_table(result: RunResult) -> Table:
             table.add_row(label, "not reached", "-", "-")
         else:
             table.add_row(label, f"{reached['minutes']:.2f}", f"{reached['seconds']:.1f}", str(reached["epoch"]))
-    return table
+    return _titled(f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
+                   f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min", table)
 
 
-def final_evaluation_table(final: dict) -> Table:
+def final_evaluation_table(final: dict) -> Group:
     """The untimed evaluation after run_stop, one row per subset (the paper's Table 5 for one run);
     for a run not in fp32, its weights' WER and CER evaluated in FP32 beside its own (the cost
     of its precision), or the caption says why they are missing."""
     precision = final.get("precision", "fp32")
     fp32 = final.get("fp32") or {}
     twin = fp32.get("subsets", {})
-    table = Table(title=f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
-                        f"{final['seconds']:.0f} s" + ("" if precision == "fp32" else f", in {precision}"))
+    table = Table()
     headers = ["subset", "WER (%)", "CER (%)", "CER/ref (%)", "loss", "utterances"]
     if twin:
         headers += ["FP32 WER (%)", "FP32 CER (%)"]
@@ -156,7 +156,8 @@ def final_evaluation_table(final: dict) -> Table:
         if twin:
             row += [f"{twin[subset]['wer']:.2f}", f"{twin[subset]['paper_cer']:.2f}"] if subset in twin else ["-", "-"]
         table.add_row(*row)
-    return table
+    return _titled(f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
+                   f"{final['seconds']:.0f} s" + ("" if precision == "fp32" else f", in {precision}"), table)
 
 
 class DecodeSweepReporter:
@@ -211,3 +212,9 @@ class DecodeSweepReporter:
             self.task = None
         if description is not None:
             self.task = self.progress.add_task(description, total=total)
+
+
+def _titled(title: str, table: Table) -> Group:
+    """``table`` under its title (markup allowed), which wraps at the terminal's width, not at the
+    table's: a title longer than the columns stays one line on a terminal wide enough for it."""
+    return Group(Text.from_markup(title, style="table.title"), table)
