@@ -59,6 +59,38 @@ def test_without_a_gpu_nothing_is_fitted(tmp_path):
     assert gpu_bundle.fitted_batch(tmp_path, "torch", "conformer", "bf16", "cpu") == (None, "no GPU: nothing to fit")
 
 
+def _timing_run(out: Path, name: str, batch: int, peak_mib: float | None) -> None:
+    """A run folder as `gpu_bundle.py run` leaves one: a recorded run's config at ``batch``, four
+    steps, and the peak GPU memory NVML saw."""
+    recorded = Path(__file__).parent / "data" / "rcp-conformer-mini" / "torch-cpu" / "seed-0"
+    folder = out / name
+    folder.mkdir(parents=True)
+    config = json.loads((recorded / "config.json").read_text())
+    config["hardware"]["pipeline"] |= {"global_batch": batch, "batch_per_device": batch}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "result.json").write_text(json.dumps({"status": "aborted", "telemetry": {"peak_gpu_mem_mb": peak_mib}}))
+    steps = [{"kind": "batch", "epoch": 1, "batch": step, "loss": 9.0, "step_s": 0.05, "wait_s": 0.0}
+             for step in range(1, 5)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(step) + "\n" for step in steps))
+
+
+def test_the_fit_reads_the_plain_runs_of_its_backend_workload_and_precision(tmp_path, monkeypatch):
+    from benchbase.telemetry import hardware_detect
+
+    h200 = hardware_detect.DetectedGpu(name="NVIDIA H200", memory_gb=H200_MIB * 2**20 / 1e9, pcie="", nvlinks=0)
+    monkeypatch.setattr(hardware_detect, "detected_gpus", lambda: ([h200], "GPUs via NVML"))
+    for (batch, peak), name in zip(CONFORMER_BF16_PEAKS, ("torch-conformer-bf16-b32", "torch-conformer-bf16-b256")):
+        _timing_run(tmp_path, name, batch, peak)
+    # Not points of the line: a lever's run, another precision's, another backend's, one without NVML.
+    _timing_run(tmp_path, "torch-conformer-bf16-b128-nchw", 128, 99_000.0)
+    _timing_run(tmp_path, "torch-conformer-fp32-b128", 128, 99_000.0)
+    _timing_run(tmp_path, "jax-conformer-bf16-b128", 128, 99_000.0)
+    _timing_run(tmp_path, "torch-conformer-bf16-b64", 64, None)
+    assert gpu_bundle.fitted_batch(tmp_path, "torch", "conformer", "bf16", "cuda") == gpu_bundle.batch_for_memory(
+        CONFORMER_BF16_PEAKS, H200_MIB)
+    assert gpu_bundle.fitted_batch(tmp_path, "torch", "ds2", "bf16", "cuda")[0] is None
+
+
 def _bundle(tmp_path: Path, training_utterances: int) -> argparse.Namespace:
     gpu_bundle.write_timing_workload(tmp_path / "workloads", "conformer", 400)
     store = tmp_path / "stores" / "conformer-features"
