@@ -328,3 +328,16 @@ def test_check_verbose_tells_rules_of_one_kind_apart():
     console.print(report_table(report, verbose=True))
     shown = console.export_text()
     assert "key: eval_accuracy; fields: epoch_num, subset" in shown and "│ -" not in shown
+
+
+def test_a_checked_logs_path_stays_one_line_over_a_narrow_table():
+    """A passing log's table is one row ("all rules pass") under a title longer than it."""
+    ruleset = load_ruleset()
+    source = "runs/ds2-mini-torch-cpu-20261127-135822/mllog.log"
+    report = CheckReport(source, ruleset.version, [Finding(rule.check, "pass", [], what_it_checks(rule))
+                                                   for rule in ruleset.rules])
+    console = Console(width=80, record=True)
+    console.print(report_table(report))
+    lines = console.export_text().splitlines()
+    assert lines[0] == f"PASS {source} (rules {ruleset.version})"
+    assert len(lines[0]) > len(lines[1])  # wider than the table under it

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
 from benchbase.cli.app import cli
+from benchbase.cli.titled import titled
 from benchbase.compliance.checker import FAIL, PASS, UNFINISHED, CheckReport, check_paths
 from benchbase.compliance.rules import DEFAULT_RULESET, load_ruleset
 from benchbase.errors import BenchbaseError
@@ -123,9 +124,8 @@ def _rcp_judgements(paths: tuple[Path, ...]) -> list[GroupJudgement]:
     return [judgement for judgement in judgements if len(judgement.group.runs) == judgement.rcp.submission_runs]
 
 
-def report_table(report: CheckReport, verbose: bool = False) -> Table:
-    table = Table(title=f"{VERDICT_SHOWN[report.verdict]} {escape(report.source)} (rules {report.ruleset})",
-                  title_justify="left")
+def report_table(report: CheckReport, verbose: bool = False) -> Group:
+    table = Table()
     table.add_column("rule")
     table.add_column("status")
     table.add_column("details", overflow="fold")
@@ -138,7 +138,7 @@ def report_table(report: CheckReport, verbose: bool = False) -> Table:
         table.add_row(finding.rule, f"[{style}]{finding.status}[/]", detail)
     if not table.rows:
         table.add_row("all rules", "[green]pass[/]", f"{len(report.findings)} rules")
-    return table
+    return titled(f"{VERDICT_SHOWN[report.verdict]} {escape(report.source)} (rules {report.ruleset})", table)
 
 
 def registered_workloads() -> dict[str, WorkloadSpec]:

@@ -17,9 +17,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
-from rich.text import Text
 
 from benchbase import hookimpl
+from benchbase.cli.titled import titled
 from benchbase.harness.hook_payloads import BatchProgress, Evaluation
 from benchbase.specs import RunResult
 
@@ -130,7 +130,7 @@ def result_table(result: RunResult) -> Group:
             table.add_row(label, "not reached", "-", "-")
         else:
             table.add_row(label, f"{reached['minutes']:.2f}", f"{reached['seconds']:.1f}", str(reached["epoch"]))
-    return _titled(f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
+    return titled(f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
                    f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min", table)
 
 
@@ -156,7 +156,7 @@ def final_evaluation_table(final: dict) -> Group:
         if twin:
             row += [f"{twin[subset]['wer']:.2f}", f"{twin[subset]['paper_cer']:.2f}"] if subset in twin else ["-", "-"]
         table.add_row(*row)
-    return _titled(f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
+    return titled(f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
                    f"{final['seconds']:.0f} s" + ("" if precision == "fp32" else f", in {precision}"), table)
 
 
@@ -212,9 +212,3 @@ class DecodeSweepReporter:
             self.task = None
         if description is not None:
             self.task = self.progress.add_task(description, total=total)
-
-
-def _titled(title: str, table: Table) -> Group:
-    """``table`` under its title (markup allowed), which wraps at the terminal's width, not at the
-    table's: a title longer than the columns stays one line on a terminal wide enough for it."""
-    return Group(Text.from_markup(title, style="table.title"), table)
