@@ -67,6 +67,7 @@ sys.path.insert(1, str(REPO / "benchmarks"))  # gpu_profile beside it, under PYT
 
 import gpu_profile  # noqa: E402
 
+from benchbase.data.store import FeatureStore  # noqa: E402
 from benchbase.data.workload_data import default_cache  # noqa: E402
 from benchbase.run_folder import read_json_lines  # noqa: E402
 
@@ -200,6 +201,11 @@ def snapshot(folder: Path) -> None:
 # ---------------------------------------------------------------------------------------------- run
 
 def run(args: argparse.Namespace) -> None:
+    for spec in args.runs.split(","):  # every run's spelling before the first starts
+        parts = spec.split(":")
+        if len(parts) < 4 or parts[1] not in STORES.values() or not (parts[3] == "fit" or parts[3].isdigit()):
+            raise SystemExit(f"gpu_bundle.py run: --runs {spec!r}: expected BACKEND:WORKLOAD:PRECISION:BATCH[:OPTION], "
+                             f"WORKLOAD one of {', '.join(STORES.values())}, BATCH a number or fit")
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     for spec in args.runs.split(","):
@@ -220,7 +226,7 @@ def run(args: argparse.Namespace) -> None:
                 break
             code = launch(args, name, backend, workload, precision, int(batch), options, left)
             print(f"[{time.monotonic() - started:6.1f} s] {name}: exit {code}", flush=True)
-            if code == 0 or "fit" not in options or not ran_out_of_memory(args.out / f"{name}.log"):
+            if "fit" not in options or not ran_out_of_memory(args.out / f"{name}.log"):
                 break
             batch = str(multiple_below(FIT_STEP_DOWN * int(batch)))  # the model's guess was too high
     print(summarize(args.out))
@@ -265,7 +271,7 @@ def timing_workload(args: argparse.Namespace, workload: str, store: str, batch: 
     subset would train nothing; every utterance is padded to the same frames, so a step costs the
     same whichever utterances it holds)."""
     prepared = args.dir / "workloads" / f"{workload}-gpu-timing.yaml"
-    training = json.loads((args.dir / "stores" / store / "store.json").read_text())["splits"]["train"]["utterances"]
+    training = FeatureStore(args.dir / "stores" / store).utterance_count(["train"])
     repeats = -(-2 * batch // training)
     if repeats <= 1:
         return prepared

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from benchmark_scripts import load_benchmark
 
+from benchbase.data.store import FeatureStore
 from benchbase.specs.workload import WorkloadSpec
 from benchbase.specs.yaml_files import load_spec_file
 
@@ -91,22 +92,18 @@ def test_the_fit_reads_the_plain_runs_of_its_backend_workload_and_precision(tmp_
     assert gpu_bundle.fitted_batch(tmp_path, "torch", "ds2", "bf16", "cuda")[0] is None
 
 
-def _bundle(tmp_path: Path, training_utterances: int) -> argparse.Namespace:
+def test_a_batch_beyond_half_the_training_subset_reads_it_more_often(tmp_path, conformer_store):
     gpu_bundle.write_timing_workload(tmp_path / "workloads", "conformer", 400)
-    store = tmp_path / "stores" / "conformer-features"
-    store.mkdir(parents=True)
-    (store / "store.json").write_text(json.dumps({"splits": {"train": {"utterances": training_utterances}}}))
-    return argparse.Namespace(dir=tmp_path, out=tmp_path / "out")
-
-
-def test_a_batch_beyond_half_the_training_subset_reads_it_more_often(tmp_path):
-    args = _bundle(tmp_path, 304)
+    (tmp_path / "stores").mkdir()
+    (tmp_path / "stores" / "conformer-features").symlink_to(conformer_store)
+    args = argparse.Namespace(dir=tmp_path, out=tmp_path / "out")
+    training = FeatureStore(conformer_store).utterance_count(["train"])
     prepared = tmp_path / "workloads" / "conformer-gpu-timing.yaml"
-    assert gpu_bundle.timing_workload(args, "conformer", "conformer-features", 152) == prepared
-    path = gpu_bundle.timing_workload(args, "conformer", "conformer-features", 528)
-    spec = load_spec_file(WorkloadSpec, path)
-    assert spec.data.train == ("train",) * 4  # 1,216 utterances: two steps of 528 an epoch
-    assert any(deviation.field == "data.train" and "528" in deviation.why for deviation in spec.deviations)
+    assert gpu_bundle.timing_workload(args, "conformer", "conformer-features", training // 2) == prepared
+    batch = 2 * training - 1  # two steps an epoch need the subset 4 times
+    spec = load_spec_file(WorkloadSpec, gpu_bundle.timing_workload(args, "conformer", "conformer-features", batch))
+    assert spec.data.train == ("train",) * 4
+    assert any(deviation.field == "data.train" and str(batch) in deviation.why for deviation in spec.deviations)
     unchanged = yaml.safe_load(prepared.read_text())
     assert unchanged["data"]["train"] == ["train"]
 
@@ -131,3 +128,12 @@ def test_an_out_of_memory_failure_is_told_from_others(tmp_path):
     log.write_text("benchbase: error: backend 'torch' failed in train_step(): RuntimeError: shape mismatch\n")
     assert not gpu_bundle.ran_out_of_memory(log)
     assert not gpu_bundle.ran_out_of_memory(tmp_path / "missing.log")
+
+
+@pytest.mark.parametrize("runs", ["torch:conformer:bf16:abc", "torch:rnnt:bf16:32", "torch:conformer",
+                                  "torch:conformer:bf16:32,torch:conformer:bf16:"])
+def test_a_misspelled_run_is_one_line_before_any_run_starts(tmp_path, runs):
+    args = argparse.Namespace(dir=tmp_path, out=tmp_path / "out", runs=runs)
+    with pytest.raises(SystemExit, match=r"^gpu_bundle.py run: --runs '[^']*': expected BACKEND:WORKLOAD"):
+        gpu_bundle.run(args)
+    assert not args.out.exists()

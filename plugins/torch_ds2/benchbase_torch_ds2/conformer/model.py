@@ -97,8 +97,7 @@ class Subsampling(nn.Module):
         self.projection = nn.Linear(spec.subsampled_bins(feature_dimension) * d, d)
         self.dropout = nn.Dropout(spec.dropout)
         self.max_timescale = spec.max_timescale
-        self.channels_last = self.CHANNELS_LAST
-        self.memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        self.memory_format = torch.channels_last if self.CHANNELS_LAST else torch.contiguous_format
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, frames, F), lengths -> (batch, T', d) and the lengths T' of each row."""
@@ -112,7 +111,8 @@ class Subsampling(nn.Module):
             lengths = (lengths + 1) // 2
             padded = (torch.arange(x.shape[2], device=x.device) >= lengths[:, None])[:, None, :, None]
             # masked_fill's copy comes out in the default layout; where() keeps channels-last.
-            x = torch.where(padded, 0.0, x) if self.channels_last else x.masked_fill(padded, 0.0)
+            x = (torch.where(padded, 0.0, x) if self.memory_format == torch.channels_last
+                 else x.masked_fill(padded, 0.0))
         batch, channels, time, bins = x.shape
         x = x.permute(0, 2, 3, 1).reshape(batch, time, bins * channels)  # row f * C + c, as the layout has it
         x = self.projection(x) + sinusoids(time, self.projection.out_features, self.max_timescale, x.device)
