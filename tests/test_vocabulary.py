@@ -168,3 +168,49 @@ def test_a_run_on_pieces_trains_logs_its_vocabulary_and_passes_check_and_verify(
     for command in ("check", "verify"):
         checked = run_benchbase(command, str(out))
         assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _prepare_with_vocabulary(corpus, out, vocabulary, *sets: str):
+    return run_benchbase("data", "prepare", "--librispeech", str(corpus), "--workload", "ds2-mini", *sets,
+                         "--vocabulary", str(vocabulary), "--out", str(out), "--workers", "1")
+
+
+PIECES_SETS = ("--set", PIECES_SET, "--set", "workload.model.symbols=64")
+
+
+def test_a_given_vocabulary_labels_the_store_and_is_recorded(tmp_path, small_corpus, transcripts, pieces_store):
+    given = tmp_path / "given.model"
+    given.write_bytes(train_pieces(transcripts, PIECES.model_copy(update={"model_type": "bpe"})))
+    out = tmp_path / "store"
+    prepared = _prepare_with_vocabulary(small_corpus, out, given, *PIECES_SETS)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "vocabulary: 63 given pieces and the blank" in prepared.stdout
+    assert (out / VOCABULARY_FILE).read_bytes() == given.read_bytes() != (pieces_store / VOCABULARY_FILE).read_bytes()
+    recorded = json.loads((out / "store.json").read_text())["vocabulary"]
+    assert recorded["given"] is True and recorded["size"] == 63 and recorded["symbols"] == 64
+    expected = PieceVocabulary(given.read_bytes())
+    store = FeatureStore(out)
+    for utterance in (u for shard in store.shards(["train"]) for u in store.read(shard)):
+        assert list(utterance.labels) == list(expected.encode(utterance.transcript))
+    assert _prepare_with_vocabulary(small_corpus, out, given, *PIECES_SETS).returncode == 0  # resumes
+    other = _prepare_with_vocabulary(small_corpus, out, pieces_store / VOCABULARY_FILE, *PIECES_SETS)
+    assert other.returncode == 2 and other.stderr.strip().count("\n") == 0, other.stderr
+    assert "(given_vocabulary_sha256 differ)" in other.stderr
+    assert (out / VOCABULARY_FILE).read_bytes() == given.read_bytes()
+
+
+def test_a_given_vocabulary_that_cannot_serve_is_refused_in_one_line(tmp_path, small_corpus, transcripts):
+    smaller = tmp_path / "smaller.model"
+    smaller.write_bytes(train_pieces(transcripts, PIECES.model_copy(update={"size": 40})))
+    text = tmp_path / "notes.txt"
+    text.write_text("not a model\n")
+    cases = [(smaller, PIECES_SETS, f"{smaller}: 41 symbols, the workload's tokens have 64 (63 pieces and the blank)"),
+             (text, PIECES_SETS, f"{text}: not a sentencepiece model"),
+             (tmp_path / "missing.model", PIECES_SETS, f"--vocabulary {tmp_path / 'missing.model'}: cannot read it"),
+             (smaller, (), "the workload's tokens are characters")]
+    for number, (vocabulary, sets, message) in enumerate(cases):
+        out = tmp_path / f"store-{number}"
+        refused = _prepare_with_vocabulary(small_corpus, out, vocabulary, *sets)
+        assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
+        assert message in refused.stderr
+        assert not out.exists()  # refused before anything is written

@@ -62,11 +62,14 @@ def synth(out: Path, utterances: int, seed: int, text_file: Path | None) -> None
 @click.option("--train", "train_subsets", help="Subsets whose statistics normalize features (default: train*).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Feature store folder.")
 @click.option("--workers", type=click.IntRange(1, 1024), help="Processes (default: all cores).")
+@click.option("--vocabulary", "vocabulary_file", type=click.Path(path_type=Path),
+              help="A sentencepiece model to label with instead of training one: the workload's size of pieces, "
+              "the blank at 0 (as a store's vocabulary.model).")
 def prepare(root: Path, subsets: str | None, workload_name: str, overrides: tuple[str, ...],
-            train_subsets: str | None, out: Path, workers: int | None) -> None:
+            train_subsets: str | None, out: Path, workers: int | None, vocabulary_file: Path | None) -> None:
     """Extract features into shards of 64 utterances, and train the workload's sentencepiece
-    vocabulary on the training transcripts if it has one; resumable."""
-    from benchbase.data.prepare import REPORT_FILE, prepare_store
+    vocabulary on the training transcripts if it has one (or take --vocabulary's); resumable."""
+    from benchbase.data.prepare import REPORT_FILE, given_vocabulary, prepare_store
     from benchbase.specs.overrides import apply_overrides, parse_override
 
     workload = collect_registry(get_plugin_manager()).workload(workload_name)
@@ -83,20 +86,22 @@ def prepare(root: Path, subsets: str | None, workload_name: str, overrides: tupl
     train = tuple(train_subsets.split(",")) if train_subsets else default_train
     if not train:
         raise InputError("--subsets names no training subset (train*): pass --train to say which normalize")
+    given = None if vocabulary_file is None else given_vocabulary(vocabulary_file, workload.data.tokens)
     console = Console()
     with _progress(console, unit="utt") as progress:
         task = progress.add_task("extracting features", total=None)
         description = prepare_store(root, {"train": train, "all": names}, workload.features, workload.model,
                                     workload.data.max_duration, out, workers,
                                     lambda done, total: progress.update(task, completed=done, total=total),
-                                    workload.data.tokens)
+                                    workload.data.tokens, given)
     for name, split in description["splits"].items():
         dropped = ", ".join(f"{reason} {count}" for reason, count in split["dropped"].items()) or "none"
         console.print(f"{name}: kept {split['utterances']} of {split['listed']} ({100 * split['kept_fraction']:.1f}%), "
                       f"{split['seconds'] / 3600:.2f} h, resampled {split['resampled']}; dropped: {dropped}")
     vocabulary = description.get("vocabulary")
     if vocabulary:
-        console.print(f"vocabulary: {vocabulary['size']} {vocabulary['model_type']} pieces and the blank, "
+        origin = "given" if vocabulary.get("given") else vocabulary["model_type"]
+        console.print(f"vocabulary: {vocabulary['size']} {origin} pieces and the blank, "
                       f"sha256 {vocabulary['sha256'][:12]} ({out / vocabulary['file']})")
     console.print(f"store: {out}  (skipped files and reasons: {out / REPORT_FILE})")
 

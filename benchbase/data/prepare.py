@@ -46,7 +46,7 @@ from benchbase.process_guard import end_with_parent
 from benchbase.specs import FeatureSpec, ModelSpec, WorkloadSpec
 from benchbase.specs.vocabulary import CharactersSpec, TokensSpec
 
-__all__ = ["MANIFEST_FILE", "REPORT_FILE", "prepare_store", "prepare_workload_store"]
+__all__ = ["MANIFEST_FILE", "REPORT_FILE", "given_vocabulary", "prepare_store", "prepare_workload_store"]
 
 Progress = Callable[[int, int], None]
 """Called with (utterances done, utterances in all)."""
@@ -95,17 +95,22 @@ def prepare_store(
     workers: int | None = None,
     progress: Progress | None = None,
     tokens: TokensSpec | None = None,
+    given_pieces: bytes | None = None,
 ) -> dict:
     """Extract features of every subset into ``out``; returns the store description.
 
     ``subsets`` maps a split role ("train", "dev", "test") to LibriSpeech subset names;
     normalization statistics come from the train role only, and so does a sentencepiece
-    vocabulary (``tokens``; default: characters).
+    vocabulary (``tokens``; default: characters), unless ``given_pieces`` is a sentencepiece model
+    to label with instead (as ``given_vocabulary`` reads and checks one).
     """
     tokens = tokens or CharactersSpec()
     jobs_by_subset = _plan_jobs(corpus_root, subsets, features, model, max_duration, out)
-    check_identity(out, _identity(corpus_root, subsets, jobs_by_subset, features, model, max_duration, tokens))
-    pieces = _write_vocabulary(out, jobs_by_subset, subsets.get("train", ()), tokens)
+    identity = _identity(corpus_root, subsets, jobs_by_subset, features, model, max_duration, tokens)
+    if given_pieces is not None:  # a store labelled with other pieces is another store
+        identity["given_vocabulary_sha256"] = model_digest(given_pieces)
+    check_identity(out, identity)
+    pieces = _write_vocabulary(out, jobs_by_subset, subsets.get("train", ()), tokens, given_pieces)
     if pieces is not None:
         jobs_by_subset = {name: [replace(job, pieces=pieces) for job in jobs] for name, jobs in jobs_by_subset.items()}
     all_jobs = [job for jobs in jobs_by_subset.values() for job in jobs]
@@ -114,6 +119,8 @@ def prepare_store(
     if pieces is not None:  # a store of characters says nothing: its description reads as before pieces
         description["vocabulary"] = {**tokens.model_dump(), "symbols": tokens.symbols, "file": VOCABULARY_FILE,
                                      "sha256": model_digest(pieces)}
+        if given_pieces is not None:  # the settings above are the workload's; these pieces were trained elsewhere
+            description["vocabulary"]["given"] = True
     train_subsets = set(subsets.get("train", ()))
     train = [summaries[job.path] for name in train_subsets for job in jobs_by_subset[name]]
     _write_statistics(out, train, features.dimension)
@@ -130,16 +137,41 @@ def prepare_workload_store(corpus_root: Path, workload: WorkloadSpec, out: Path,
                          workload.model, data.max_duration, out, workers, progress, data.tokens)
 
 
+def given_vocabulary(path: Path, tokens: TokensSpec) -> bytes:
+    """The sentencepiece model at ``path`` to label a store with instead of training one, once it
+    serves ``tokens``: a sentencepiece model of their size (pieces and the blank at 0).
+
+    For pieces that the training transcripts cannot make (too few of them), or one set of pieces
+    shared by several preparations; the store records the model's SHA-256 like a trained one's,
+    and that it was given."""
+    if tokens.kind == "characters":
+        raise InputError(f"--vocabulary {path}: the workload's tokens are characters; a sentencepiece model "
+                         "needs tokens of kind sentencepiece")
+    try:
+        model = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"--vocabulary {path}: cannot read it ({error.strerror or error})") from None
+    symbols = PieceVocabulary(model, str(path)).symbols
+    if symbols != tokens.symbols:
+        raise InputError(f"{path}: {symbols} symbols, the workload's tokens have {tokens.symbols} "
+                         f"({tokens.size} pieces and the blank)")
+    return model
+
+
 def _write_vocabulary(out: Path, jobs_by_subset: dict[str, list[ShardJob]], train: tuple[str, ...],
-                      tokens: TokensSpec) -> bytes | None:
-    """A sentencepiece vocabulary trained on the training subsets' transcripts (in the listing's
-    order), written into the store; None for characters. Trained again when a preparation resumes:
-    the same transcripts and settings give the same bytes, which the shards already made rely on."""
+                      tokens: TokensSpec, given: bytes | None = None) -> bytes | None:
+    """The store's sentencepiece vocabulary, written into it: ``given``, or trained on the training
+    subsets' transcripts (in the listing's order); None for characters. Trained again when a
+    preparation resumes: the same transcripts and settings give the same bytes, which the shards
+    already made rely on."""
     if tokens.kind == "characters":
         return None
-    transcripts = [source.transcript for name in train for job in jobs_by_subset[name] for source in job.sources
-                   if _spelled(source.transcript)]
-    pieces = train_pieces(transcripts, tokens)
+    if given is not None:
+        pieces = given
+    else:
+        transcripts = [source.transcript for name in train for job in jobs_by_subset[name]
+                       for source in job.sources if _spelled(source.transcript)]
+        pieces = train_pieces(transcripts, tokens)
     path = out / VOCABULARY_FILE
     if path.is_file() and path.read_bytes() != pieces:
         raise InputError(f"{path}: another vocabulary than these transcripts and settings make; remove the store "

@@ -73,8 +73,9 @@ class PieceVocabulary:
         self.processor = sentencepiece.SentencePieceProcessor()
         try:
             self.processor.LoadFromSerializedProto(model)
-        except (RuntimeError, OSError) as error:
-            raise InputError(f"{source}: not a sentencepiece model ({str(error).splitlines()[0]})") from None
+        except (RuntimeError, OSError):
+            # sentencepiece says only where its parser gave up ("INTERNAL: ...cc(109) [model_proto->...]")
+            raise InputError(f"{source}: not a sentencepiece model (its bytes do not parse as one)") from None
         self.symbols = int(self.processor.get_piece_size())
         if self.processor.pad_id() != 0:
             raise InputError(f"{source}: piece 0 is not the blank (<blank> as sentencepiece's padding piece)")
