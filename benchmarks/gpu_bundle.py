@@ -8,14 +8,16 @@ no eSpeak NG and no network. `prepare` makes, here, one folder that carries ever
 - ``stores/``: one synthetic corpus (``--utterances``) prepared twice, with ds2's features
   (``features``: it serves ds2-mini and the full ds2) and with the Conformer's (``conformer-features``:
   conformer-mini and the full conformer); the GPU tier reads them through ``BENCHBASE_TEST_STORES``;
-- ``workloads/``: the full ds2 and conformer for timing on that corpus (``TIMING``), and ``gpu.yaml``,
-  a one-GPU profile;
+  and a long corpus (``--long-utterances``, ``long_corpus``) prepared for the full rnnt with MLPerf's
+  1023 pieces (``rnnt-features``: timing only);
+- ``workloads/``: the full ds2, conformer and rnnt for timing on those corpora
+  (``write_timing_workload``), and ``gpu.yaml``, a one-GPU profile;
 - ``cache/``: the conformance kit's prepared speech (``BENCHBASE_CACHE``), which `backend-test` reads;
 - ``site/``: dist-info entries, so that the torch and JAX backends' entry points are found where
   nothing is pip-installed; ``src/``: HEAD's code (``git archive``), so that edits in progress here
   cannot change what runs there; ``env.sh``: the environment to source there.
 
-    python benchmarks/gpu_bundle.py prepare --dir .gpu            # about 48 MB at 400 utterances
+    python benchmarks/gpu_bundle.py prepare --dir .gpu            # about 56 MB at 400 + 40 utterances
     # there (the folder carried):  source .gpu/env.sh
     make -C .gpu/src test-gpu GPU_PYTHON=python3                  # the GPU tier
     python3 .gpu/src/benchmarks/gpu_bundle.py run --dir .gpu --out OUT \\
@@ -46,6 +48,7 @@ of the step, the first step (compilation, capture), and the peak GPU memory NVML
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -76,8 +79,22 @@ WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "
 """What `benchbase run`, `check`, `backend-test` and the GPU tier import that the GPU image lacks (it
 has torch, JAX, numpy, scipy, click, rich, pluggy, matplotlib, pytest...). librosa's own needs load
 lazily: features are computed here. The results database's SQLAlchemy is left out (5 MB)."""
-STORES = {"features": "ds2", "conformer-features": "conformer"}
+STORES = {"features": "ds2", "conformer-features": "conformer", "rnnt-features": "rnnt"}
 SUBSETS = "train,dev-clean,dev-other,test-clean,test-other"  # the mini workloads' subsets
+PIECES_STORES = {"rnnt-features": "rnnt"}
+"""Stores of the long corpus (``long_corpus``), labelled with their workload's own pieces. A
+transducer's joint runs over every (frame, label) cell of its lattice and outputs all 1024 symbols
+at each, so its step is MLPerf's only with MLPerf's vocabulary and labels of LibriSpeech's length;
+ds2's and the Conformer's output layers run once a frame, and those stores keep short utterances
+and characters (they also serve the GPU tier's mini workloads)."""
+LONG_WORDS = 36
+"""Words an utterance of the long corpus speaks: 10 to 15 s at the training voices' 130 to 190
+words a minute (LibriSpeech's mean is 12.3 s), within rnnt's 16.7 s."""
+LONG_TEXT = ("README.md", "docs/*.md")
+"""What the long corpus reads aloud: benchbase's own documentation at HEAD, about 53,000 words,
+3,000 of them distinct. The synthetic grammar's 307 words make at most about 327 pieces, these make
+1023; a few dozen utterances of them do not (496 from 48), so the pieces are trained on all of the
+text and given to `data prepare --vocabulary`."""
 PAD_FRAMES = 1670  # ds2's padding (16.7 s), for both families: each step has a fixed shape
 PEAKS = {"fp32": 67e12, "tf32": 495e12, "bf16": 989e12, "fp16": 989e12}
 """H100 and H200 SXM dense peaks (NVIDIA's datasheets; the same GH100 chip and clocks): FP32 on the
@@ -106,12 +123,13 @@ def prepare(args: argparse.Namespace) -> None:
                        check=True)
     for name, workload in STORES.items():
         store = directory / "stores" / name
+        pieces = name in PIECES_STORES
+        utterances = args.long_utterances if pieces else args.utterances
+        timing = write_timing_workload(directory / "workloads", workload, utterances, pieces)
         if not (store / "store.json").exists():
-            timing = write_timing_workload(directory / "workloads", workload, args.utterances)
-            subprocess.run([*benchbase, "data", "prepare", "--librispeech", str(corpus), "--workload", str(timing),
-                            "--subsets", SUBSETS, "--out", str(store)], check=True)
-    for workload in STORES.values():
-        write_timing_workload(directory / "workloads", workload, args.utterances)
+            source, given = long_corpus(args.long_utterances, timing) if pieces else (corpus, [])
+            subprocess.run([*benchbase, "data", "prepare", "--librispeech", str(source), "--workload", str(timing),
+                            "--subsets", SUBSETS, "--out", str(store), *given], check=True)
     (directory / "workloads" / "gpu.yaml").write_text(yaml.safe_dump(PROFILE, sort_keys=False))
     from benchbase.kit.data import ensure_kit_store
 
@@ -146,11 +164,45 @@ def download_wheels(folder: Path, python_version: str) -> None:
                     *pinned], check=True)
 
 
-def write_timing_workload(folder: Path, family: str, utterances: int) -> Path:
+def long_corpus(utterances: int, timing: Path) -> tuple[Path, list[str]]:
+    """The long corpus: ``utterances`` of LONG_WORDS words of LONG_TEXT, spoken by `data synth`
+    (cached by the text's digest), and the `data prepare` arguments that give its store the timing
+    workload's pieces, trained here on all of the text."""
+    from benchbase.data.vocabulary import train_pieces
+    from benchbase.specs.workload import WorkloadSpec
+
+    lines = long_lines(LONG_WORDS)
+    text = "".join(line + "\n" for line in lines)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    corpus = Path(tempfile.gettempdir()) / f"benchbase-gpu-long-corpus-{utterances}-{digest}"
+    text_file, model_file = corpus.with_suffix(".txt"), corpus.with_suffix(".model")
+    text_file.write_text(text)
+    if not (corpus / "train").exists():
+        subprocess.run([sys.executable, "-m", "benchbase", "data", "synth", "--out", str(corpus), "--utterances",
+                        str(utterances), "--text", str(text_file)], check=True)
+    tokens = WorkloadSpec.model_validate(yaml.safe_load(timing.read_text())).data.tokens
+    model_file.write_bytes(train_pieces(lines, tokens))
+    return corpus, ["--vocabulary", str(model_file)]
+
+
+def long_lines(words_per_line: int) -> list[str]:
+    """LONG_TEXT at HEAD as lines of ``words_per_line`` words (letters and apostrophes, lower case:
+    what the alphabet spells), in the files' order."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "--", *LONG_TEXT], check=True,
+                            capture_output=True, text=True).stdout.split()
+    words = [word.lower() for path in listed
+             for word in re.findall(r"[A-Za-z]+(?:'[A-Za-z]+)?", subprocess.run(
+                 ["git", "-C", str(REPO), "show", f"HEAD:{path}"], check=True, capture_output=True,
+                 text=True).stdout)]
+    return [" ".join(words[start:start + words_per_line])
+            for start in range(0, len(words) - words_per_line + 1, words_per_line)]
+
+
+def write_timing_workload(folder: Path, family: str, utterances: int, pieces: bool = False) -> Path:
     """The registered ``family`` workload for timing on the synthetic corpus: its model, features and
-    optimizer; the synthetic subsets padded to PAD_FRAMES; characters (the corpus is too small to
-    train AlgoPerf's 1023 pieces, and the output layer is under 1% of the Conformer's FLOPs); no
-    evaluation but the end's, targets out of reach."""
+    optimizer; the synthetic subsets padded to PAD_FRAMES; no evaluation but the end's, targets out
+    of reach. Characters, unless ``pieces`` (a store of PIECES_STORES): the short corpus is too small
+    to train AlgoPerf's 1023 pieces, and the output layer is under 1% of the Conformer's FLOPs."""
     from benchbase.plugin_host import get_plugin_manager
     from benchbase.plugin_host.registry import collect_registry
 
@@ -161,16 +213,20 @@ def write_timing_workload(folder: Path, family: str, utterances: int) -> Path:
     workload["reference"] = f"the {family} workload"
     workload["data"] = {**workload["data"], "dataset": "synthetic", "train": ["train"], "dev": ["dev-clean"],
                         "test": ["test-clean"], "pad_to_frames": PAD_FRAMES, "synthetic_utterances": utterances}
-    workload["data"].pop("tokens", None)
     workload["data"].pop("length_buckets", None)
-    if workload["model"].get("symbols") not in (None, 30):
-        workload["model"]["symbols"] = 30
+    if not pieces:
+        workload["data"].pop("tokens", None)
+        if workload["model"].get("symbols") not in (None, 30):
+            workload["model"]["symbols"] = 30
     workload["evaluation"] = {**workload["evaluation"], "every_epochs": 100, "independent_utterances": 0}
     workload["tta"] = {"subset": "dev-clean", "window": 1, "targets": [{"metric": "wer", "value": 0.001}]}
     workload["max_epochs"], workload["max_minutes"] = 8, 5
+    corpus = (f"the long synthetic corpus ({utterances} utterances of {LONG_WORDS} words of benchbase's "
+              "documentation), its pieces trained on the whole text" if pieces
+              else f"the synthetic corpus ({utterances} utterances), characters")
     workload["deviations"] = [{"field": "data", "reference": f"the {family} workload's LibriSpeech",
-                               "benchbase": f"the synthetic corpus ({utterances} utterances), padded to {PAD_FRAMES} "
-                               "frames, characters", "why": "Timing the GPU path on a machine without LibriSpeech."}]
+                               "benchbase": f"{corpus}, padded to {PAD_FRAMES} frames",
+                               "why": "Timing the GPU path on a machine without LibriSpeech."}]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{family}-gpu-timing.yaml"
     path.write_text(yaml.safe_dump(workload, sort_keys=False))
@@ -402,7 +458,14 @@ def child(args: argparse.Namespace) -> None:
 
 def training_flops(config: dict) -> float | None:
     """A step's training FLOPs on the padded batch: the family's forward FLOPs x its training factor;
-    None for a workload that pads each batch to its own longest utterance (the FLOPs vary by step)."""
+    None for a workload that pads each batch to its own longest utterance (the FLOPs vary by step).
+
+    A family whose cost counts labels (the transducer's lattice) is counted at the mean label count
+    of the store's training utterances: each utterance's own labels, not the batch's padding to its
+    longest, which is waste the step does and the model does not need (None where the store is not
+    at hand, as on a machine the run folders were copied to)."""
+    import inspect
+
     from benchbase.specs.model import validate_model
     from benchbase.specs.workload import FeatureSpec
 
@@ -412,8 +475,22 @@ def training_flops(config: dict) -> float | None:
     model = validate_model(workload["model"])
     cost = importlib.import_module(f"benchbase.families.{model.family}.cost")
     dimension = FeatureSpec.model_validate(workload["features"]).dimension
-    forward = cost.total_forward_flops(cost.forward_flops(model, dimension, workload["data"]["pad_to_frames"]))
+    shape = [model, dimension, workload["data"]["pad_to_frames"]]
+    if "labels" in inspect.signature(cost.forward_flops).parameters:
+        if (labels := mean_training_labels(Path(config["data"]))) is None:
+            return None
+        shape.append(labels)
+    forward = cost.total_forward_flops(cost.forward_flops(*shape))
     return cost.TRAINING_FACTOR * forward * config["hardware"]["pipeline"]["batch_per_device"]
+
+
+def mean_training_labels(store: Path) -> float | None:
+    """The mean label count of ``store``'s training utterances; None where it is not a store here."""
+    if not FeatureStore.exists(store):
+        return None
+    features = FeatureStore(store)
+    shards = features.shards(["train"])
+    return sum(int(features.index(shard).label_offsets[-1]) for shard in shards) / features.utterance_count(["train"])
 
 
 def run_summary(folder: Path) -> dict:
@@ -484,6 +561,7 @@ def main() -> None:
     p = commands.add_parser("prepare", help="the wheels, stores, workloads, entry points and code")
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--utterances", type=int, default=400, help="the synthetic corpus's size (304 to train on)")
+    p.add_argument("--long-utterances", type=int, default=40, help="the long corpus's size (PIECES_STORES)")
     p.add_argument("--python-version", default="3.12", help="the GPU machine's Python (its wheels' tags)")
     p.set_defaults(function=prepare)
     r = commands.add_parser("run", help="one `benchbase run` per BACKEND:WORKLOAD:PRECISION:BATCH[:eager]")

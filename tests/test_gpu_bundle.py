@@ -130,10 +130,60 @@ def test_an_out_of_memory_failure_is_told_from_others(tmp_path):
     assert not gpu_bundle.ran_out_of_memory(tmp_path / "missing.log")
 
 
-@pytest.mark.parametrize("runs", ["torch:conformer:bf16:abc", "torch:rnnt:bf16:32", "torch:conformer",
+@pytest.mark.parametrize("runs", ["torch:conformer:bf16:abc", "torch:ds2-mini:bf16:32", "torch:conformer",
                                   "torch:conformer:bf16:32,torch:conformer:bf16:"])
 def test_a_misspelled_run_is_one_line_before_any_run_starts(tmp_path, runs):
     args = argparse.Namespace(dir=tmp_path, out=tmp_path / "out", runs=runs)
     with pytest.raises(SystemExit, match=r"^gpu_bundle.py run: --runs '[^']*': expected BACKEND:WORKLOAD"):
         gpu_bundle.run(args)
     assert not args.out.exists()
+
+
+def _registered(name: str) -> WorkloadSpec:
+    from benchbase.plugin_host import get_plugin_manager
+    from benchbase.plugin_host.registry import collect_registry
+
+    return collect_registry(get_plugin_manager(load_entrypoints=False)).workload(name)
+
+
+def test_the_long_corpus_text_makes_the_transducers_pieces():
+    """The long corpus's lines: LONG_WORDS words the alphabet spells, enough of them (benchbase's
+    docs) for rnnt's 1023 pieces, which the few dozen lines that are spoken cannot make."""
+    from benchbase.data.alphabet import normalize_transcript
+    from benchbase.data.vocabulary import PieceVocabulary, train_pieces
+    from benchbase.errors import InputError
+
+    lines = gpu_bundle.long_lines(gpu_bundle.LONG_WORDS)
+    assert len(lines) > 1000 and {len(line.split()) for line in lines} == {gpu_bundle.LONG_WORDS}
+    assert all(normalize_transcript(line) == line for line in lines)
+    pieces = _registered("rnnt").data.tokens
+    assert PieceVocabulary(train_pieces(lines, pieces)).symbols == 1024
+    with pytest.raises(InputError, match="cannot make 1023 pieces from 40 training transcripts"):
+        train_pieces(lines[:40], pieces)
+
+
+def test_the_transducers_timing_workload_keeps_its_pieces(tmp_path):
+    rnnt = load_spec_file(WorkloadSpec, gpu_bundle.write_timing_workload(tmp_path, "rnnt", 40, pieces=True))
+    assert rnnt.data.tokens == _registered("rnnt").data.tokens and rnnt.model.symbols == 1024
+    assert rnnt.data.pad_to_frames == gpu_bundle.PAD_FRAMES and "long synthetic corpus" in rnnt.deviations[0].benchbase
+    ds2 = load_spec_file(WorkloadSpec, gpu_bundle.write_timing_workload(tmp_path, "ds2", 400))
+    assert ds2.data.tokens.kind == "characters" and ds2.model.symbols == 30
+
+
+def test_the_transducers_flops_count_the_stores_mean_labels(tmp_path, small_store):
+    """The lattice's FLOPs grow with the labels: counted at the training utterances' mean, from the
+    store the run read; not counted where that store is not at hand."""
+    from benchbase.families.rnnt import cost
+    from benchbase.specs.model import validate_model
+    from benchbase.specs.workload import FeatureSpec
+
+    workload = yaml.safe_load(gpu_bundle.write_timing_workload(tmp_path, "rnnt", 40, pieces=True).read_text())
+    config = {"workload": workload, "data": str(small_store), "hardware": {"pipeline": {"batch_per_device": 64}}}
+    store = FeatureStore(small_store)
+    labels = [len(utterance.labels) for shard in store.shards(["train"]) for utterance in store.read(shard)]
+    model, dimension = validate_model(workload["model"]), FeatureSpec.model_validate(workload["features"]).dimension
+    per_utterance = [cost.total_forward_flops(cost.forward_flops(model, dimension, gpu_bundle.PAD_FRAMES, count))
+                     for count in labels]
+    expected = cost.TRAINING_FACTOR * 64 * sum(per_utterance) / len(per_utterance)
+    assert gpu_bundle.training_flops(config) == pytest.approx(expected, rel=1e-12)
+    assert gpu_bundle.training_flops({**config, "data": str(tmp_path / "elsewhere")}) is None
