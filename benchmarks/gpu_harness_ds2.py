@@ -288,7 +288,7 @@ def apply_lever(lever: str) -> None:
             x = self.conv(features.transpose(1, 2))
             x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
             for lstm, norm in zip(self.lstms, self.lstm_norms):
-                x = model._lstm(lstm, x)
+                x = model.lstm_outputs(lstm, x)
                 batch, frames, channels = x.shape
                 x = self.dropout(norm(x.reshape(batch * frames, channels)).reshape(batch, frames, channels))
             return torch.log_softmax(self.output(x).float(), dim=-1)

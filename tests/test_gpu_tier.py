@@ -98,6 +98,24 @@ def test_a_mini_workload_trains_on_the_gpu(request, tmp_path, backend, workload,
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=needs_gpu("torch")),
+                                     pytest.param("jax", marks=needs_gpu("jax"))])
+def test_a_bf16_transducer_run_on_the_gpu_is_scored_within_bfloat16s_bound(tmp_path, small_store, backend):
+    """As on a CPU (tests/test_rnnt_run.py), with cuDNN's or XLA's bf16 kernels: every evaluation's
+    encoder projections agree with the reference within the error model's bfloat16 bound, and the
+    log passes `check`."""
+    folder = tmp_path / "run"
+    result = _gpu_run(backend, "rnnt-mini", small_store, folder, "--precision", "bf16", "--max-epochs", "2")
+    assert result.returncode in (0, 3), result.stderr[-2000:]
+    scores = [json.loads(line.split(" ", 1)[1])["value"] for line in (folder / "mllog.log").read_text().splitlines()
+              if "benchbase_independent_score" in line]
+    assert len(scores) >= 2 and all(score["agree"] for score in scores), scores
+    check = run_benchbase("check", str(folder / "mllog.log"), timeout=300)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", [pytest.param("torch", marks=needs_gpu("torch")),
                                   pytest.param("jax", marks=needs_gpu("jax"))])
 def test_bf16_on_the_gpu_is_within_bf16s_rounding_bound(name):

@@ -426,11 +426,11 @@ def test_a_bf16_run_logs_its_precision_and_the_fp32_accuracy_of_its_weights(tmp_
 def test_torchs_bf16_runs_its_lstms_in_bf16_and_trains_the_float32_weights():
     # torch.autocast alone ran cuDNN's LSTM in float16 under a bf16 autocast (docs/BENCHMARKS.md).
     import torch
-    from benchbase_torch_ds2.ds2.model import _lstm
+    from benchbase_torch_ds2.mixed_lstm import lstm_outputs
 
     lstm = torch.nn.LSTM(96, 96, batch_first=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        outputs = _lstm(lstm, torch.randn(2, 7, 96))
+        outputs = lstm_outputs(lstm, torch.randn(2, 7, 96))
     assert outputs.dtype == torch.bfloat16
     outputs.float().sum().backward()
     assert lstm.weight_hh_l0.grad.dtype == torch.float32 and lstm.weight_hh_l0.grad.abs().sum() > 0

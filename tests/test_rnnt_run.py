@@ -42,3 +42,17 @@ def test_every_evaluation_was_scored_independently_and_the_run_passes_check_and_
     verified = run_benchbase("verify", str(out))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "independent: re-scored by the reference model" in verified.stdout
+
+
+def test_a_bf16_transducer_run_is_scored_independently_within_bfloat16s_bound(tmp_path, small_store):
+    """The backend's bf16 encoder projections agree with the reference's within the error model's
+    bfloat16 bound (float32's is hundreds of times tighter than what bf16 moves), and the log passes."""
+    out = tmp_path / "bf16"
+    process = run_benchbase("run", "--workload", "rnnt-mini", "--backend", "torch", "--hw", "cpu", "--data",
+                            str(small_store), "--out", str(out), "--precision", "bf16", "--max-epochs", "1",
+                            timeout=900)
+    assert process.returncode == 3, process.stderr
+    final = json.loads((out / "result.json").read_text())["final_evaluation"]
+    assert final["precision"] == "bf16" and final["independent"]["agree"]
+    checked = run_benchbase("check", str(out))
+    assert checked.returncode == 0, checked.stdout

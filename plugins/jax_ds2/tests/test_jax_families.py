@@ -38,7 +38,7 @@ def test_the_families_are_the_folders_with_a_family_and_the_capabilities_follow_
     assert capabilities.families == set(found)
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
     assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16"})),
-                                              ("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})))
+                                              ("rnnt", frozenset({"fp32", "tf32", "bf16", "int8-emulated"})))
     assert JaxBackend.description.endswith("Conformer (optax CTC), DS2 (optax CTC) and RNN-T (transducer loss), "
                                            "compiled with XLA")
 

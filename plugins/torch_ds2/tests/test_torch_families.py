@@ -22,8 +22,7 @@ def test_the_folders_are_the_families_and_give_the_capabilities():
     capabilities = TorchBackend.capabilities
     assert capabilities.families == {"conformer", "ds2", "rnnt"}
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
-    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),
-                                              ("rnnt", frozenset({"fp32", "tf32", "int8-emulated"})))
+    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),)
     assert "Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss)" in TorchBackend.description
 
 

@@ -43,10 +43,12 @@ from benchbase_jax_ds2.state import TrainState, initial_train_state
 __all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "initial_state", "make_predict",
            "make_train_step"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "int8-emulated"})
 """What the JAX backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the model's
-matmuls at XLA's default precision), and int8-emulated (fake quantization, float32 arithmetic).
-Mixed precision is DS2's only."""
+matmuls at XLA's default precision), bf16 (every matmul's operands in bfloat16 with float32
+accumulation, the gates, the joint's log-softmax and the loss in float32: ``Arithmetic``), and
+int8-emulated (fake quantization, float32 arithmetic). fp16 needs a dynamic loss scale, which
+this family's step does not keep."""
 
 
 class TransducerBatch(NamedTuple):

@@ -14,6 +14,7 @@ from torch import nn
 
 from benchbase.families.ds2.quantization import is_quantized
 from benchbase.specs import ModelSpec
+from benchbase_torch_ds2.mixed_lstm import lstm_outputs
 from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm
 
 __all__ = ["DeepSpeech2", "SpecBatchNorm1d"]
@@ -119,7 +120,7 @@ class DeepSpeech2(nn.Module):
         x = self.conv(features.transpose(1, 2))
         x = self.dropout(self._activation(self.conv_norm(x))).transpose(1, 2)
         for lstm, norm in zip(self.lstms, self.lstm_norms):
-            x = self.dropout(_normalize_frames(norm, _lstm(lstm, x)))
+            x = self.dropout(_normalize_frames(norm, lstm_outputs(lstm, x)))
         return torch.log_softmax(self.output(x).float(), dim=-1)
 
     def _quantized_forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -154,22 +155,6 @@ def _normalize_frames(norm: SpecBatchNorm1d, x: torch.Tensor) -> torch.Tensor:
     graph (docs/BENCHMARKS.md)."""
     batch, frames, channels = x.shape
     return norm(x.reshape(batch * frames, channels)).reshape(batch, frames, channels)
-
-
-def _lstm(lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
-    """``lstm``'s outputs; under a bfloat16 autocast, computed in bfloat16.
-
-    torch.autocast casts cuDNN's LSTM to float16 whatever the autocast type (measured with
-    PyTorch 2.11 on an H100: a bf16 autocast returned float16 LSTM outputs), which would run
-    most of the model's FLOPs in fp16 without loss scaling. So bf16 runs the LSTM itself with
-    bfloat16 copies of the float32 weights (their gradients flow back to the float32 ones).
-    """
-    device = x.device.type
-    if not (torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.bfloat16):
-        return lstm(x)[0]
-    weights = {name: parameter.to(torch.bfloat16) for name, parameter in lstm.named_parameters()}
-    with torch.autocast(device, enabled=False):
-        return torch.func.functional_call(lstm, weights, (x.to(torch.bfloat16),))[0]
 
 
 def _initialize_lstm(lstm: nn.LSTM, forget_bias: float) -> None:

@@ -29,9 +29,11 @@ __all__ = ["RNNTFamily"]
 class RNNTFamily:
     name = "rnnt"
     summary = "RNN-T (transducer loss)"
-    precisions = frozenset({"fp32", "tf32", "int8-emulated"})
-    """IEEE float32, TF32 matmuls on GPUs (the same code, with the matmul flag the backend sets) and
-    int8-emulated (``model``). Mixed precision is DS2's only."""
+    precisions = frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"})
+    """IEEE float32, TF32 matmuls on GPUs (the same code, with the matmul flag the backend sets),
+    torch.autocast's bf16 and fp16 (the backend's, fp16 with its loss scaling; the LSTMs in
+    bfloat16 under bf16, ``mixed_lstm``; the joint's log-softmax, and so the lattice and its loss,
+    in float32), and int8-emulated (``model``)."""
     cuda_graphs = False  # not measured yet: the joint and its lattice are sized by each batch's labels
     layout = weight_layout
 
@@ -47,10 +49,12 @@ class RNNTFamily:
     def training_loss(self, model: torch.nn.Module, batch: Batch, spec: ModelSpec, to_device: ToDevice,
                       autocast: Autocast) -> torch.Tensor:
         """The batch's mean transducer loss (``loss_reduction``), float32; ``batch.output_lengths``
-        (the harness's ``output_frames``) bound each utterance's frames. No mixed precision to enter."""
+        (the harness's ``output_frames``) bound each utterance's frames. The network runs in the
+        run's mixed precision (``autocast``); its lattice comes out float32."""
         labels = to_device(batch.labels).long()
         output_lengths, label_lengths = to_device(batch.output_lengths).long(), to_device(batch.label_lengths).long()
-        blank, emit = model(to_device(batch.features), labels, output_lengths, label_lengths)
+        with autocast():
+            blank, emit = model(to_device(batch.features), labels, output_lengths, label_lengths)
         return mean_over_batch(lattice_losses(blank, emit, output_lengths, label_lengths))
 
     def predict(self, network: torch.nn.Module, features: torch.Tensor, feature_lengths: torch.Tensor) -> torch.Tensor:

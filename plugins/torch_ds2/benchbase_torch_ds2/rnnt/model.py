@@ -34,6 +34,7 @@ from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.quantization import input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
+from benchbase_torch_ds2.mixed_lstm import lstm_outputs
 from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm
 
 __all__ = ["RNNTransducer", "stack_frames"]
@@ -159,11 +160,11 @@ class RNNTransducer(nn.Module):
                                  dim=-1)
 
     def _lstm(self, network: str, lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
-        """One LSTM layer of ``network`` ("encoder.lstm", "prediction.lstm"): the fused kernel, or
-        int8-emulated's quantized loop."""
+        """One LSTM layer of ``network`` ("encoder.lstm", "prediction.lstm"): the fused kernel (in
+        bfloat16 under a bf16 autocast), or int8-emulated's quantized loop."""
         quantize = self.quantizer
         if quantize is None:
-            return lstm(x)[0]
+            return lstm_outputs(lstm, x)
         return quantized_lstm(quantize.activation(f"{network}.input", lstm, x),
                               quantize.weight(f"{network}.input_kernel", lstm.weight_ih_l0),
                               quantize.weight(f"{network}.recurrent_kernel", lstm.weight_hh_l0),
