@@ -99,14 +99,16 @@ def test_a_mini_workload_trains_on_the_gpu(request, tmp_path, backend, workload,
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [pytest.param("torch", marks=needs_gpu("torch")),
-                                     pytest.param("jax", marks=needs_gpu("jax"))])
-def test_a_bf16_transducer_run_on_the_gpu_is_scored_within_bfloat16s_bound(tmp_path, small_store, backend):
-    """As on a CPU (tests/test_rnnt_run.py), with cuDNN's or XLA's bf16 kernels: every evaluation's
-    encoder projections agree with the reference within the error model's bfloat16 bound, and the
-    log passes `check`."""
+@pytest.mark.parametrize(("backend", "precision"), [pytest.param("torch", "bf16", marks=needs_gpu("torch")),
+                                                    pytest.param("torch", "fp16", marks=needs_gpu("torch")),
+                                                    pytest.param("jax", "bf16", marks=needs_gpu("jax"))])
+def test_a_mixed_precision_transducer_run_on_the_gpu_is_scored_within_its_bound(tmp_path, small_store, backend,
+                                                                                precision):
+    """As bf16 on a CPU (tests/test_rnnt_run.py), with cuDNN's or XLA's half-precision kernels (fp16
+    with its loss scaling): every evaluation's encoder projections agree with the reference within
+    the error model's bound for the precision's operands, and the log passes `check`."""
     folder = tmp_path / "run"
-    result = _gpu_run(backend, "rnnt-mini", small_store, folder, "--precision", "bf16", "--max-epochs", "2")
+    result = _gpu_run(backend, "rnnt-mini", small_store, folder, "--precision", precision, "--max-epochs", "2")
     assert result.returncode in (0, 3), result.stderr[-2000:]
     scores = [json.loads(line.split(" ", 1)[1])["value"] for line in (folder / "mllog.log").read_text().splitlines()
               if "benchbase_independent_score" in line]

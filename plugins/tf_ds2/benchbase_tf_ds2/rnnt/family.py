@@ -24,7 +24,8 @@ __all__ = ["TRANSDUCER_PRECISIONS", "RNNTFamily"]
 TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
 """What the TensorFlow backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the same
 code, with the flag the backend sets) and int8-emulated (``benchbase_tf_ds2.rnnt.quantization``).
-Mixed precision is DS2's only."""
+No mixed precision yet: its layers would need Keras's mixed policies, with the joint's
+log-softmax and the lattice kept float32 (the PyTorch and JAX transducers have bf16)."""
 
 
 class RNNTFamily:
