@@ -15,7 +15,7 @@
 #   mfu      `gpu_bundle.py run` of $MFU_RUNS, started until $MFU_DEADLINE s -> mfu/summary.md,
 #            mfu-runs.tgz (config, result, metrics and any profile of every run); by default where
 #            the bf16 steps' time goes (`:profile`), the full RNN-T in bf16 at MLPerf's per-GPU
-#            batch (64 of 512 on 8 GPUs), the Conformer's subsampling layout (`:nchw` against the channels-last default), its largest batch
+#            batch (64 of 512 on 8 GPUs, profiled too), the Conformer's subsampling layout (`:nchw` against the channels-last default), its largest batch
 #            that fits (`fit`, from the peaks at 32 and 256), then the compile and unroll levers
 # A device call runs at most 10 minutes: `machine ulps tier kit` (about 5) in one, `mfu` in a second.
 # Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (300). DEVICE=cpu runs the
@@ -24,7 +24,7 @@ set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"
 DEVICE=${DEVICE:-cuda}
-MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,torch:rnnt:tf32:64}
+MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64:profile,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,torch:rnnt:tf32:64}
 started=$SECONDS
 stamp() { echo "[$((SECONDS - started)) s] $*"; }
 
