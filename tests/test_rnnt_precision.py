@@ -1,6 +1,7 @@
 """int8-emulated RNN-T in every backend that declares it, against the family's quantized reference
 (benchbase.kit.rnnt_int8): the encoder projection, the loss of a training step, the
-ranges it leaves, checkpoints, and what the harness's search does with the ranges."""
+ranges it leaves, checkpoints, and what the harness's search does with the ranges; and bf16
+RNN-T in every backend that declares it, within the error model's bfloat16 bound."""
 
 from __future__ import annotations
 
@@ -20,16 +21,20 @@ pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lo
 MODULES = (("torch", "benchbase_torch_ds2"), ("tf", "benchbase_tf_ds2"), ("jax", "benchbase_jax_ds2"))
 
 
-def _declares_int8(name: str, module: str) -> bool:
+def _declares(name: str, module: str, precision: str) -> bool:
     if importlib.util.find_spec(module) is None:
         return False
-    return "int8-emulated" in resolve_backend(name).capabilities.precisions_of("rnnt")
+    return precision in resolve_backend(name).capabilities.precisions_of("rnnt")
 
 
-BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(not _declares_int8(name, module),
+def _declaring(precision: str) -> list:
+    return [pytest.param(name, marks=pytest.mark.skipif(not _declares(name, module, precision),
                                                         reason=f"the {name} backend is not installed or does not "
-                                                        "declare int8-emulated for rnnt"))
+                                                        f"declare {precision} for rnnt"))
             for name, module in MODULES]
+
+
+BACKENDS = _declaring("int8-emulated")
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +135,30 @@ def test_backend_test_proves_a_declared_precision_and_refuses_an_unproved_one():
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1] == ("benchbase: error: the conformance kit has no bf16 rules; "
                                                        "it proves fp32 and int8-emulated")
+
+
+@pytest.mark.parametrize("name", _declaring("bf16"))
+def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains(name, rnnt_data):
+    """The kit has no bf16 rules (a mixed precision runs where it matters, on GPUs); on the kit's
+    data here: predict() is visibly not float32 (beyond its bound) and within bfloat16's (both
+    sides: which operands a framework narrows is its own), training steps are finite, and the
+    weights stay float32."""
+    from numerics import bf16_outputs_against_bounds
+
+    from benchbase.families.parts import family_parts
+    from benchbase.kit.core import Kit
+
+    weights = family_parts(rnnt_data.model).random_weights(rnnt_data.model, rnnt_data.feature_dimension, seed=1)
+    inputs = rnnt_data.batches[0].inputs()
+    with Kit(resolve_backend(name), rnnt_data).backend(model=in_precision(rnnt_data.model, "bf16")) as backend:
+        backend.import_weights(weights)
+        found = backend.predict(inputs)
+        losses = [backend.train_step(rnnt_data.batches[step % 3]) for step in range(3)]
+        after = backend.export_weights()
+    assert found.dtype == np.float32 and all(np.isfinite(losses))
+    assert all(value.dtype == np.float32 for value in after.values())
+    float32_bound, difference, bf16_bound = bf16_outputs_against_bounds(weights, rnnt_data.model, inputs, found)
+    assert float32_bound < difference <= bf16_bound
 
 
 def test_every_bundled_backend_declares_int8_for_the_transducer():

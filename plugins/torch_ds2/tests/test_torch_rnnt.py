@@ -14,7 +14,6 @@ from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.errors import BenchbaseError
-from benchbase.families.agreement import OPERAND_ROUNDOFF
 from benchbase.families.rnnt import loss as reference_loss
 from benchbase.families.rnnt import reference
 from benchbase.families.rnnt.bounds import joint_bound, rounded_encoder, transducer_gradient_bound
@@ -429,38 +428,6 @@ def test_the_loss_gradient_check_against_finite_differences():
 
 
 # --- mixed precision ---------------------------------------------------------------------------------
-
-
-def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains_float32_weights(weights):
-    """bf16 (autocast, the LSTMs in bfloat16 too): predict() is visibly not float32 (beyond its
-    bound) and within bfloat16's (both sides: which operands a framework narrows is its own) on
-    the valid frames; training keeps float32 weights and finite losses."""
-    batch = random_batch()
-    backend = build(NO_DROPOUT.model_copy(update={"precision": "bf16"}))
-    try:
-        backend.import_weights(weights)
-        found = backend.predict(batch.inputs())
-        losses = [backend.train_step(random_batch(seed)) for seed in range(3)]
-        after = backend.export_weights()
-    finally:
-        backend.close()
-    assert found.dtype == np.float32
-    float32_bound, difference, bf16_bound = _bf16_encoder_against_bounds(weights, batch, found)
-    assert float32_bound < difference <= bf16_bound
-    assert np.all(np.isfinite(losses)) and all(value.dtype == np.float32 for value in after.values())
-    assert not np.array_equal(after["joint.output.kernel"], weights["joint.output.kernel"])
-
-
-def _bf16_encoder_against_bounds(weights, batch, found):
-    """(float32's largest one-side bound, the largest difference, bfloat16's largest both-sides
-    bound) of ``found`` encoder projections against the reference's on the valid frames."""
-    exact, float32_bound = PARTS.bounded_outputs(weights, NO_DROPOUT, batch.features, batch.feature_lengths,
-                                                 operand_roundoff=0.0, draws=INJECTION_DRAWS)
-    _, bf16_bound = PARTS.bounded_outputs(weights, NO_DROPOUT, batch.features, batch.feature_lengths,
-                                          operand_roundoff=OPERAND_ROUNDOFF["bf16"], draws=INJECTION_DRAWS)
-    valid = np.arange(exact.shape[1])[None, :] < batch.output_lengths[:, None]
-    difference = np.abs(found.astype(np.float64) - exact)[valid]
-    return float(float32_bound[valid].max()), float(difference.max()), float(BOTH_SIDES * bf16_bound[valid].max())
 
 
 def test_fp16_with_loss_scaling_takes_finite_steps_when_built_directly():
