@@ -332,7 +332,7 @@ def test_init_is_the_specs_and_the_seed_decides_it():
 def test_the_backend_declares_both_families_both_optimizers_and_rnnts_precisions():
     capabilities = tf_backend.TensorFlowBackend.capabilities
     assert {"ds2", "rnnt"} <= capabilities.families and {"adadelta", "adamw"} <= capabilities.optimizers
-    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "int8-emulated"}
+    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "bf16", "int8-emulated"}
     assert "int8-emulated" in capabilities.precisions_of("ds2")
 
 
@@ -466,8 +466,8 @@ def test_the_lstms_are_keras_own_and_stay_eligible_for_cudnn():
 
 
 def test_an_rnnt_run_in_a_precision_it_lacks_is_refused():
-    with pytest.raises(BenchbaseError, match="trains rnnt in fp32 or int8-emulated or tf32 only, not bf16"):
-        build(TINY.model_copy(update={"precision": "bf16"}))
+    with pytest.raises(BenchbaseError, match="trains rnnt in bf16 or fp32 or int8-emulated or tf32 only, not fp16"):
+        build(TINY.model_copy(update={"precision": "fp16"}))
 
 
 TWO_REPLICAS = r"""

@@ -29,7 +29,7 @@ __all__ = ["ConformerFamily"]
 class ConformerFamily:
     name = "conformer"
     summary = "Conformer (CTC)"
-    # bf16 and fp16 are Keras's mixed precision (conformer.model.POLICIES; fp16's loss scaling is
+    # bf16 and fp16 are Keras's mixed precision (family.keras_policy; fp16's loss scaling is
     # the backend's); the spec has no int8-emulated tensors.
     precisions = frozenset({"fp32", "tf32", "bf16", "fp16"})
     layout = weight_layout

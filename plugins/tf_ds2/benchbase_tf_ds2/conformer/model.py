@@ -10,8 +10,8 @@ computes, mask for mask.
 Every layer that mixes frames sees the padded frames as zeros (the convolutions) or not at all
 (the attention's keys, the BatchNorm's statistics), so an utterance's outputs at its valid frames
 do not depend on the batch it is padded in: unlike DS2's, this model needs each row's length.
-bf16 and fp16 are Keras's mixed precision, as DS2's (``POLICIES``; ``blocks`` says which parts
-stay float32).
+bf16 and fp16 are Keras's mixed precision, as DS2's (``benchbase_tf_ds2.family.keras_policy``;
+``blocks`` says which parts stay float32).
 """
 
 from __future__ import annotations
@@ -24,21 +24,16 @@ from benchbase.families.conformer.spec import ConformerModelSpec
 from benchbase_tf_ds2.conformer.blocks import ConformerBlock, dense
 from benchbase_tf_ds2.conformer.normalization import LayerNorm
 from benchbase_tf_ds2.cross_replica import ReplicaDropout
+from benchbase_tf_ds2.family import keras_policy
 
-__all__ = ["POLICIES", "Conformer", "Subsampling", "positions", "valid_frames"]
-
-POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-"""Keras's mixed precision for the spec's bf16 and fp16, as DS2's: float32 variables, the dense
-layers and convolutions in the half type; every other precision is float32 (tf32 is float32 with
-the TF32 matmuls the backend enables)."""
-
+__all__ = ["Conformer", "Subsampling", "positions", "valid_frames"]
 
 class Conformer(keras.Model):
     def __init__(self, spec: ConformerModelSpec, feature_dimension: int) -> None:
         """Every variable is created here, in the layout's order (the seeded initializers draw in it)."""
         super().__init__(name="conformer")
         self.spec, self.feature_dimension = spec, feature_dimension
-        policy = POLICIES.get(spec.precision, "float32")
+        policy = keras_policy(spec)
         self.subsampling = Subsampling(spec, feature_dimension, policy)
         self.blocks = [ConformerBlock(spec, policy, f"block_{index}") for index in range(spec.encoder_layers)]
         self.final_norm = LayerNorm(spec.encoder_dim, spec.layernorm_epsilon, "final_norm")

@@ -23,7 +23,7 @@ __all__ = ["DS2Family"]
 class DS2Family:
     name = "ds2"
     summary = "DS2 (CTC)"
-    # bf16 and fp16 are Keras's mixed precision (ds2.model.POLICIES; fp16's loss scaling is the
+    # bf16 and fp16 are Keras's mixed precision (family.keras_policy; fp16's loss scaling is the
     # backend's), int8-emulated the model's fake quantization.
     precisions = frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"})
     layout = weight_layout

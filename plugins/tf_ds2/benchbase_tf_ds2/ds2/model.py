@@ -23,6 +23,7 @@ import tensorflow as tf
 from benchbase.families.ds2.quantization import input_range_names, is_quantized
 from benchbase.specs import ModelSpec
 from benchbase_tf_ds2.cross_replica import CrossReplicaBatchNormalization, ReplicaDropout, cross_replica_max
+from benchbase_tf_ds2.family import keras_policy
 from benchbase_tf_ds2.lstm import ForgetGateBias, SequenceLSTM
 from benchbase_tf_ds2.quantization import quantize_activation, quantize_weight, quantized_lstm, updated_range
 
@@ -30,17 +31,12 @@ __all__ = ["DeepSpeech2"]
 
 CLIPPED_RELU_CEILING = 20.0
 
-POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-"""Keras's mixed precision for the spec's bf16 and fp16: float32 variables, the layers' math in the
-half type (BatchNormalization upcasts to float32 itself); every other precision is float32."""
-
-
 class DeepSpeech2(keras.Model):
     def __init__(self, spec: ModelSpec, feature_dimension: int, fused_lstm: bool) -> None:
         super().__init__(name="deep_speech_2")
         self.spec = spec
         self.feature_dimension = feature_dimension
-        policy = POLICIES.get(spec.precision, "float32")
+        policy = keras_policy(spec)
         self.conv = keras.layers.Conv1D(spec.conv_channels, spec.conv_width, strides=spec.conv_stride,
                                         padding="valid", use_bias=False, kernel_initializer="glorot_uniform",
                                         name="conv", dtype=policy)

@@ -21,11 +21,10 @@ from benchbase_tf_ds2.rnnt.model import RNNTransducer
 
 __all__ = ["TRANSDUCER_PRECISIONS", "RNNTFamily"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "int8-emulated"})
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "int8-emulated"})
 """What the TensorFlow backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the same
-code, with the flag the backend sets) and int8-emulated (``benchbase_tf_ds2.rnnt.quantization``).
-No mixed precision yet: its layers would need Keras's mixed policies, with the joint's
-log-softmax and the lattice kept float32 (the PyTorch and JAX transducers have bf16)."""
+code, with the flag the backend sets), bf16 (Keras's mixed policy, ``model``) and int8-emulated
+(``benchbase_tf_ds2.rnnt.quantization``)."""
 
 
 class RNNTFamily:

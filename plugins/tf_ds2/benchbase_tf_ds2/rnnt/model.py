@@ -25,6 +25,10 @@ nor BlockLSTMV2 can quantize h(t-1) inside theirs), and the joint's three projec
 kernels. joint.output's range in training is that of the cells within the lengths, which is
 what ``lattice`` packs: the maximum over its hidden layer is the spec's as it is.
 
+bf16 is Keras's mixed precision (``benchbase_tf_ds2.family.keras_policy``): float32 variables, the
+LSTMs and the joint's projections in bfloat16, the joint's log-softmax, and so the lattice and
+the loss, in float32.
+
 Row gathers (the embedding, the packed joint's cells) go through ``gather_rows``, whose gradient
 is a dense segment sum: TensorFlow's own gather gradient is a sparse ``IndexedSlices`` that the
 optimizer and the gradient clip would densify anyway, with a warning per trace about its
@@ -42,6 +46,7 @@ from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
 from benchbase_tf_ds2.cross_replica import ReplicaDropout
+from benchbase_tf_ds2.family import keras_policy
 from benchbase_tf_ds2.lstm import ForgetGateBias, SequenceLSTM
 from benchbase_tf_ds2.rnnt.quantization import TransducerQuantizer
 
@@ -57,21 +62,23 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
         super().__init__(name="rnn_transducer")
         self.spec = spec
         self.feature_dimension = feature_dimension
+        # A mixed precision's policy; otherwise Keras's global one (float32, or a test's float64).
+        policy = keras_policy(spec) if spec.precision in ("bf16", "fp16") else None
         units = spec.encoder_units
         self.encoder_inputs = ([spec.encoder_input_dimension(feature_dimension)]
                                + [units] * (spec.encoder_pre_layers - 1)
                                + [spec.stack_time_factor * units] + [units] * (spec.encoder_post_layers - 1))
-        self.encoder = [_lstm(units, spec, fused_lstm, f"encoder_lstm_{index}")
+        self.encoder = [_lstm(units, spec, fused_lstm, f"encoder_lstm_{index}", policy)
                         for index in range(len(self.encoder_inputs))]
         # Xavier-uniform over the (symbols, embedding) table, as the layout holds it.
         self.embedding = keras.layers.Embedding(spec.symbols, spec.prediction_embedding,
                                                 embeddings_initializer="glorot_uniform", name="embedding")
         self.prediction_inputs = [spec.prediction_embedding] + [spec.prediction_units] * (spec.prediction_layers - 1)
-        self.prediction = [_lstm(spec.prediction_units, spec, fused_lstm, f"prediction_lstm_{index}")
+        self.prediction = [_lstm(spec.prediction_units, spec, fused_lstm, f"prediction_lstm_{index}", policy)
                            for index in range(spec.prediction_layers)]
-        self.joint_encoder = _dense(spec.joint_units, "joint_encoder")
-        self.joint_prediction = _dense(spec.joint_units, "joint_prediction")
-        self.joint_output = _dense(spec.symbols, "joint_output")
+        self.joint_encoder = _dense(spec.joint_units, "joint_encoder", policy)
+        self.joint_prediction = _dense(spec.joint_units, "joint_prediction", policy)
+        self.joint_output = _dense(spec.symbols, "joint_output", policy)
         self.dropout = ReplicaDropout(spec.dropout, name="dropout")
         # int8-emulated's fake quantization and its ranges (none for any other precision).
         self.int8 = TransducerQuantizer(self, spec) if is_quantized(spec) else None
@@ -190,10 +197,14 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
                             own_positions=columns + 1)
 
     def _joint_output(self, hidden: tf.Tensor, training: bool) -> tf.Tensor:
-        """activation -> dropout -> joint.output -> log-softmax over the last axis."""
+        """activation -> dropout -> joint.output -> log-softmax over the last axis (float32 under a
+        mixed precision, whose half-type logits are widened first)."""
         hidden = tf.nn.relu(hidden) if self.spec.joint_activation == "relu" else tf.tanh(hidden)
         hidden = self.dropout(hidden, training=training)
-        return tf.nn.log_softmax(self._dense("joint.output", self.joint_output, hidden, training), axis=-1)
+        logits = self._dense("joint.output", self.joint_output, hidden, training)
+        if logits.dtype in (tf.bfloat16, tf.float16):
+            logits = tf.cast(logits, tf.float32)
+        return tf.nn.log_softmax(logits, axis=-1)
 
     def _lstm(self, name: str, lstm: SequenceLSTM, x: tf.Tensor, training: bool, extent: tf.Tensor | None) -> tf.Tensor:
         """The LSTM layer ``name`` of the layout: its own call, or int8-emulated's quantized loop."""
@@ -239,12 +250,14 @@ def gather_rows(table: tf.Tensor, indices: tf.Tensor) -> tuple[tf.Tensor, _RowGr
     return rows, gradient
 
 
-def _lstm(units: int, spec: RNNTModelSpec, fused: bool, name: str) -> SequenceLSTM:
+def _lstm(units: int, spec: RNNTModelSpec, fused: bool, name: str, policy: str | None) -> SequenceLSTM:
     """The spec's init: Xavier-uniform over each whole matrix (Keras's fans are the layout's rows
     and columns, the four gates together), zero biases but the forget gate's."""
     return SequenceLSTM(units, fused, kernel_initializer="glorot_uniform", recurrent_initializer="glorot_uniform",
-                        bias_initializer=ForgetGateBias(spec.lstm_forget_bias), unit_forget_bias=False, name=name)
+                        bias_initializer=ForgetGateBias(spec.lstm_forget_bias), unit_forget_bias=False, name=name,
+                        dtype=policy)
 
 
-def _dense(units: int, name: str) -> keras.layers.Dense:
-    return keras.layers.Dense(units, kernel_initializer="glorot_uniform", bias_initializer="zeros", name=name)
+def _dense(units: int, name: str, policy: str | None) -> keras.layers.Dense:
+    return keras.layers.Dense(units, kernel_initializer="glorot_uniform", bias_initializer="zeros", name=name,
+                              dtype=policy)
