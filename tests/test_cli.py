@@ -246,12 +246,12 @@ def test_a_backend_is_refused_a_model_family_it_does_not_implement_before_the_cl
         planned = benchbase("run", "--workload", "rnnt-mini", "--backend", backend, "--hw", "cpu", "--dry-run",
                             env={"COLUMNS": "250"})
         assert planned.returncode == 0, planned.stderr
-    # Precisions per family: torch trains ds2 in bf16, rnnt in fp32, tf32 and int8-emulated only.
-    refused = benchbase("run", "--workload", "rnnt-mini", "--backend", "torch", "--hw", "cpu", "--dry-run",
-                        "--precision", "bf16")
+    # Precisions per family: torch trains ds2 in int8-emulated, the Conformer not.
+    refused = benchbase("run", "--workload", "conformer-mini", "--backend", "torch", "--hw", "cpu", "--dry-run",
+                        "--precision", "int8-emulated")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-    assert ("does not implement precision 'bf16' for the rnnt family (it declares fp32, int8-emulated, tf32)"
-            in refused.stderr)
+    assert ("does not implement precision 'int8-emulated' for the conformer family (it declares bf16, fp16, fp32, "
+            "tf32)" in refused.stderr)
 
 
 # --- submission_org -------------------------------------------------------------------------
