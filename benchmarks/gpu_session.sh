@@ -15,8 +15,9 @@
 #   mfu      `gpu_bundle.py run` of $MFU_RUNS, started until $MFU_DEADLINE s -> mfu/summary.md,
 #            mfu-runs.tgz (config, result, metrics and any profile of every run); by default where
 #            the bf16 steps' time goes (`:profile`), the full RNN-T in bf16 at MLPerf's per-GPU
-#            batch (64 of 512 on 8 GPUs, profiled too), the Conformer's subsampling layout (`:nchw` against the channels-last default), its largest batch
-#            that fits (`fit`, from the peaks at 32 and 256), then the compile and unroll levers
+#            batch (64 of 512 on 8 GPUs, profiled too), the Conformer's subsampling layout
+#            (`:nchw` against the channels-last default), its largest batch that fits (`fit`,
+#            from the peaks at 32 and 256), then the compile and unroll levers
 # A device call runs at most 10 minutes: `machine ulps tier kit` (about 5) in one, `mfu` in a second.
 # Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (300). DEVICE=cpu runs the
 # same parts on a CPU (the tier then skips): a smoke test of the script before a GPU is lent.

@@ -131,7 +131,7 @@ def result_table(result: RunResult) -> Group:
         else:
             table.add_row(label, f"{reached['minutes']:.2f}", f"{reached['seconds']:.1f}", str(reached["epoch"]))
     return titled(f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
-                   f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min", table)
+                  f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min", table)
 
 
 def final_evaluation_table(final: dict) -> Group:
@@ -157,7 +157,7 @@ def final_evaluation_table(final: dict) -> Group:
             row += [f"{twin[subset]['wer']:.2f}", f"{twin[subset]['paper_cer']:.2f}"] if subset in twin else ["-", "-"]
         table.add_row(*row)
     return titled(f"final evaluation (not timed): {final['decoder']}, beam {final['beam_width']}, "
-                   f"{final['seconds']:.0f} s" + ("" if precision == "fp32" else f", in {precision}"), table)
+                  f"{final['seconds']:.0f} s" + ("" if precision == "fp32" else f", in {precision}"), table)
 
 
 class DecodeSweepReporter:

@@ -21,15 +21,17 @@ import tensorflow as tf
 from benchbase.backend import BuildContext, Inputs
 from benchbase.specs import ModelSpec
 
-__all__ = ["Infer", "ModelFamily", "keras_policy"]
+__all__ = ["MIXED_POLICIES", "Infer", "ModelFamily", "keras_policy"]
 
 MIXED_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+"""Keras's mixed precision for the spec's bf16 and fp16: float32 variables, the layers' arithmetic
+in the half type (BatchNormalization upcasts to float32 itself)."""
 
 
 def keras_policy(spec: ModelSpec) -> str:
-    """The Keras dtype policy of a family's layers in ``spec.precision``: Keras's mixed precision
-    for bf16 and fp16 (float32 variables, the layers' arithmetic in the half type), float32 for
-    every other precision (tf32 is float32 with the TF32 matmuls the backend enables)."""
+    """The Keras dtype policy of a family's layers in ``spec.precision``: MIXED_POLICIES' for bf16
+    and fp16, float32 for every other precision (tf32 is float32 with the TF32 matmuls the backend
+    enables)."""
     return MIXED_POLICIES.get(spec.precision, "float32")
 
 Infer = Callable[[np.ndarray, np.ndarray], tf.Tensor]

@@ -28,6 +28,7 @@ from benchbase_tf_ds2.family import keras_policy
 
 __all__ = ["Conformer", "Subsampling", "positions", "valid_frames"]
 
+
 class Conformer(keras.Model):
     def __init__(self, spec: ConformerModelSpec, feature_dimension: int) -> None:
         """Every variable is created here, in the layout's order (the seeded initializers draw in it)."""

@@ -31,6 +31,7 @@ __all__ = ["DeepSpeech2"]
 
 CLIPPED_RELU_CEILING = 20.0
 
+
 class DeepSpeech2(keras.Model):
     def __init__(self, spec: ModelSpec, feature_dimension: int, fused_lstm: bool) -> None:
         super().__init__(name="deep_speech_2")

@@ -25,7 +25,7 @@ nor BlockLSTMV2 can quantize h(t-1) inside theirs), and the joint's three projec
 kernels. joint.output's range in training is that of the cells within the lengths, which is
 what ``lattice`` packs: the maximum over its hidden layer is the spec's as it is.
 
-bf16 is Keras's mixed precision (``benchbase_tf_ds2.family.keras_policy``): float32 variables, the
+bf16 is Keras's mixed precision (``benchbase_tf_ds2.family.MIXED_POLICIES``): float32 variables, the
 LSTMs and the joint's projections in bfloat16, the joint's log-softmax, and so the lattice and
 the loss, in float32.
 
@@ -46,7 +46,7 @@ from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
 from benchbase_tf_ds2.cross_replica import ReplicaDropout
-from benchbase_tf_ds2.family import keras_policy
+from benchbase_tf_ds2.family import MIXED_POLICIES
 from benchbase_tf_ds2.lstm import ForgetGateBias, SequenceLSTM
 from benchbase_tf_ds2.rnnt.quantization import TransducerQuantizer
 
@@ -63,7 +63,7 @@ class RNNTransducer(keras.Model):  # type: ignore[misc]
         self.spec = spec
         self.feature_dimension = feature_dimension
         # A mixed precision's policy; otherwise Keras's global one (float32, or a test's float64).
-        policy = keras_policy(spec) if spec.precision in ("bf16", "fp16") else None
+        policy = MIXED_POLICIES.get(spec.precision)
         units = spec.encoder_units
         self.encoder_inputs = ([spec.encoder_input_dimension(feature_dimension)]
                                + [units] * (spec.encoder_pre_layers - 1)
