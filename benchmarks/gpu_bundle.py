@@ -62,6 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,6 +131,8 @@ def prepare(args: argparse.Namespace) -> None:
             source, given = long_corpus(args.long_utterances, timing) if pieces else (corpus, [])
             subprocess.run([*benchbase, "data", "prepare", "--librispeech", str(source), "--workload", str(timing),
                             "--subsets", SUBSETS, "--out", str(store), *given], check=True)
+        if pieces:
+            print(described_training(store, timing))
     (directory / "workloads" / "gpu.yaml").write_text(yaml.safe_dump(PROFILE, sort_keys=False))
     from benchbase.kit.data import ensure_kit_store
 
@@ -482,6 +485,17 @@ def training_flops(config: dict) -> float | None:
         shape.append(labels)
     forward = cost.total_forward_flops(cost.forward_flops(*shape))
     return cost.TRAINING_FACTOR * forward * config["hardware"]["pipeline"]["batch_per_device"]
+
+
+def described_training(store: Path, timing: Path) -> str:
+    """The training utterances' count, seconds (min, median, max, at the timing workload's hop) and
+    mean labels, as docs/gpu.md quotes them for the long corpus."""
+    spectra = yaml.safe_load(timing.read_text())["features"]
+    features = FeatureStore(store)
+    seconds = np.concatenate([features.index(shard).frames() for shard in features.shards(["train"])]
+                             ) * spectra["hop"] / spectra["sample_rate"]
+    return (f"{store.name}: {len(seconds)} training utterances of {seconds.min():.1f} to {seconds.max():.1f} s "
+            f"(median {np.median(seconds):.1f}), {mean_training_labels(store):.1f} labels on average")
 
 
 def mean_training_labels(store: Path) -> float | None:
