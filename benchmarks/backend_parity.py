@@ -10,6 +10,7 @@ steady-state median step time of each backend and its ratio to PyTorch's.
     python benchmarks/backend_parity.py --workload conformer-mini --batches 20
     python benchmarks/backend_parity.py --store DIR --batches 40 --keras-lstm --backends torch,tf
     python benchmarks/backend_parity.py --backends torch,tf --precisions fp32,bf16,int8-emulated
+    python benchmarks/backend_parity.py --workload rnnt-mini --backends tf --fused-lstm --precisions fp32,bf16
 
 With several precisions every backend is built once per precision (the workload's model with
 `precision` replaced), and the rows are timed in the same rotation.
@@ -46,7 +47,8 @@ def main() -> None:
     unknown = [precision for precision in precisions if precision not in PRECISIONS]
     if unknown:
         raise SystemExit(f"backend_parity.py: --precisions: {', '.join(unknown)} not one of {', '.join(PRECISIONS)}")
-    backends = _backends(registry, arguments.backends.split(","), arguments.keras_lstm, precisions)
+    backends = _backends(registry, arguments.backends.split(","), arguments.keras_lstm, arguments.fused_lstm,
+                         precisions)
     first_pass = {}
     for name, (backend, precision) in backends.items():
         context = BuildContext(model=workload.model.model_copy(update={"precision": precision}),
@@ -74,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                                              "(default: the workload's)")
     parser.add_argument("--keras-lstm", action="store_true",
                         help="also time TF with Keras's own LSTM (a tf.while_loop) instead of the fused kernel")
+    parser.add_argument("--fused-lstm", action="store_true",
+                        help="also time TF with the fused BlockLSTMV2 kernel (for a family whose default is Keras's)")
     return parser
 
 
@@ -87,7 +91,7 @@ def _batches(store: Path, model: ModelSpec, batch_size: int, count: int, seed: i
     return batches
 
 
-def _backends(registry, names: list[str], keras_lstm: bool,
+def _backends(registry, names: list[str], keras_lstm: bool, fused_lstm: bool,
               precisions: list[str]) -> dict[str, tuple[Backend, str]]:
     """Row label -> (a fresh backend, the precision it is built in)."""
     backends: dict[str, tuple[Backend, str]] = {}
@@ -97,6 +101,8 @@ def _backends(registry, names: list[str], keras_lstm: bool,
             backends[name + suffix] = (registry.backend(name)(), precision)
         if keras_lstm:
             backends["tf (Keras LSTM loop)" + suffix] = (registry.backend("tf")(fused_lstm=False), precision)
+        if fused_lstm:
+            backends["tf (fused LSTM kernel)" + suffix] = (registry.backend("tf")(fused_lstm=True), precision)
     return backends
 
 
