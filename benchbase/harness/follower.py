@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from benchbase.backend import Backend, DevicePlan
 from benchbase.data.augmentation import training_batch
-from benchbase.data.pipeline import BatchPipeline
+from benchbase.data.pipeline import BatchPipeline, RunEpochs
 from benchbase.data.store import FeatureStore
 from benchbase.errors import Terminated
 from benchbase.harness.assembly import build_context, pad_into_backend_arrays, run_pipeline
@@ -90,21 +90,29 @@ class _Follower:
         config = self.config
         first_epoch, done_in_first = ((self.resume.epoch, self.resume.batches_done_in_epoch)
                                       if self.resume is not None else (1, 0))
-        for epoch in range(first_epoch, config.workload.max_epochs + 1):
-            done = done_in_first if epoch == first_epoch else 0
-            batches = train_data.epoch(epoch, skip=done)
-            try:
-                for batch_in_epoch, batch in enumerate(batches, start=done + 1):
-                    trained = training_batch(batch, config.workload.augmentation, config.seed, epoch, batch_in_epoch)
-                    with deferred_termination():
-                        self.backend.train_step(own_slice(trained, plan))
-                    self.batch_index += 1
-                    if self.batch_index % self.checkpoint_every == 0:
-                        self._checkpoint()
-                    _obey(self.coordinator.agree(_own_verdict()))
-            finally:
-                batches.close()
-            _obey(self.coordinator.agree(_own_verdict()))  # rank 0 evaluated meanwhile
+        epochs = RunEpochs(train_data, config.workload.max_epochs)
+        try:
+            for epoch in range(first_epoch, config.workload.max_epochs + 1):
+                done = done_in_first if epoch == first_epoch else 0
+                batches = epochs.take(epoch, skip=done)
+                try:
+                    for batch_in_epoch, batch in enumerate(batches, start=done + 1):
+                        if batch_in_epoch == len(train_data):  # as rank 0: the next epoch's readers start
+                            epochs.start(epoch + 1)
+                        trained = training_batch(batch, config.workload.augmentation, config.seed, epoch,
+                                                 batch_in_epoch)
+                        with deferred_termination():
+                            self.backend.train_step(own_slice(trained, plan))
+                        self.batch_index += 1
+                        if self.batch_index % self.checkpoint_every == 0:
+                            self._checkpoint()
+                        _obey(self.coordinator.agree(_own_verdict()))
+                finally:
+                    batches.close()
+                epochs.start(epoch + 1)
+                _obey(self.coordinator.agree(_own_verdict()))  # rank 0 evaluated meanwhile
+        finally:
+            epochs.close()
 
     def _checkpoint(self) -> None:
         write_own_checkpoint(self.coordinator, self.folder, self.batch_index, self.backend.save_checkpoint)

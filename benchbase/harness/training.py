@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import StopReason, constants
 from benchbase.data.augmentation import training_batch
-from benchbase.data.pipeline import EpochBatches
+from benchbase.data.pipeline import EpochBatches, RunEpochs
 from benchbase.errors import BenchbaseError, NonFiniteError, PredictionMismatch, Terminated
 from benchbase.families.parts import EvaluationHead, family_parts
 from benchbase.harness.clock import RunClock
@@ -91,21 +93,23 @@ class TrainingLoop:
 
     def _train(self) -> tuple[StopReason, int]:
         first_epoch, done_in_first = self.progress.position if self.resumed else (1, 0)
-        train_data = self.inputs.train_data
-        upcoming: EpochBatches | None = train_data.epoch(first_epoch, skip=done_in_first)
+        epochs = RunEpochs(self.inputs.train_data, self.workload.max_epochs)
+        epochs.start(first_epoch, skip=done_in_first)
         try:
             for epoch in range(first_epoch, self.workload.max_epochs + 1):
                 resumed_epoch = self.resumed and epoch == first_epoch
                 if not resumed_epoch:  # a resumed epoch's start is in the log already
                     self.log.start(constants.EPOCH_START, metadata={constants.EPOCH_NUM: epoch})
-                batches, upcoming = upcoming, None
+                batches = epochs.take(epoch, skip=done_in_first if resumed_epoch else 0)
                 try:
-                    finished_epoch = self._train_epoch(epoch, batches, done_in_first if resumed_epoch else 0)
+                    # The next epoch's readers start with this epoch's last step, and fill its shuffle
+                    # buffer while that step trains and this epoch is evaluated.
+                    finished_epoch = self._train_epoch(epoch, batches, done_in_first if resumed_epoch else 0,
+                                                       on_last_batch=partial(epochs.start, epoch + 1))
                 finally:
                     batches.close()  # also when training raised: its readers stop now, not at exit
-                if finished_epoch and epoch < self.workload.max_epochs:
-                    # The next epoch's readers fill its shuffle buffer while this one is evaluated.
-                    upcoming = train_data.epoch(epoch + 1)
+                if finished_epoch:  # an epoch shorter than its length: started here, before the evaluation
+                    epochs.start(epoch + 1)
                 self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
                 self._log_communication(epoch)
                 if not finished_epoch:
@@ -122,16 +126,19 @@ class TrainingLoop:
                     return reason, epoch
             return StopReason.MAX_EPOCHS, self.workload.max_epochs
         finally:
-            if upcoming is not None:
-                upcoming.close()
+            epochs.close()  # an epoch started for a run that stopped before it
 
-    def _train_epoch(self, epoch: int, batches: EpochBatches, done: int = 0) -> bool:
-        """Train one epoch (``done`` of its batches trained already); False when the time limit stopped it early."""
-        for batch_in_epoch in range(done + 1, len(self.inputs.train_data) + 1):
+    def _train_epoch(self, epoch: int, batches: EpochBatches, done: int, on_last_batch: Callable[[], None]) -> bool:
+        """Train one epoch (``done`` of its batches trained already); False when the time limit stopped it
+        early. ``on_last_batch`` is called when the epoch's last batch has arrived, before it trains."""
+        last_batch = len(self.inputs.train_data)
+        for batch_in_epoch in range(done + 1, last_batch + 1):
             waited_from = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
                 break
+            if batch_in_epoch == last_batch:
+                on_last_batch()
             # Masked here, inside the data wait, and before slicing: every rank masks the global batch alike.
             trained = training_batch(batch, self.workload.augmentation, self.config.seed, epoch, batch_in_epoch)
             step_from, cpu_from = time.perf_counter(), time.process_time()
