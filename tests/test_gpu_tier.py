@@ -101,7 +101,8 @@ def test_a_mini_workload_trains_on_the_gpu(request, tmp_path, backend, workload,
 @pytest.mark.slow
 @pytest.mark.parametrize(("backend", "precision"), [pytest.param("torch", "bf16", marks=needs_gpu("torch")),
                                                     pytest.param("torch", "fp16", marks=needs_gpu("torch")),
-                                                    pytest.param("jax", "bf16", marks=needs_gpu("jax"))])
+                                                    pytest.param("jax", "bf16", marks=needs_gpu("jax")),
+                                                    pytest.param("jax", "fp16", marks=needs_gpu("jax"))])
 def test_a_mixed_precision_transducer_run_on_the_gpu_is_scored_within_its_bound(tmp_path, small_store, backend,
                                                                                 precision):
     """As bf16 on a CPU (tests/test_rnnt_run.py), with cuDNN's or XLA's half-precision kernels (fp16

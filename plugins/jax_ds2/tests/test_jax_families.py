@@ -37,8 +37,7 @@ def test_the_families_are_the_folders_with_a_family_and_the_capabilities_follow_
     capabilities = JaxBackend.capabilities
     assert capabilities.families == set(found)
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
-    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16"})),
-                                              ("rnnt", frozenset({"fp32", "tf32", "bf16", "int8-emulated"})))
+    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),)
     assert JaxBackend.description.endswith("Conformer (optax CTC), DS2 (optax CTC) and RNN-T (transducer loss), "
                                            "compiled with XLA")
 

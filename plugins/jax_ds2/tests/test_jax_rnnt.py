@@ -267,10 +267,37 @@ def test_export_import_round_trip_and_init_are_the_specs(weights):
 def test_the_backend_declares_its_families_optimizers_and_rnnts_precisions():
     capabilities = jax_backend.JaxBackend.capabilities
     assert capabilities.families == {"conformer", "ds2", "rnnt"} and capabilities.optimizers == {"adadelta", "adamw"}
-    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "bf16", "int8-emulated"}
-    assert "fp16" in capabilities.precisions_of("ds2")
-    with pytest.raises(BenchbaseError, match="trains rnnt in bf16 or fp32 or int8-emulated or tf32 only, not fp16"):
-        build(TINY.model_copy(update={"precision": "fp16"}))
+    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
+
+
+def test_fp16_scales_its_loss_and_a_step_whose_gradients_overflow_changes_no_weight():
+    """The harness refuses fp16 on a CPU (it measures nothing there); built directly, the step runs
+    with float16 operands and the dynamic loss scale (``benchbase_jax_ds2.loss_scaling``)."""
+    backend = build(TINY.model_copy(update={"precision": "fp16"}))
+    try:
+        batch = random_batch()
+        assert float(backend._state.loss_scale["scale"]) == 2.0**15
+        # A scale that overflows nothing on this tiny model, whatever the CPU's rounding.
+        backend._state = backend._state._replace(loss_scale={"scale": jnp.float32(2.0**8),
+                                                             "finite_steps": jnp.int32(0)})
+        losses = [backend.train_step(batch) for _ in range(2)]
+        state = backend._state
+        assert all(np.isfinite(losses))
+        assert float(state.loss_scale["scale"]) == 2.0**8 and int(state.loss_scale["finite_steps"]) == 2
+        before = backend.export_weights()
+        # 2**100 times the loss overflows float16's cotangents (65,504 at most): that step must move
+        # nothing but the scale, halved, and its count of finite steps, back to 0.
+        backend._state = state._replace(loss_scale={"scale": jnp.float32(2.0**100), "finite_steps": jnp.int32(5)})
+        assert np.isfinite(backend.train_step(batch))  # the loss itself is unscaled
+        after = backend.export_weights()
+        assert [name for name in before if not np.array_equal(before[name], after[name])] == []
+        assert float(backend._state.loss_scale["scale"]) == 2.0**99
+        assert int(backend._state.loss_scale["finite_steps"]) == 0
+        backend._state = backend._state._replace(loss_scale=state.loss_scale)
+        backend.train_step(batch)
+        assert [name for name in before if not np.array_equal(before[name], backend.export_weights()[name])]
+    finally:
+        backend.close()
 
 
 def test_adamw_is_pytorchs_with_the_specs_schedule_counted_in_optimizer_steps():

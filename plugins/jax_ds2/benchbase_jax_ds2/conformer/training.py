@@ -24,16 +24,17 @@ from benchbase_jax_ds2.arithmetic import Arithmetic, arithmetic, in_precision
 from benchbase_jax_ds2.conformer.model import forward, initial_weights
 from benchbase_jax_ds2.ctc import ctc_per_utterance
 from benchbase_jax_ds2.dropout import DROPOUT_RNG
+from benchbase_jax_ds2.loss_scaling import guarded_update, initial_loss_scale, scaled_gradients
 from benchbase_jax_ds2.shapes import Buckets, pad_rows
 from benchbase_jax_ds2.state import TrainState, initial_train_state
 
 __all__ = ["CONFORMER_PRECISIONS", "ConformerBatch", "batch_loss", "initial_state", "make_predict",
            "make_train_step", "padded_batch", "padded_lengths"]
 
-CONFORMER_PRECISIONS = frozenset({"fp32", "tf32", "bf16"})
-"""IEEE float32; TF32 matmuls on GPUs; bf16 operands with float32 accumulation and float32
-elementwise work, as DS2's. No fp16 (it would need DS2's loss scaling, which AlgoPerf's bf16-less
-workload never asked for) and no int8-emulated (the spec has no quantizable tensors)."""
+CONFORMER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "fp16"})
+"""IEEE float32; TF32 matmuls on GPUs; bf16 and fp16 operands with float32 accumulation and float32
+elementwise work, as DS2's (fp16 with its dynamic loss scale, ``loss_scaling``). No int8-emulated
+(the spec has no quantizable tensors)."""
 
 
 class ConformerBatch(NamedTuple):
@@ -56,9 +57,10 @@ def check_precision(spec: ConformerModelSpec) -> None:
 
 def initial_state(spec: ConformerModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation,
                   seed: int, device: jax.Device) -> TrainState:
-    """The state before the first step, on ``device``: the spec's init from ``seed``, no loss scale."""
+    """The state before the first step, on ``device``: the spec's init from ``seed``, fp16's loss scale."""
     check_precision(spec)
-    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device)
+    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device,
+                               initial_loss_scale(spec.precision))
 
 
 def padded_lengths(buckets: Buckets, inputs: Inputs) -> np.ndarray:
@@ -106,12 +108,13 @@ def make_train_step(spec: ConformerModelSpec, optimizer: optax.GradientTransform
 
     def step(state: TrainState, batch: ConformerBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
         next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
-        gradient = jax.value_and_grad(batch_loss, argnums=1, has_aux=True)
-        (loss, statistics), grads = gradient(spec, state.parameters, state.statistics, batch, key, math)
+        loss, statistics, grads = scaled_gradients(
+            lambda parameters: batch_loss(spec, parameters, state.statistics, batch, key, math), state)
         updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
                                                     learning_rate=learning_rate)
-        parameters = optax.apply_updates(state.parameters, updates)
-        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key)), loss
+        parameters, optimizer_state, loss_scale = guarded_update(
+            state, grads, optax.apply_updates(state.parameters, updates), optimizer_state)
+        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
 
     return jax.jit(in_precision(spec, step), donate_argnums=0)
 

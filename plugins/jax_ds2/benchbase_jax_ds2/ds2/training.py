@@ -3,7 +3,7 @@
 optax's CTC returns a large finite loss (not infinity) for an utterance whose labels cannot
 be aligned within its frames, with gradients that are meaningless; the spec pins zero loss
 and zero gradient for those (PyTorch's zero_infinity), so they are found and masked here.
-fp16 scales the loss dynamically (``TrainState.loss_scale``). The optimizers are every
+fp16 scales the loss dynamically (``benchbase_jax_ds2.loss_scaling``). The optimizers are every
 family's (``benchbase_jax_ds2.optimizers``).
 """
 
@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from benchbase.specs import ModelSpec
@@ -21,6 +20,7 @@ from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
 from benchbase_jax_ds2.ctc import ctc_per_utterance
 from benchbase_jax_ds2.dropout import DROPOUT_RNG
 from benchbase_jax_ds2.ds2.model import forward, initial_weights
+from benchbase_jax_ds2.loss_scaling import guarded_update, initial_loss_scale, scaled_gradients
 from benchbase_jax_ds2.state import TrainState, initial_train_state
 
 __all__ = [
@@ -49,10 +49,8 @@ class PaddedBatch(NamedTuple):
 def initial_state(spec: ModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
                   device: jax.Device) -> TrainState:
     """The state before the first step, on ``device``; fp16's starts its loss scale."""
-    loss_scale = None
-    if spec.precision == "fp16":
-        loss_scale = {"scale": np.float32(LOSS_SCALE_INITIAL), "finite_steps": np.int32(0)}
-    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device, loss_scale)
+    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device,
+                               initial_loss_scale(spec.precision))
 
 
 def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, platform: str = "cpu"):
@@ -60,51 +58,25 @@ def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, pl
     ``platform``; ``learning_rate``: see ``benchbase_jax_ds2.optimizers.make_optimizer``."""
     math = arithmetic(spec, platform)
 
-    def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key, scale):
+    def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key):
         mask = _frame_mask(spec, batch)
         log_probs, statistics = forward(spec, parameters, state.statistics, batch.features, frame_mask=mask,
                                         dropout_key=dropout_key, math=math)
         losses = ctc_per_utterance(spec, log_probs, batch.output_lengths, batch.labels, batch.label_lengths)
         real = jnp.arange(losses.shape[0]) < batch.rows
-        loss = jnp.sum(jnp.where(real, losses, 0.0)) / batch.rows
-        return loss * scale, (loss, statistics)
+        return jnp.sum(jnp.where(real, losses, 0.0)) / batch.rows, statistics
 
     def step(state: TrainState, batch: PaddedBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
         next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
-        gradient = jax.value_and_grad(loss_and_statistics, has_aux=True)
-        scale = jnp.float32(1.0) if state.loss_scale is None else state.loss_scale["scale"]
-        (_, (loss, statistics)), grads = gradient(state.parameters, state, batch, key, scale)
-        if state.loss_scale is not None:
-            grads = jax.tree_util.tree_map(lambda g: g / scale, grads)
+        loss, statistics, grads = scaled_gradients(
+            lambda parameters: loss_and_statistics(parameters, state, batch, key), state)
         updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
                                                     learning_rate=learning_rate)
-        parameters = optax.apply_updates(state.parameters, updates)
-        loss_scale = state.loss_scale
-        if loss_scale is not None:
-            # Dynamic loss scaling, as jmp and GradScaler do: a step whose gradients overflowed
-            # changes no weight and no optimizer state and halves the scale; a run of finite
-            # steps doubles it. BatchNorm's statistics move either way, as in PyTorch.
-            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
-            parameters, optimizer_state = jax.tree_util.tree_map(
-                lambda new, old: jnp.where(finite, new, old), (parameters, optimizer_state),
-                (state.parameters, state.optimizer))
-            loss_scale = _next_loss_scale(loss_scale, finite)
+        parameters, optimizer_state, loss_scale = guarded_update(
+            state, grads, optax.apply_updates(state.parameters, updates), optimizer_state)
         return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
 
     return jax.jit(in_precision(spec, step), donate_argnums=0)
-
-
-LOSS_SCALE_INITIAL = 2.0**15
-LOSS_SCALE_GROWTH_STEPS = 2000
-"""fp16's dynamic loss scale: jmp's defaults (start at 2**15, x2 after 2000 finite steps, /2 on an overflow)."""
-
-
-def _next_loss_scale(loss_scale: dict, finite: jax.Array) -> dict:
-    steps = jnp.where(finite, loss_scale["finite_steps"] + 1, 0)
-    grow = steps >= LOSS_SCALE_GROWTH_STEPS
-    scale = jnp.where(finite, jnp.where(grow, loss_scale["scale"] * 2, loss_scale["scale"]),
-                      jnp.maximum(loss_scale["scale"] / 2, 1.0))
-    return {"scale": scale, "finite_steps": jnp.where(grow, 0, steps).astype(jnp.int32)}
 
 
 def make_predict(spec: ModelSpec, platform: str = "cpu"):

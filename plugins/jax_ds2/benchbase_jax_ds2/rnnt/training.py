@@ -27,6 +27,7 @@ from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
 from benchbase_jax_ds2.dropout import DROPOUT_RNG
+from benchbase_jax_ds2.loss_scaling import guarded_update, initial_loss_scale, scaled_gradients
 from benchbase_jax_ds2.rnnt.loss import transducer_losses
 from benchbase_jax_ds2.rnnt.model import (
     Extent,
@@ -43,12 +44,12 @@ from benchbase_jax_ds2.state import TrainState, initial_train_state
 __all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "initial_state", "make_predict",
            "make_train_step"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "int8-emulated"})
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"})
 """What the JAX backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the model's
-matmuls at XLA's default precision), bf16 (every matmul's operands in bfloat16 with float32
-accumulation, the gates, the joint's log-softmax and the loss in float32: ``Arithmetic``), and
-int8-emulated (fake quantization, float32 arithmetic). fp16 needs a dynamic loss scale, which
-this family's step does not keep."""
+matmuls at XLA's default precision), bf16 and fp16 (every matmul's operands in bfloat16 or float16
+with float32 accumulation, the gates, the joint's log-softmax and the loss in float32:
+``Arithmetic``; fp16 with DS2's dynamic loss scale, ``loss_scaling``), and int8-emulated (fake
+quantization, float32 arithmetic)."""
 
 
 class TransducerBatch(NamedTuple):
@@ -77,9 +78,10 @@ def check_precision(spec: RNNTModelSpec) -> None:
 def initial_state(spec: RNNTModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
                   device: jax.Device) -> TrainState:
     """The state before the first step, on ``device``: the parameters, as statistics int8-emulated's
-    ranges (0: the first step sets them; none in another precision), no loss scale."""
+    ranges (0: the first step sets them; none in another precision), fp16's loss scale."""
     check_precision(spec)
-    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device)
+    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device,
+                               initial_loss_scale(spec.precision))
 
 
 def batch_loss(spec: RNNTModelSpec, parameters: Parameters, statistics: Parameters, batch: TransducerBatch,
@@ -109,12 +111,13 @@ def make_train_step(spec: RNNTModelSpec, optimizer: optax.GradientTransformation
 
     def step(state: TrainState, batch: TransducerBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
         next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
-        gradient = jax.value_and_grad(batch_loss, argnums=1, has_aux=True)
-        (loss, statistics), grads = gradient(spec, state.parameters, state.statistics, batch, key, platform)
+        loss, statistics, grads = scaled_gradients(
+            lambda parameters: batch_loss(spec, parameters, state.statistics, batch, key, platform), state)
         updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
                                                     learning_rate=learning_rate)
-        parameters = optax.apply_updates(state.parameters, updates)
-        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key)), loss
+        parameters, optimizer_state, loss_scale = guarded_update(
+            state, grads, optax.apply_updates(state.parameters, updates), optimizer_state)
+        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
 
     return jax.jit(in_precision(spec, step), donate_argnums=0)
 
