@@ -25,8 +25,7 @@ def test_the_folders_are_the_families_and_give_the_capabilities():
     capabilities = TensorFlowBackend.capabilities
     assert capabilities.families == {"conformer", "ds2", "rnnt"}
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
-    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),
-                                              ("rnnt", frozenset({"fp32", "tf32", "bf16", "int8-emulated"})))
+    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),)
     assert ": Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss)" in \
         TensorFlowBackend.description
 
@@ -64,8 +63,7 @@ def test_a_new_family_is_one_new_folder(tmp_path, monkeypatch):
     found = _discover_with(tmp_path, monkeypatch)
     assert list(found) == ["conformer", "ds2", "extra", "rnnt"]
     assert families.narrower_precisions(found) == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),
-                                                   ("extra", frozenset({"fp32"})),
-                                                   ("rnnt", frozenset({"fp32", "tf32", "bf16", "int8-emulated"})))
+                                                   ("extra", frozenset({"fp32"})))
     assert families.summaries(found) == "Conformer (CTC), DS2 (CTC), a test family and RNN-T (transducer loss)"
 
 

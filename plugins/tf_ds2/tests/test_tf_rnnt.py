@@ -332,7 +332,7 @@ def test_init_is_the_specs_and_the_seed_decides_it():
 def test_the_backend_declares_both_families_both_optimizers_and_rnnts_precisions():
     capabilities = tf_backend.TensorFlowBackend.capabilities
     assert {"ds2", "rnnt"} <= capabilities.families and {"adadelta", "adamw"} <= capabilities.optimizers
-    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "bf16", "int8-emulated"}
+    assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
     assert "int8-emulated" in capabilities.precisions_of("ds2")
 
 
@@ -465,9 +465,22 @@ def test_the_lstms_are_keras_own_and_stay_eligible_for_cudnn():
     assert all(lstm.fused for lstm in (*fused.model.encoder, *fused.model.prediction))
 
 
-def test_an_rnnt_run_in_a_precision_it_lacks_is_refused():
-    with pytest.raises(BenchbaseError, match="trains rnnt in bf16 or fp32 or int8-emulated or tf32 only, not fp16"):
-        build(TINY.model_copy(update={"precision": "fp16"}))
+def test_fp16_trains_in_float16_with_the_backends_loss_scale():
+    """The harness refuses fp16 on a CPU (it measures nothing there); built directly, the layers run
+    Keras's mixed_float16 policy under the backend's LossScaleOptimizer, and predict() stays float32."""
+    backend = build(TINY.model_copy(update={"precision": "fp16"}))
+    batch = random_batch(seed=4)
+    before = backend.export_weights()
+    losses = [backend.train_step(batch) for _ in range(3)]
+    assert all(np.isfinite(losses))
+    model = backend.model
+    assert {layer.compute_dtype for layer in (*model.encoder, *model.prediction, model.joint_output)} == {"float16"}
+    assert isinstance(backend.optimizer, keras.optimizers.LossScaleOptimizer)
+    after = backend.export_weights()
+    assert all(value.dtype == np.float32 for value in after.values())  # the variables stay float32
+    assert [name for name in before if not np.array_equal(before[name], after[name])]
+    outputs = backend.predict(batch.inputs())
+    assert outputs.dtype == np.float32 and np.isfinite(outputs).all()
 
 
 TWO_REPLICAS = r"""

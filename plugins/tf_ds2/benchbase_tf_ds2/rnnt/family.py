@@ -21,9 +21,10 @@ from benchbase_tf_ds2.rnnt.model import RNNTransducer
 
 __all__ = ["TRANSDUCER_PRECISIONS", "RNNTFamily"]
 
-TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "int8-emulated"})
+TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"})
 """What the TensorFlow backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the same
-code, with the flag the backend sets), bf16 (Keras's mixed policy, ``model``) and int8-emulated
+code, with the flag the backend sets), bf16 and fp16 (Keras's mixed policies, ``model``; fp16's
+loss scaling is the backend's, as for every family) and int8-emulated
 (``benchbase_tf_ds2.rnnt.quantization``)."""
 
 

@@ -25,9 +25,9 @@ nor BlockLSTMV2 can quantize h(t-1) inside theirs), and the joint's three projec
 kernels. joint.output's range in training is that of the cells within the lengths, which is
 what ``lattice`` packs: the maximum over its hidden layer is the spec's as it is.
 
-bf16 is Keras's mixed precision (``benchbase_tf_ds2.family.MIXED_POLICIES``): float32 variables, the
-LSTMs and the joint's projections in bfloat16, the joint's log-softmax, and so the lattice and
-the loss, in float32.
+bf16 and fp16 are Keras's mixed precision (``benchbase_tf_ds2.family.MIXED_POLICIES``): float32
+variables, the LSTMs and the joint's projections in bfloat16 or float16, the joint's log-softmax,
+and so the lattice and the loss, in float32.
 
 Row gathers (the embedding, the packed joint's cells) go through ``gather_rows``, whose gradient
 is a dense segment sum: TensorFlow's own gather gradient is a sparse ``IndexedSlices`` that the
