@@ -5,27 +5,29 @@
 #   python benchmarks/gpu_bundle.py prepare --dir .gpu              # here, from a committed tree
 #   OUT=... bash .gpu/src/benchmarks/gpu_session.sh [PART ...]      # there (the device tool's $OUT)
 #
-# PARTs, run in the order given (default: machine ulps tier kit mfu):
+# PARTs, run in the order given (default: machine ulps tier kit loss mfu):
 #   machine  the GPU, driver, CUDA, cuDNN, framework versions             -> machine.txt
 #   ulps     exp, log, sigmoid, tanh of torch (cuDNN's LSTM included) and JAX on the GPU, against
 #            float64, in the error model's units (benchmarks/elementwise_ulps.py) -> ulps-$DEVICE.*
 #   tier     `make test-gpu` with 8 workers                                -> tier.log, tier.xml
 #   kit      `benchbase backend-test` on cuda, its numerical rules, for torch's three families and
 #            JAX's DS2: how close each came to its bound, or by how much it failed -> kit-*.log
+#   loss     the torch transducer loss at the full rnnt's shapes: its operators per step, and its
+#            time eager and from CUDA graphs (benchmarks/rnnt_loss_operators.py) -> loss-$DEVICE.txt
 #   mfu      `gpu_bundle.py run` of $MFU_RUNS, started until $MFU_DEADLINE s -> mfu/summary.md,
 #            mfu-runs.tgz (config, result, metrics and any profile of every run); by default where
 #            the bf16 steps' time goes (`:profile`), the full RNN-T in bf16 at MLPerf's per-GPU
 #            batch (64 of 512 on 8 GPUs, profiled too), the Conformer's subsampling layout
 #            (`:nchw` against the channels-last default), its largest batch that fits (`fit`,
 #            from the peaks at 32 and 256), then the compile and unroll levers
-# A device call runs at most 10 minutes: `machine ulps tier kit` (about 5) in one, `mfu` in a second.
+# A device call runs at most 10 minutes: `machine ulps tier kit loss` (about 5) in one, `mfu` in a second.
 # Limits (seconds): TIER_LIMIT (300), KIT_LIMIT (120 each), MFU_DEADLINE (300). DEVICE=cpu runs the
 # same parts on a CPU (the tier then skips): a smoke test of the script before a GPU is lent.
 set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"
 DEVICE=${DEVICE:-cuda}
-MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64:profile,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,torch:rnnt:tf32:64}
+MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64:profile,torch:rnnt:bf16:64:eager,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,torch:rnnt:tf32:64}
 started=$SECONDS
 stamp() { echo "[$((SECONDS - started)) s] $*"; }
 
@@ -67,17 +69,22 @@ kit() {
     done
 }
 
+loss() {
+    timeout 120 python3 benchmarks/rnnt_loss_operators.py --device "$DEVICE" > "$OUT/loss-$DEVICE.txt" 2>&1
+    echo "loss exit $?"; cat "$OUT/loss-$DEVICE.txt"
+}
+
 mfu() {
     python3 benchmarks/gpu_bundle.py run --dir "$BUNDLE" --out "$OUT/mfu" --epochs 5 --runs "$MFU_RUNS" \
         --deadline "${MFU_DEADLINE:-300}" --device "$DEVICE"
     tar -czf "$OUT/mfu-runs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$OUT" mfu
 }
 
-for part in "${@:-machine ulps tier kit mfu}"; do
+for part in "${@:-machine ulps tier kit loss mfu}"; do
     for name in $part; do
         case $name in
-            machine|ulps|tier|kit|mfu) stamp "$name"; "$name" ;;
-            *) echo "unknown part '$name' (machine, ulps, tier, kit, mfu)"; exit 2 ;;
+            machine|ulps|tier|kit|loss|mfu) stamp "$name"; "$name" ;;
+            *) echo "unknown part '$name' (machine, ulps, tier, kit, loss, mfu)"; exit 2 ;;
         esac
     done
 done

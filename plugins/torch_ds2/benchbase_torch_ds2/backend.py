@@ -117,16 +117,17 @@ class TorchBackend(Backend):
         return float(loss.detach())  # .item() waits for the device: the update is complete
 
     def step_timings(self) -> dict[str, float]:
-        graphs = getattr(self, "graphs", None)
-        if graphs is not None:
+        graph_sets = self._graph_sets()
+        if graph_sets:
             # On the steps that captured a graph (or failed to): the totals so far, on record in metrics.jsonl.
-            attempts = graphs.captured + len(graphs.failures)
+            attempts = sum(graphs.captured + len(graphs.failures) for graphs in graph_sets)
             if attempts == self._graphs_reported:
                 return {}
             self._graphs_reported = attempts
-            return {"cuda_graphs": float(graphs.captured), "cuda_graph_capture_s": round(graphs.capture_seconds, 4),
-                    "cuda_graph_memory_bytes": float(graphs.memory_bytes),
-                    "cuda_graph_failures": float(len(graphs.failures))}
+            return {"cuda_graphs": float(sum(graphs.captured for graphs in graph_sets)),
+                    "cuda_graph_capture_s": round(sum(graphs.capture_seconds for graphs in graph_sets), 4),
+                    "cuda_graph_memory_bytes": float(sum(graphs.memory_bytes for graphs in graph_sets)),
+                    "cuda_graph_failures": float(sum(len(graphs.failures) for graphs in graph_sets))}
         if self.world_size == 1:
             return {}
         meter = self.strategy.meter
@@ -200,8 +201,15 @@ class TorchBackend(Backend):
         return (f"cpu ({torch.get_num_threads()} threads)",)
 
     def device_description(self) -> str:
-        graphs = " (training step in CUDA graphs)" if getattr(self, "graphs", None) is not None else ""
+        graphs = (" (training step in CUDA graphs)" if getattr(self, "graphs", None) is not None else
+                  " (loss in CUDA graphs)" if self._graph_sets() else "")
         return ", ".join(self.devices_in_use()) + graphs
+
+    def _graph_sets(self) -> list:
+        """The CUDA graphs training replays: the training forward's (``GraphedNetwork``), and those a
+        network keeps of its own (``cuda_graph_sets()``: the transducer's loss, ``rnnt.graphed_loss``)."""
+        own = getattr(getattr(self, "network", None), "cuda_graph_sets", None)
+        return [graphs for graphs in (getattr(self, "graphs", None), *(own() if own else ())) if graphs is not None]
 
     def close(self) -> None:
         on_gpu = getattr(self, "device", None) is not None and self.device.type == "cuda"

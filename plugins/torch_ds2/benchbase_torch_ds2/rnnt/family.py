@@ -3,6 +3,8 @@
 ``predict()`` returns the joint's encoder projection (batch, T', joint_units); the harness runs
 the search on exported weights. The transducer has no BatchNorm, and its training pass is one
 ``forward`` call, so the training strategy's DistributedDataParallel wraps it as it wraps DS2.
+Its network runs eagerly on a GPU (the packed joint's ``nonzero()``), but its loss, thousands of
+tiny kernels, is replayed from CUDA graphs where the hardware profile allows them (``graphed_loss``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.specs import ModelSpec
 from benchbase_torch_ds2.family import Autocast, ToDevice
 from benchbase_torch_ds2.rnnt import model as transducer
+from benchbase_torch_ds2.rnnt.graphed_loss import LossGraphs
 from benchbase_torch_ds2.rnnt.loss import lattice_losses, mean_over_batch
 from benchbase_torch_ds2.rnnt.model import RNNTransducer
 from benchbase_torch_ds2.strategies import synchronizes_statistics
@@ -34,7 +37,7 @@ class RNNTFamily:
     torch.autocast's bf16 and fp16 (the backend's, fp16 with its loss scaling; the LSTMs in
     bfloat16 under bf16, ``mixed_lstm``; the joint's log-softmax, and so the lattice and its loss,
     in float32), and int8-emulated (``model``)."""
-    cuda_graphs = False  # not measured yet: the joint and its lattice are sized by each batch's labels
+    cuda_graphs = False  # the network's: its packed joint's nonzero() waits for the device (the loss's: graphed_loss)
     layout = weight_layout
 
     def build_network(self, context: BuildContext) -> RNNTransducer:
@@ -44,7 +47,10 @@ class RNNTFamily:
         if precision not in self.precisions:
             raise BenchbaseError(f"the torch backend trains rnnt in {' or '.join(sorted(self.precisions))} only, "
                                  f"not {precision}")
-        return RNNTransducer(spec, context.feature_dimension, distributed=synchronizes_statistics(context))
+        network = RNNTransducer(spec, context.feature_dimension, distributed=synchronizes_statistics(context))
+        graphs = context.plan.kind == "cuda" and context.plan.cuda_graphs  # the hardware profile's switch
+        network.loss_graphs = LossGraphs(context.max_label_length) if graphs else None
+        return network
 
     def training_loss(self, model: torch.nn.Module, batch: Batch, spec: ModelSpec, to_device: ToDevice,
                       autocast: Autocast) -> torch.Tensor:
@@ -55,7 +61,9 @@ class RNNTFamily:
         output_lengths, label_lengths = to_device(batch.output_lengths).long(), to_device(batch.label_lengths).long()
         with autocast():
             blank, emit = model(to_device(batch.features), labels, output_lengths, label_lengths)
-        return mean_over_batch(lattice_losses(blank, emit, output_lengths, label_lengths))
+        network = getattr(model, "module", model)  # DistributedDataParallel holds the network as .module
+        losses = network.loss_graphs or lattice_losses  # graphs on a CUDA device only; eager elsewhere
+        return mean_over_batch(losses(blank, emit, output_lengths, label_lengths))
 
     def predict(self, network: torch.nn.Module, features: torch.Tensor, feature_lengths: torch.Tensor) -> torch.Tensor:
         return network.encode(features)

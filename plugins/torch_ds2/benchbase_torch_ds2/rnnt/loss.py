@@ -126,18 +126,20 @@ class _SkewedLattice:
     def beta(self) -> torch.Tensor:
         """(batch, diagonals + 1, U + 1): beta of cell (t, u) at [t + u, u]: the log-probability
         of finishing from it, 0 at each utterance's end state (output length, label length)."""
-        beta = torch.full((self.batch, self.diagonals + 1, self.positions), float("-inf"),
-                          dtype=self.blank.dtype, device=self.blank.device)
-        rows = torch.arange(self.batch, device=beta.device)
+        rows = torch.arange(self.batch, device=self.blank.device)
         ends = self.output_lengths + self.label_lengths
-        beta[rows[self.possible], ends[self.possible], self.label_lengths[self.possible]] = 0.0
-        end_cell = torch.arange(self.positions, device=beta.device)[None, :] == self.label_lengths[:, None]
+        # Each possible utterance's end state, marked for every row at once (no boolean indexing,
+        # whose nonzero() would wait for the device: ``graphed_loss``) and read one diagonal at a time.
+        end_state = torch.zeros((self.batch, self.diagonals + 1, self.positions), dtype=torch.bool,
+                                device=self.blank.device)
+        end_state.index_put_((rows, ends, self.label_lengths), self.possible)
+        beta = torch.full(end_state.shape, float("-inf"), dtype=self.blank.dtype,
+                          device=self.blank.device).masked_fill_(end_state, 0.0)
         for d in range(self.diagonals - 1, -1, -1):
             following = beta[:, d + 1]
             value = torch.logaddexp(following + self.blank[:, d], _shift_left(following) + self.emit[:, d])
             # A cell that is an end state keeps its 0 (its own blank and emission read -inf).
-            keep_end = end_cell & (ends == d)[:, None] & self.possible[:, None]
-            beta[:, d] = torch.where(keep_end, 0.0, value)
+            beta[:, d] = torch.where(end_state[:, d], 0.0, value)
         return beta
 
     def log_likelihood(self, alpha: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,7 @@ from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
 from benchbase_torch_ds2.mixed_lstm import lstm_outputs
 from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm
+from benchbase_torch_ds2.rnnt.graphed_loss import LossGraphs
 
 __all__ = ["RNNTransducer", "stack_frames"]
 
@@ -61,10 +62,16 @@ class RNNTransducer(nn.Module):
         self.joint_output = nn.Linear(spec.joint_units, spec.symbols)
         self.dropout = nn.Dropout(spec.dropout)
         self.quantizer = FakeQuantizer(spec.quantization, global_max=distributed) if is_quantized(spec) else None
+        self.loss_graphs: LossGraphs | None = None
+        """Training's transducer loss from CUDA graphs (the family sets it where the profile allows them)."""
         if self.quantizer is not None:  # 0 until the first training step sets them
             for layer in self.range_layers().values():
                 layer.register_buffer("input_range", torch.zeros(()))
         self.reset_parameters()
+
+    def cuda_graph_sets(self) -> list[LossGraphs]:
+        """The CUDA graphs this network replays of its own (the backend reports their captures)."""
+        return [self.loss_graphs] if self.loss_graphs is not None else []
 
     def range_layers(self) -> dict[str, nn.Module]:
         """Each layer of the neutral layout whose input may be quantized -> its module."""
