@@ -414,8 +414,9 @@ backend's default."""
 
 
 UNROLL = re.compile(r"unroll(\d+)")
-"""The JAX lever ``unrollN``: the LSTM's scans over frames (forward and backward) unrolled N steps per
-loop iteration (``lax.scan(unroll=N)``): fewer, larger loop bodies for XLA; the same arithmetic."""
+"""The JAX lever ``unrollN``: the LSTM's scans over frames (forward and backward) and the transducer
+loss's over its anti-diagonals unrolled N steps per loop iteration (``lax.scan(unroll=N)``): fewer,
+larger loop bodies for XLA, fewer trips of a GPU's while loop to the host; the same arithmetic."""
 
 
 def child(args: argparse.Namespace) -> None:
@@ -438,10 +439,12 @@ def child(args: argparse.Namespace) -> None:
         import types
 
         from benchbase_jax_ds2 import recurrence
+        from benchbase_jax_ds2.rnnt import loss as transducer_loss
         from jax import lax
 
         steps = int(unrolled.group(1))
-        recurrence.lax = types.SimpleNamespace(**{**vars(lax), "scan": functools.partial(lax.scan, unroll=steps)})
+        unrolled_lax = types.SimpleNamespace(**{**vars(lax), "scan": functools.partial(lax.scan, unroll=steps)})
+        recurrence.lax = transducer_loss.lax = unrolled_lax
     else:
         import torch
         from benchbase_torch_ds2 import backend as torch_backend

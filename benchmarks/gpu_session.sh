@@ -27,7 +27,7 @@ set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"
 DEVICE=${DEVICE:-cuda}
-MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64:profile,torch:rnnt:bf16:64:eager,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,torch:rnnt:tf32:64}
+MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64:profile,torch:rnnt:bf16:64:eager,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,jax:rnnt:bf16:64:unroll8,torch:rnnt:tf32:64}
 started=$SECONDS
 stamp() { echo "[$((SECONDS - started)) s] $*"; }
 
