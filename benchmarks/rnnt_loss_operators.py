@@ -25,9 +25,10 @@ from benchbase_torch_ds2.rnnt.graphed_loss import LossGraphs
 from benchbase_torch_ds2.rnnt.loss import lattice_losses
 from torch.profiler import ProfilerActivity, profile
 
-NO_KERNEL = {"aten::select", "aten::slice", "aten::as_strided", "aten::view", "aten::expand", "aten::unsqueeze",
-             "aten::t", "aten::transpose", "aten::_unsafe_view", "aten::reshape", "aten::alias", "aten::detach",
-             "aten::lift_fresh", "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_", "detach"}
+NO_KERNEL = {"aten::select", "aten::slice", "aten::unbind", "aten::as_strided", "aten::view", "aten::expand",
+             "aten::unsqueeze", "aten::t", "aten::transpose", "aten::_unsafe_view", "aten::reshape", "aten::alias",
+             "aten::detach", "aten::lift_fresh", "aten::empty", "aten::empty_strided", "aten::empty_like",
+             "aten::resize_", "detach"}
 """Operators that only make a view or allocate: no kernel to launch."""
 
 

@@ -2,7 +2,7 @@
 
 ``loss.lattice_losses`` runs its two recursions one anti-diagonal at a time: at the full rnnt's
 shapes on a GPU (a batch of 64 padded to 278 encoder frames and 70 labels, 348 diagonals) its
-forward and backward make 7,740 operator calls, 3,887 of them launching a kernel of a few
+forward and backward make 5,319 operator calls, 3,193 of them launching a kernel of a few
 thousand elements (counted with torch.profiler on a CPU, docs/BENCHMARKS.md, "The transducer
 loss's operators"): each call costs the host microseconds, the kernel far less. The
 network's own graphs (``cuda_graphs.GraphedNetwork``) cannot hold the transducer: its packed

@@ -10,8 +10,9 @@ formula costs one beta recursion of the same size as the alpha one and returns t
 both arrays at once, exactly as ``transducer_loss_gradient`` defines it.
 
 Both recursions run in a skewed layout, row d holding the anti-diagonal t + u = d indexed by u,
-so that each step reads the previous row whole (a shift by one for the label transitions): one
-logaddexp over (batch, U + 1) per diagonal, every utterance at once. Cells outside an
+so that each step reads the previous row whole (a shift by one for the label transitions, a view
+of a row with one more column of -inf): one logaddexp over (batch, U + 1) per diagonal, every
+utterance at once. Cells outside an
 utterance's lengths read -inf and never reach the cells that are read.
 """
 
@@ -113,15 +114,17 @@ class _SkewedLattice:
 
     def alpha(self) -> torch.Tensor:
         """(batch, diagonals, U + 1): alpha(t, u) of cell (t, u) at [t + u, u]."""
-        alpha = torch.full((self.batch, self.diagonals, self.positions), float("-inf"),
+        # One column of -inf before u = 0, so that the label transition's shift by one is a view of
+        # the previous row, not a padded copy of it: one kernel fewer per diagonal.
+        alpha = torch.full((self.batch, self.diagonals, self.positions + 1), float("-inf"),
                            dtype=self.blank.dtype, device=self.blank.device)
-        alpha[:, 0, 0] = 0.0
+        alpha[:, 0, 1] = 0.0
+        # Each diagonal's row as a view, taken once (on a GPU every indexing call costs the host).
+        rows, blank, emit = alpha.unbind(1), self.blank.unbind(1), _shift_right(self.emit).unbind(1)
         for d in range(1, self.diagonals):
-            previous = alpha[:, d - 1]
-            from_blank = previous + self.blank[:, d - 1]
-            from_label = _shift_right(previous + self.emit[:, d - 1])
-            alpha[:, d] = torch.logaddexp(from_blank, from_label)
-        return alpha
+            previous = rows[d - 1]
+            rows[d][:, 1:] = torch.logaddexp(previous[:, 1:] + blank[d - 1], previous[:, :-1] + emit[d - 1])
+        return alpha[:, :, 1:]
 
     def beta(self) -> torch.Tensor:
         """(batch, diagonals + 1, U + 1): beta of cell (t, u) at [t + u, u]: the log-probability
@@ -129,18 +132,21 @@ class _SkewedLattice:
         rows = torch.arange(self.batch, device=self.blank.device)
         ends = self.output_lengths + self.label_lengths
         # Each possible utterance's end state, marked for every row at once (no boolean indexing,
-        # whose nonzero() would wait for the device: ``graphed_loss``) and read one diagonal at a time.
-        end_state = torch.zeros((self.batch, self.diagonals + 1, self.positions), dtype=torch.bool,
+        # whose nonzero() would wait for the device: ``graphed_loss``) and read one diagonal at a
+        # time. One column of -inf after u = U, so that the label transition's shift is a view.
+        end_state = torch.zeros((self.batch, self.diagonals + 1, self.positions + 1), dtype=torch.bool,
                                 device=self.blank.device)
         end_state.index_put_((rows, ends, self.label_lengths), self.possible)
         beta = torch.full(end_state.shape, float("-inf"), dtype=self.blank.dtype,
                           device=self.blank.device).masked_fill_(end_state, 0.0)
+        rows, ends_at = beta.unbind(1), end_state[:, :, :-1].unbind(1)
+        blank, emit = self.blank.unbind(1), self.emit.unbind(1)
         for d in range(self.diagonals - 1, -1, -1):
-            following = beta[:, d + 1]
-            value = torch.logaddexp(following + self.blank[:, d], _shift_left(following) + self.emit[:, d])
+            following = rows[d + 1]
+            value = torch.logaddexp(following[:, :-1] + blank[d], following[:, 1:] + emit[d])
             # A cell that is an end state keeps its 0 (its own blank and emission read -inf).
-            beta[:, d] = torch.where(end_state[:, d], 0.0, value)
-        return beta
+            rows[d][:, :-1] = torch.where(ends_at[d], 0.0, value)
+        return beta[:, :, :-1]
 
     def log_likelihood(self, alpha: torch.Tensor) -> torch.Tensor:
         """log P(y | x) per utterance: alpha(T' - 1, U) + log P(blank | T' - 1, U); 0 where impossible."""
