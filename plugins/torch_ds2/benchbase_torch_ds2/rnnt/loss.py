@@ -12,8 +12,8 @@ both arrays at once, exactly as ``transducer_loss_gradient`` defines it.
 Both recursions run in a skewed layout, row d holding the anti-diagonal t + u = d indexed by u,
 so that each step reads the previous row whole (a shift by one for the label transitions, a view
 of a row with one more column of -inf): one logaddexp over (batch, U + 1) per diagonal, every
-utterance at once. Cells outside an
-utterance's lengths read -inf and never reach the cells that are read.
+utterance at once. Cells outside an utterance's lengths read -inf and never reach the cells that
+are read.
 """
 
 from __future__ import annotations
@@ -129,14 +129,14 @@ class _SkewedLattice:
     def beta(self) -> torch.Tensor:
         """(batch, diagonals + 1, U + 1): beta of cell (t, u) at [t + u, u]: the log-probability
         of finishing from it, 0 at each utterance's end state (output length, label length)."""
-        rows = torch.arange(self.batch, device=self.blank.device)
+        utterances = torch.arange(self.batch, device=self.blank.device)
         ends = self.output_lengths + self.label_lengths
         # Each possible utterance's end state, marked for every row at once (no boolean indexing,
         # whose nonzero() would wait for the device: ``graphed_loss``) and read one diagonal at a
         # time. One column of -inf after u = U, so that the label transition's shift is a view.
         end_state = torch.zeros((self.batch, self.diagonals + 1, self.positions + 1), dtype=torch.bool,
                                 device=self.blank.device)
-        end_state.index_put_((rows, ends, self.label_lengths), self.possible)
+        end_state.index_put_((utterances, ends, self.label_lengths), self.possible)
         beta = torch.full(end_state.shape, float("-inf"), dtype=self.blank.dtype,
                           device=self.blank.device).masked_fill_(end_state, 0.0)
         rows, ends_at = beta.unbind(1), end_state[:, :, :-1].unbind(1)
