@@ -74,12 +74,14 @@ def bf16_log_probs_against_bounds(weights, model: ModelSpec, inputs: Inputs, fou
     return float(float32_bound[mask].max()), float(difference.max()), float(bf16_bound)
 
 
-def bf16_outputs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found: np.ndarray
-                                ) -> tuple[float, float, float]:
+def half_outputs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found: np.ndarray,
+                                precision: str = "bf16") -> tuple[float, float, float]:
     """As ``bf16_log_probs_against_bounds``, for any family through its parts
-    (``benchbase.families.parts.family_parts``: the transducer's encoder projections, say): float32's
-    largest one-side bound, the largest difference, bfloat16's largest both-sides bound of
-    ``found`` against the reference's outputs on the valid frames."""
+    (``benchbase.families.parts.family_parts``: the transducer's encoder projections, say) and either
+    half precision (``precision``: "bf16" or "fp16", whose operands round at the harness's
+    ``OPERAND_ROUNDOFF``): float32's largest one-side bound, the largest difference, the half
+    precision's largest both-sides bound of ``found`` against the reference's outputs on the valid
+    frames."""
     from benchbase.families.agreement import OPERAND_ROUNDOFF
     from benchbase.families.parts import family_parts
     from benchbase.numerics.tolerances import INJECTION_DRAWS
@@ -87,8 +89,8 @@ def bf16_outputs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found
     parts, model = family_parts(model), model.model_copy(update={"dropout": 0.0, "precision": "fp32"})
     exact, float32_bound = parts.bounded_outputs(weights, model, inputs.features, inputs.feature_lengths,
                                                  operand_roundoff=0.0, draws=INJECTION_DRAWS)
-    _, bf16_bound = parts.bounded_outputs(weights, model, inputs.features, inputs.feature_lengths,
-                                          operand_roundoff=OPERAND_ROUNDOFF["bf16"], draws=INJECTION_DRAWS)
+    _, half_bound = parts.bounded_outputs(weights, model, inputs.features, inputs.feature_lengths,
+                                          operand_roundoff=OPERAND_ROUNDOFF[precision], draws=INJECTION_DRAWS)
     valid = np.arange(exact.shape[1])[None, :] < inputs.output_lengths[:, None]
     difference = np.abs(np.asarray(found, np.float64)[:, : exact.shape[1]] - exact)[valid]
-    return float(float32_bound[valid].max()), float(difference.max()), float(BOTH_SIDES * bf16_bound[valid].max())
+    return float(float32_bound[valid].max()), float(difference.max()), float(BOTH_SIDES * half_bound[valid].max())

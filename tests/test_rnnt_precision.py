@@ -143,7 +143,7 @@ def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains(name, 
     data here: predict() is visibly not float32 (beyond its bound) and within bfloat16's (both
     sides: which operands a framework narrows is its own), training steps are finite, and the
     weights stay float32."""
-    from numerics import bf16_outputs_against_bounds
+    from numerics import half_outputs_against_bounds
 
     from benchbase.families.parts import family_parts
     from benchbase.kit.core import Kit
@@ -163,7 +163,7 @@ def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains(name, 
         after = backend.export_weights()
     assert found.dtype == np.float32 and all(np.isfinite(losses))
     assert all(value.dtype == np.float32 for value in after.values())
-    float32_bound, difference, bf16_bound = bf16_outputs_against_bounds(weights, rnnt_data.model, inputs, found)
+    float32_bound, difference, bf16_bound = half_outputs_against_bounds(weights, rnnt_data.model, inputs, found)
     assert float32_bound < difference <= bf16_bound
 
 
