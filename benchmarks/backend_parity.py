@@ -11,6 +11,7 @@ steady-state median step time of each backend and its ratio to PyTorch's.
     python benchmarks/backend_parity.py --store DIR --batches 40 --keras-lstm --backends torch,tf
     python benchmarks/backend_parity.py --backends torch,tf --precisions fp32,bf16,int8-emulated
     python benchmarks/backend_parity.py --workload rnnt-mini --backends tf --fused-lstm --precisions fp32,bf16
+    python benchmarks/backend_parity.py --workload conformer-mini --backends tf --xla-forward
 
 With several precisions every backend is built once per precision (the workload's model with
 `precision` replaced), and the rows are timed in the same rotation.
@@ -48,7 +49,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"backend_parity.py: --precisions: {', '.join(unknown)} not one of {', '.join(PRECISIONS)}")
     backends = _backends(registry, arguments.backends.split(","), arguments.keras_lstm, arguments.fused_lstm,
-                         precisions)
+                         arguments.xla_forward, precisions)
     first_pass = {}
     for name, (backend, precision) in backends.items():
         context = BuildContext(model=workload.model.model_copy(update={"precision": precision}),
@@ -57,6 +58,8 @@ def main() -> None:
                                max_label_length=longest_labels)
         started = time.perf_counter()
         backend.build(context)
+        if name.startswith(XLA_ROW):
+            backend.family = _XlaForward(backend.family)  # before the first step traces the train function
         for batch in batches:
             backend.train_step(batch)
         first_pass[name] = time.perf_counter() - started
@@ -78,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="also time TF with Keras's own LSTM (a tf.while_loop) instead of the fused kernel")
     parser.add_argument("--fused-lstm", action="store_true",
                         help="also time TF with the fused BlockLSTMV2 kernel (for a family whose default is Keras's)")
+    parser.add_argument("--xla-forward", action="store_true",
+                        help="also time TF with the model's training forward compiled by XLA (the loss outside it)")
     return parser
 
 
@@ -91,7 +96,7 @@ def _batches(store: Path, model: ModelSpec, batch_size: int, count: int, seed: i
     return batches
 
 
-def _backends(registry, names: list[str], keras_lstm: bool, fused_lstm: bool,
+def _backends(registry, names: list[str], keras_lstm: bool, fused_lstm: bool, xla_forward: bool,
               precisions: list[str]) -> dict[str, tuple[Backend, str]]:
     """Row label -> (a fresh backend, the precision it is built in)."""
     backends: dict[str, tuple[Backend, str]] = {}
@@ -103,7 +108,45 @@ def _backends(registry, names: list[str], keras_lstm: bool, fused_lstm: bool,
             backends["tf (Keras LSTM loop)" + suffix] = (registry.backend("tf")(fused_lstm=False), precision)
         if fused_lstm:
             backends["tf (fused LSTM kernel)" + suffix] = (registry.backend("tf")(fused_lstm=True), precision)
+        if xla_forward:
+            backends[XLA_ROW + suffix] = (registry.backend("tf")(), precision)
     return backends
+
+
+XLA_ROW = "tf (forward under XLA)"
+
+
+class _XlaForward:
+    """A TensorFlow family whose training forward is compiled by XLA (``tf.function(jit_compile=True)``)
+    inside the backend's train function, the loss outside it: TensorFlow's sparse CTC kernel has no
+    XLA kernel. XLA compiles each batch shape anew (the first pass holds those compilations). Not
+    the backend's own path: a lever measured here, for a family whose forward XLA can compile (the
+    Conformer's; DS2's and RNN-T's LSTM kernels are not all XLA's)."""
+
+    def __init__(self, family) -> None:
+        self._family = family
+
+    def __getattr__(self, name: str):
+        return getattr(self._family, name)
+
+    def utterance_losses(self, model, *arguments):
+        return self._family.utterance_losses(_XlaModel(model), *arguments)
+
+
+class _XlaModel:
+    """``model`` called through one XLA-compiled function; its attributes (``spec``) as they are."""
+
+    def __init__(self, model) -> None:
+        import tensorflow as tf
+
+        self._model = model
+        self._compiled = tf.function(model.__call__, jit_compile=True)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+    def __call__(self, *arguments, **keywords):
+        return self._compiled(*arguments, **keywords)
 
 
 def _time_steps(backends: dict[str, Backend], batches: list[Batch]) -> dict[str, list[float]]:
