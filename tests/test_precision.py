@@ -319,15 +319,24 @@ def test_bf16_trains_and_predicts_on_a_cpu(name, kit_data):
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_fp16_with_loss_scaling_takes_finite_steps_when_built_directly(name, kit_data):
-    # The harness refuses fp16 on a CPU (it measures nothing there); built directly, the loss-scaling
-    # path of each framework runs all the same.
-    model = in_precision(kit_data.model, "fp16")
+def test_fp16_predicts_within_float16s_bound_and_takes_finite_steps_when_built_directly(name, kit_data):
+    """The harness refuses fp16 on a CPU (it measures nothing there); built directly, each
+    framework's float16 path and its loss scaling run all the same: predict() within float16's
+    rounding bound of the reference (both sides, as bf16's above), finite training steps. Not
+    asserted: that fp16 lands beyond float32's bound, which a small model's can miss at 11 bits
+    (the GPU tier compares it with the backend's own fp32 instead)."""
+    from numerics import half_outputs_against_bounds
+
+    weights = random_weights(kit_data.model, kit_data.feature_dimension, seed=1)
+    inputs = kit_data.batches[0].inputs()
     kit = Kit(resolve_backend(name), kit_data)
-    with kit.backend(model=model) as backend:
+    with kit.backend(model=in_precision(kit_data.model, "fp16")) as backend:
+        backend.import_weights(weights)
+        found = backend.predict(inputs)
         losses = [backend.train_step(kit_data.batches[step % 3]) for step in range(3)]
-        log_probs = backend.predict(kit_data.small_inputs)
-    assert all(np.isfinite(losses)) and log_probs.dtype == np.float32 and np.isfinite(log_probs).all()
+    assert found.dtype == np.float32 and all(np.isfinite(losses)), losses
+    _, difference, fp16_bound = half_outputs_against_bounds(weights, kit_data.model, inputs, found, "fp16")
+    assert difference <= fp16_bound
 
 
 # --- the harness, the command line and the checker ------------------------------------------------
