@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,18 @@ def gpus_of(backend: str) -> int:
 
 def needs_gpu(backend: str):
     return pytest.mark.skipif(not gpus_of(backend), reason=f"backend {backend!r} sees no CUDA GPU here")
+
+
+def test_make_test_gpu_collects_every_file_that_holds_a_gpu_test():
+    # The tier names its files (collecting only them needs none of the test-only packages); a
+    # file left off that list would have its GPU tests skipped by every GPU session, silently.
+    root = Path(__file__).resolve().parents[1]
+    listed = re.search(r"^GPU_TESTS :=((?:.*\\\n)*.*)$", (root / "Makefile").read_text(), re.MULTILINE)
+    assert listed, "Makefile: no GPU_TESTS"
+    named = set(listed.group(1).replace("\\", " ").split())
+    holding = {str(path.relative_to(root)) for pattern in ("tests/test_*.py", "plugins/*/tests/test_*.py")
+               for path in root.glob(pattern) if re.search(r"\bmark\.gpu\b", path.read_text())}
+    assert holding and named == holding, (sorted(holding - named), sorted(named - holding))
 
 
 def test_the_kit_on_a_gpu_that_is_not_there_is_one_line():
