@@ -35,8 +35,9 @@ def test_make_test_gpu_collects_every_file_that_holds_a_gpu_test():
     # The tier names its files (collecting only them needs none of the test-only packages); a
     # file left off that list would have its GPU tests skipped by every GPU session, silently.
     root = Path(__file__).resolve().parents[1]
-    listed = re.search(r"^GPU_TESTS :=((?:.*\\\n)*.*)$", (root / "Makefile").read_text(), re.MULTILINE)
-    assert listed, "Makefile: no GPU_TESTS"
+    listed = re.search(r"^GPU_TESTS := \$\(wildcard ((?:.*\\\n)*.*)\)$", (root / "Makefile").read_text(),
+                       re.MULTILINE)
+    assert listed, "Makefile: no GPU_TESTS := $(wildcard ...)"
     named = set(listed.group(1).replace("\\", " ").split())
     holding = {str(path.relative_to(root)) for pattern in ("tests/test_*.py", "plugins/*/tests/test_*.py")
                for path in root.glob(pattern) if re.search(r"\bmark\.gpu\b", path.read_text())}
