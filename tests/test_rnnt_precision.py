@@ -167,6 +167,31 @@ def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains(name, 
     assert float32_bound < difference <= bf16_bound
 
 
+@pytest.mark.parametrize("name", _declaring("fp16"))
+def test_fp16_predicts_within_float16s_bound_and_takes_finite_steps_when_built_directly(name, rnnt_data):
+    """The harness refuses fp16 on a CPU (it measures nothing there); built directly, each
+    framework's float16 transducer and its loss scaling run all the same: predict() within
+    float16's rounding bound of the reference (both sides), finite training steps, float32
+    weights. Not asserted: that it lands beyond float32's bound (as DS2's fp16 in
+    tests/test_precision.py: a small model's can miss it at 11 bits)."""
+    from numerics import half_outputs_against_bounds
+
+    from benchbase.families.parts import family_parts
+    from benchbase.kit.core import Kit
+
+    weights = family_parts(rnnt_data.model).random_weights(rnnt_data.model, rnnt_data.feature_dimension, seed=1)
+    inputs = rnnt_data.batches[0].inputs()
+    with Kit(resolve_backend(name), rnnt_data).backend(model=in_precision(rnnt_data.model, "fp16")) as backend:
+        backend.import_weights(weights)
+        found = backend.predict(inputs)
+        losses = [backend.train_step(rnnt_data.batches[step % 3]) for step in range(3)]
+        after = backend.export_weights()
+    assert found.dtype == np.float32 and all(np.isfinite(losses)), losses
+    assert all(value.dtype == np.float32 for value in after.values())
+    _, difference, fp16_bound = half_outputs_against_bounds(weights, rnnt_data.model, inputs, found, "fp16")
+    assert difference <= fp16_bound
+
+
 def test_every_bundled_backend_declares_int8_for_the_transducer():
     # The checks above run for the backends that declare it: this keeps a bundled one from
     # escaping them by dropping the declaration.
