@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from numerics import half_outputs_against_bounds
 
 pytest.importorskip("tensorflow")
 tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")
@@ -206,6 +205,10 @@ def test_the_first_step_gives_the_references_loss_and_running_statistics():
                                                   reason="oneDNN has no bfloat16 convolution on this CPU (or cap)")),
     "fp16"])
 def test_the_half_precisions_predict_float32_log_probabilities_near_fp32_and_train(precision):
+    # Here, not at the top: this file also runs as a script (the two-replica step's child), without
+    # the tests' folder on its path.
+    from numerics import half_outputs_against_bounds
+
     weights = PARTS.random_weights(TINY, FEATURES, seed=7)
     batch = random_batch()
     backend = build(TINY.model_copy(update={"precision": precision}))
