@@ -45,9 +45,10 @@ def torch_sees_a_gpu() -> bool:
          "profile YAML file's path"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--precision", "fp16"],
          "precision 'fp16' needs a GPU's tensor cores, and this run trains on cpu"),
-        # the advice does not offer bf16, which rnnt lacks, and loads no backend to say so
+        # the advice names fp32, which every family has, and loads no backend to say what else
         (["--backend", "torch", "--workload", "rnnt-mini", "--hw", "cpu", "--precision", "fp16"],
-         "; choose fp32 (every backend trains rnnt in it), another precision backend 'torch' trains rnnt in on cpu"),
+         "; choose fp32 (every backend trains rnnt in it), another precision that backend 'torch' declares for "
+         "rnnt (README, 'Workloads and hardware profiles'), or a GPU profile"),
         (["--backend", "torch", "--workload", "ds2-mini", "--hw", "cpu", "--org", "x" * 121],
          "--org 'xxx"),
     ],

@@ -95,13 +95,13 @@ def check_strategy(backend: type[Backend], name: str, definition: StrategyDefini
 
 def check_precision_on_device(precision: str, kind: str, family: str, backend: str) -> None:
     """A precision only a GPU computes, on another device: refused before any backend is imported.
-    Only the backend declares what else its family trains in (rnnt has no bf16), and loading it
-    would load its framework for a refusal, so the advice names fp32, which every backend trains
-    every family in, and where the others are listed."""
+    Only the backend declares what else its family trains in (int8-emulated is not every
+    family's), and loading it would load its framework for a refusal, so the advice names fp32,
+    which every backend trains every family in, and where the others are listed."""
     if precision in GPU_ONLY_PRECISIONS and kind != "cuda":
         raise InputError(f"precision {precision!r} needs a GPU's tensor cores, and this run trains on {kind}; "
-                         f"choose fp32 (every backend trains {family} in it), another precision backend "
-                         f"{backend!r} trains {family} in on {kind} (README, 'Workloads and hardware profiles'), "
+                         f"choose fp32 (every backend trains {family} in it), another precision that backend "
+                         f"{backend!r} declares for {family} (README, 'Workloads and hardware profiles'), "
                          "or a GPU profile")
 
 
