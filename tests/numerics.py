@@ -14,7 +14,7 @@ import numpy as np
 from benchbase.backend import Batch, Inputs
 from benchbase.families.ds2.reference import bounded_reference, bounded_step
 from benchbase.kit.outputs import normalization_bound
-from benchbase.numerics.tolerances import BFLOAT16_UNIT_ROUNDOFF, BOTH_SIDES, after_steps
+from benchbase.numerics.tolerances import BOTH_SIDES, after_steps
 from benchbase.specs import ModelSpec
 
 
@@ -59,29 +59,15 @@ def assert_normalized(log_probs: np.ndarray) -> None:
     assert np.abs(totals).max() <= normalization_bound(log_probs), np.abs(totals).max()
 
 
-def bf16_log_probs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found: np.ndarray
-                                  ) -> tuple[float, float, float]:
-    """(float32's largest one-side bound, the largest difference, bfloat16's largest both-sides bound)
-    of bf16 ``found`` log-probabilities against the float32 reference on the valid frames. bf16 lands
-    between the first and the last: visibly not float32, within bfloat16's rounding (both sides:
-    which operands a framework narrows is its own choice)."""
-    float32_bound, mask = log_probs_bound(weights, model, inputs, sides=1)
-    bf16 = bounded_reference(weights, model.model_copy(update={"dropout": 0.0}), inputs.features,
-                             inputs.feature_lengths, training=False, operand_roundoff=BFLOAT16_UNIT_ROUNDOFF)
-    expected = bf16.log_probs  # the exact outputs: the operand roundings move only the bound
-    difference = np.abs(found[:, : expected.shape[1]] - expected)[mask]
-    bf16_bound = BOTH_SIDES * bf16.log_probs_bound[mask].max()
-    return float(float32_bound[mask].max()), float(difference.max()), float(bf16_bound)
-
-
 def half_outputs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found: np.ndarray,
                                 precision: str = "bf16") -> tuple[float, float, float]:
-    """As ``bf16_log_probs_against_bounds``, for any family through its parts
-    (``benchbase.families.parts.family_parts``: the transducer's encoder projections, say) and either
-    half precision (``precision``: "bf16" or "fp16", whose operands round at the harness's
-    ``OPERAND_ROUNDOFF``): float32's largest one-side bound, the largest difference, the half
-    precision's largest both-sides bound of ``found`` against the reference's outputs on the valid
-    frames."""
+    """(float32's largest one-side bound, the largest difference, the half precision's largest
+    both-sides bound) of ``found`` outputs in ``precision`` ("bf16", "fp16" or "tf32", whose operands
+    round at the harness's ``OPERAND_ROUNDOFF``) against the float64 reference's, on the valid frames,
+    for any family through its parts (``benchbase.families.parts.family_parts``: DS2's
+    log-probabilities, the transducer's encoder projections). A half precision lands between the
+    first and the last: visibly not float32, within its own rounding (both sides: which operands a
+    framework narrows is its own choice)."""
     from benchbase.families.agreement import OPERAND_ROUNDOFF
     from benchbase.families.parts import family_parts
     from benchbase.numerics.tolerances import INJECTION_DRAWS
@@ -94,3 +80,23 @@ def half_outputs_against_bounds(weights, model: ModelSpec, inputs: Inputs, found
     valid = np.arange(exact.shape[1])[None, :] < inputs.output_lengths[:, None]
     difference = np.abs(np.asarray(found, np.float64)[:, : exact.shape[1]] - exact)[valid]
     return float(float32_bound[valid].max()), float(difference.max()), float(BOTH_SIDES * half_bound[valid].max())
+
+
+def predict_then_train(backend_class, data, weights, precision: str, device: str = "cpu", steps: int = 3
+                       ) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(predict() of ``data``'s first batch, the devices it ran on) of ``backend_class`` built for the
+    kit's ``data`` in ``precision`` on ``device`` at ``weights``; the backend then trains ``steps``
+    steps, which must be finite and leave every weight float32 (the master weights of a mixed
+    precision)."""
+    from benchbase.kit.core import Kit
+    from benchbase.kit.int8 import in_precision
+
+    with Kit(backend_class, data, device=device).backend(model=in_precision(data.model, precision)) as backend:
+        backend.import_weights(weights)
+        found = backend.predict(data.batches[0].inputs())
+        devices = backend.devices_in_use()
+        losses = [backend.train_step(data.batches[step % 3]) for step in range(steps)]
+        after = backend.export_weights()
+    assert found.dtype == np.float32 and all(np.isfinite(losses)), losses
+    assert all(value.dtype == np.float32 for value in after.values())
+    return found, devices

@@ -13,7 +13,6 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 from cli_helpers import run_benchbase
 
@@ -137,9 +136,9 @@ def mixed_precision_against_float32(name: str, family: str, precision: str, devi
     """(the backend's own fp32 predictions' largest difference from the float64 reference, the
     ``precision`` predictions' largest difference, the precision's largest both-sides rounding bound)
     of the kit's ``family`` model on ``device``, on the kit's first batch at the reference's random
-    weights. Three training steps in ``precision`` on the way must be finite and leave float32
-    weights. Skips what the backend does not declare."""
-    from numerics import half_outputs_against_bounds
+    weights (``numerics.predict_then_train``: three finite training steps in ``precision`` that
+    leave float32 weights). Skips what the backend does not declare."""
+    from numerics import half_outputs_against_bounds, predict_then_train
 
     from benchbase.families.parts import family_parts
     from benchbase.kit.conformance import Kit, resolve_backend
@@ -152,18 +151,11 @@ def mixed_precision_against_float32(name: str, family: str, precision: str, devi
     data = load_kit_data(family=family)
     weights = family_parts(data.model).random_weights(data.model, data.feature_dimension, seed=1)
     inputs = data.batches[0].inputs()
-    kit = Kit(backend_class, data, device=device)
-    with kit.backend(model=in_precision(data.model, "fp32")) as backend:
+    with Kit(backend_class, data, device=device).backend(model=in_precision(data.model, "fp32")) as backend:
         backend.import_weights(weights)
         float32 = backend.predict(inputs)
-    with kit.backend(model=in_precision(data.model, precision)) as backend:
-        assert backend.devices_in_use()[0].startswith(device)
-        backend.import_weights(weights)
-        found = backend.predict(inputs)
-        losses = [backend.train_step(data.batches[step % 3]) for step in range(3)]
-        after = backend.export_weights()
-    assert found.dtype == np.float32 and all(np.isfinite(losses)), losses
-    assert all(value.dtype == np.float32 for value in after.values())
+    found, devices = predict_then_train(backend_class, data, weights, precision, device)
+    assert devices[0].startswith(device), devices
     _, float32_difference, _ = half_outputs_against_bounds(weights, data.model, inputs, float32, precision)
     _, difference, bound = half_outputs_against_bounds(weights, data.model, inputs, found, precision)
     return float32_difference, difference, bound

@@ -18,7 +18,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 from cli_helpers import run_benchbase
-from numerics import bf16_log_probs_against_bounds
+from numerics import half_outputs_against_bounds, predict_then_train
 from test_compliance_checker import _edit_events, _edit_json, _set_value, real_run, run_copy  # noqa: F401
 from test_plugins import LinearCTCBackend
 
@@ -300,21 +300,13 @@ def test_bf16_trains_and_predicts_on_a_cpu(name, kit_data):
         # a real AVX2 CPU takes TensorFlow's other path and trains (docs/BENCHMARKS.md, bf16 on
         # the AVX2 machine). No real CPU has this combination.
         pytest.skip("TensorFlow bf16 under an ISA cap: a combination no real CPU has")
-    model = in_precision(kit_data.model, "bf16")
     weights = random_weights(kit_data.model, kit_data.feature_dimension, seed=1)
-    inputs = kit_data.batches[0].inputs()
-    kit = Kit(resolve_backend(name), kit_data)
-    with kit.backend(model=model) as backend:
-        backend.import_weights(weights)
-        found = backend.predict(inputs)
-        losses = [backend.train_step(kit_data.batches[step % 3]) for step in range(6)]
-        after = backend.export_weights()
-    assert found.dtype == np.float32 and all(np.isfinite(losses))
-    assert after["output.kernel"].dtype == np.float32  # the master weights stay float32
+    found, _ = predict_then_train(resolve_backend(name), kit_data, weights, "bf16", steps=6)
     # bfloat16 keeps 8 significant bits: within bfloat16's rounding bound of the reference (both
     # sides: the framework's choice of which operands it narrows is its own), and visibly not
     # float32 (beyond float32's bound).
-    float32_bound, difference, bf16_bound = bf16_log_probs_against_bounds(weights, kit_data.model, inputs, found)
+    float32_bound, difference, bf16_bound = half_outputs_against_bounds(weights, kit_data.model,
+                                                                        kit_data.batches[0].inputs(), found, "bf16")
     assert float32_bound < difference <= bf16_bound
 
 
@@ -325,17 +317,10 @@ def test_fp16_predicts_within_float16s_bound_and_takes_finite_steps_when_built_d
     rounding bound of the reference (both sides, as bf16's above), finite training steps. Not
     asserted: that fp16 lands beyond float32's bound, which a small model's can miss at 11 bits
     (the GPU tier compares it with the backend's own fp32 instead)."""
-    from numerics import half_outputs_against_bounds
-
     weights = random_weights(kit_data.model, kit_data.feature_dimension, seed=1)
-    inputs = kit_data.batches[0].inputs()
-    kit = Kit(resolve_backend(name), kit_data)
-    with kit.backend(model=in_precision(kit_data.model, "fp16")) as backend:
-        backend.import_weights(weights)
-        found = backend.predict(inputs)
-        losses = [backend.train_step(kit_data.batches[step % 3]) for step in range(3)]
-    assert found.dtype == np.float32 and all(np.isfinite(losses)), losses
-    _, difference, fp16_bound = half_outputs_against_bounds(weights, kit_data.model, inputs, found, "fp16")
+    found, _ = predict_then_train(resolve_backend(name), kit_data, weights, "fp16")
+    _, difference, fp16_bound = half_outputs_against_bounds(weights, kit_data.model, kit_data.batches[0].inputs(),
+                                                            found, "fp16")
     assert difference <= fp16_bound
 
 

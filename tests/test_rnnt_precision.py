@@ -143,10 +143,9 @@ def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains(name, 
     data here: predict() is visibly not float32 (beyond its bound) and within bfloat16's (both
     sides: which operands a framework narrows is its own), training steps are finite, and the
     weights stay float32."""
-    from numerics import half_outputs_against_bounds
+    from numerics import half_outputs_against_bounds, predict_then_train
 
     from benchbase.families.parts import family_parts
-    from benchbase.kit.core import Kit
     from benchbase.testing.isa import capped
 
     if name == "tf" and capped():
@@ -155,15 +154,9 @@ def test_bf16_predicts_within_bfloat16s_bound_of_the_reference_and_trains(name, 
         # process aborts); a real AVX2 CPU takes TensorFlow's other path. No real CPU has this.
         pytest.skip("TensorFlow bf16 under an ISA cap: a combination no real CPU has")
     weights = family_parts(rnnt_data.model).random_weights(rnnt_data.model, rnnt_data.feature_dimension, seed=1)
-    inputs = rnnt_data.batches[0].inputs()
-    with Kit(resolve_backend(name), rnnt_data).backend(model=in_precision(rnnt_data.model, "bf16")) as backend:
-        backend.import_weights(weights)
-        found = backend.predict(inputs)
-        losses = [backend.train_step(rnnt_data.batches[step % 3]) for step in range(3)]
-        after = backend.export_weights()
-    assert found.dtype == np.float32 and all(np.isfinite(losses))
-    assert all(value.dtype == np.float32 for value in after.values())
-    float32_bound, difference, bf16_bound = half_outputs_against_bounds(weights, rnnt_data.model, inputs, found)
+    found, _ = predict_then_train(resolve_backend(name), rnnt_data, weights, "bf16")
+    float32_bound, difference, bf16_bound = half_outputs_against_bounds(weights, rnnt_data.model,
+                                                                        rnnt_data.batches[0].inputs(), found, "bf16")
     assert float32_bound < difference <= bf16_bound
 
 
@@ -174,21 +167,14 @@ def test_fp16_predicts_within_float16s_bound_and_takes_finite_steps_when_built_d
     float16's rounding bound of the reference (both sides), finite training steps, float32
     weights. Not asserted: that it lands beyond float32's bound (as DS2's fp16 in
     tests/test_precision.py: a small model's can miss it at 11 bits)."""
-    from numerics import half_outputs_against_bounds
+    from numerics import half_outputs_against_bounds, predict_then_train
 
     from benchbase.families.parts import family_parts
-    from benchbase.kit.core import Kit
 
     weights = family_parts(rnnt_data.model).random_weights(rnnt_data.model, rnnt_data.feature_dimension, seed=1)
-    inputs = rnnt_data.batches[0].inputs()
-    with Kit(resolve_backend(name), rnnt_data).backend(model=in_precision(rnnt_data.model, "fp16")) as backend:
-        backend.import_weights(weights)
-        found = backend.predict(inputs)
-        losses = [backend.train_step(rnnt_data.batches[step % 3]) for step in range(3)]
-        after = backend.export_weights()
-    assert found.dtype == np.float32 and all(np.isfinite(losses)), losses
-    assert all(value.dtype == np.float32 for value in after.values())
-    _, difference, fp16_bound = half_outputs_against_bounds(weights, rnnt_data.model, inputs, found, "fp16")
+    found, _ = predict_then_train(resolve_backend(name), rnnt_data, weights, "fp16")
+    _, difference, fp16_bound = half_outputs_against_bounds(weights, rnnt_data.model, rnnt_data.batches[0].inputs(),
+                                                            found, "fp16")
     assert difference <= fp16_bound
 
 
