@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 
 import torch
 
-__all__ = ["MAX_GRAPHS", "GraphedNetwork"]
+__all__ = ["MAX_GRAPHS", "GraphedNetwork", "SignatureGraphs"]
 
 MAX_GRAPHS = 8
 """Signatures captured at most: a fixed padding has one; length buckets a few; more stay eager."""
@@ -54,57 +55,75 @@ class _Forward(torch.nn.Module):
         return self.network(*tensors)
 
 
-class GraphedNetwork(torch.nn.Module):
-    """The network for training: a captured graph per signature, eager otherwise."""
+class SignatureGraphs:
+    """Graphs by call signature, each captured on its first call up to ``max_graphs``, and what the
+    captures cost: the bookkeeping that the network's graphs and the transducer loss's
+    (``rnnt.graphed_loss``) share, and that the backend reports as the run's ``cuda_graph_*`` metrics."""
 
-    def __init__(self, network: torch.nn.Module, max_graphs: int = MAX_GRAPHS) -> None:
-        super().__init__()
-        self.network = network
+    def __init__(self, max_graphs: int = MAX_GRAPHS) -> None:
         self.max_graphs = max_graphs
-        self._graphs: dict[tuple, torch.nn.Module | None] = {}  # None: its capture failed; eager
+        self._graphs: dict[tuple, Callable | None] = {}  # None: its capture failed; eager
         self.capture_seconds = 0.0
         self.memory_bytes = 0
+        """What the captures added to what the caching allocator reserves (each graph's own pool)."""
         self.failures: list[str] = []
 
     @property
     def captured(self) -> int:
         return sum(graph is not None for graph in self._graphs.values())
 
+    def graph_for(self, signature: tuple, device: torch.device, capture: Callable[[], Callable]) -> Callable | None:
+        """``signature``'s graph, captured now by ``capture()`` if the signature is new and there is
+        room for it; None where the call runs eagerly (no room, or its capture failed)."""
+        if signature not in self._graphs:
+            if len(self._graphs) >= self.max_graphs:
+                return None
+            self._graphs[signature] = self._measured_capture(device, capture)
+        return self._graphs[signature]
+
+    def _measured_capture(self, device: torch.device, capture: Callable[[], Callable]) -> Callable | None:
+        reserved = torch.cuda.memory_reserved(device)
+        started = time.perf_counter()
+        try:
+            graphed = capture()
+        except RuntimeError as error:  # a host synchronization or dynamic shape in what it captures
+            self.failures.append(f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
+            graphed = None
+        torch.cuda.synchronize(device)
+        self.capture_seconds += time.perf_counter() - started
+        self.memory_bytes += max(0, torch.cuda.memory_reserved(device) - reserved)
+        return graphed
+
+
+class GraphedNetwork(torch.nn.Module, SignatureGraphs):
+    """The network for training: a captured graph per signature, eager otherwise."""
+
+    def __init__(self, network: torch.nn.Module, max_graphs: int = MAX_GRAPHS) -> None:
+        torch.nn.Module.__init__(self)
+        SignatureGraphs.__init__(self, max_graphs)
+        self.network = network
+
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         if not self.network.training or not all(t.is_cuda for t in tensors):
             return self.network(*tensors)
         signature = (tuple((tuple(t.shape), t.dtype) for t in tensors), torch.is_autocast_enabled("cuda"),
                      torch.get_autocast_dtype("cuda"))
-        if signature not in self._graphs:
-            if len(self._graphs) >= self.max_graphs:
-                return self.network(*tensors)
-            self._graphs[signature] = self._capture(tensors)
-        graph = self._graphs[signature]
+        graph = self.graph_for(signature, tensors[0].device, lambda: self._capture(tensors))
         return self.network(*tensors) if graph is None else graph(*tensors)
 
-    def _capture(self, tensors: tuple[torch.Tensor, ...]) -> torch.nn.Module | None:
+    def _capture(self, tensors: tuple[torch.Tensor, ...]) -> Callable:
         """A graph of the forward and backward for these tensors' signature, with the network's
-        buffers and the CUDA generator as they were before (None, and eager, if it cannot be)."""
+        buffers and the CUDA generator put back as they were before its warm-up passes."""
         device = tensors[0].device
         # No autograd graph of an earlier step may outlive this point: a parameter's gradient
         # accumulator it holds, made on the default stream, would make the captured backward wait on it.
         gc.collect()
         buffers = {name: buffer.clone() for name, buffer in self.network.named_buffers()}
         generator = torch.cuda.get_rng_state(device)
-        reserved = torch.cuda.memory_reserved(device)
-        started = time.perf_counter()
         try:
-            graphed = torch.cuda.make_graphed_callables(_Forward(self.network), tensors,
-                                                        num_warmup_iters=WARM_UP_PASSES)
-        except RuntimeError as error:  # a host synchronization or dynamic shape in the forward
-            self.failures.append(f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
-            graphed = None
+            return torch.cuda.make_graphed_callables(_Forward(self.network), tensors, num_warmup_iters=WARM_UP_PASSES)
         finally:
             with torch.no_grad():
                 for name, buffer in self.network.named_buffers():
                     buffer.copy_(buffers[name])
             torch.cuda.set_rng_state(generator, device)
-        torch.cuda.synchronize(device)
-        self.capture_seconds += time.perf_counter() - started
-        self.memory_bytes += max(0, torch.cuda.memory_reserved(device) - reserved)
-        return graphed

@@ -20,7 +20,7 @@ from benchbase.numerics.tolerances import BOTH_SIDES, accumulation_bound
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 
 torch_backend = pytest.importorskip("benchbase_torch_ds2.backend")
-from benchbase_torch_ds2.cuda_graphs import GraphedNetwork  # noqa: E402
+from benchbase_torch_ds2.cuda_graphs import GraphedNetwork, SignatureGraphs  # noqa: E402
 
 CUDA = DevicePlan(kind="cuda", count=1, batch_per_device=8)
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
@@ -68,6 +68,33 @@ def test_cpu_tensors_and_evaluation_run_eagerly():
     network.eval()
     assert torch.equal(graphed(inputs), network(inputs))
     assert graphed.captured == 0 and not graphed.failures
+
+
+def test_signatures_are_captured_once_up_to_the_bound_and_a_failed_capture_runs_eagerly(monkeypatch):
+    """The bookkeeping both the network's and the transducer loss's graphs keep, with the allocator's
+    two queries answered here (a CPU has no CUDA allocator): what the bound refuses is never
+    captured, a failure is remembered as one line and not retried, memory is what reserved grew by."""
+    reserved = iter([100, 164, 164, 164])
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: next(reserved))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device: None)
+    graphs, calls = SignatureGraphs(max_graphs=2), []
+
+    def capture(result):
+        def run():
+            calls.append(result)
+            if result is None:
+                raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+            return result
+        return run
+
+    device = torch.device("cpu")
+    assert graphs.graph_for(("a",), device, capture(len)) is len
+    assert graphs.graph_for(("b",), device, capture(None)) is None
+    assert graphs.graph_for(("c",), device, capture(abs)) is None  # past the bound: eager, not captured
+    assert graphs.graph_for(("a",), device, capture(abs)) is len  # captured once, replayed after
+    assert graphs.graph_for(("b",), device, capture(abs)) is None  # a failure is not retried
+    assert calls == [len, None] and graphs.captured == 1 and graphs.memory_bytes == 64
+    assert graphs.failures == ["RuntimeError: operation not permitted when stream is capturing"]
 
 
 # --- on a GPU ----------------------------------------------------------------------------------

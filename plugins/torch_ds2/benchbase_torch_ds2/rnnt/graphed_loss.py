@@ -13,18 +13,17 @@ on its own.
 axis to the run's longest labels (``BuildContext.max_label_length``: cells past an utterance's
 labels are never read, and their gradient is 0), so that every batch of one frame count shares
 one signature, and captures each signature once (``torch.cuda.make_graphed_callables``, forward
-and backward), up to ``MAX_GRAPHS``; beyond them, off a CUDA device, or where a capture failed, the
-loss runs eagerly. The loss has no parameters, buffers or random draws: the capture's warm-up
-passes change nothing, and a replay computes what the eager loss computes, kernel for kernel.
+and backward), up to ``MAX_GRAPHS`` (``cuda_graphs.SignatureGraphs``, as the network's graphs do);
+beyond them, off a CUDA device, or where a capture failed, the loss runs eagerly. The loss has no
+parameters, buffers or random draws: the capture's warm-up passes change nothing, and a replay
+computes what the eager loss computes, kernel for kernel.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from benchbase_torch_ds2.cuda_graphs import MAX_GRAPHS, WARM_UP_PASSES
+from benchbase_torch_ds2.cuda_graphs import MAX_GRAPHS, WARM_UP_PASSES, SignatureGraphs
 from benchbase_torch_ds2.rnnt.loss import lattice_losses
 
 __all__ = ["LossGraphs", "padded_labels"]
@@ -35,21 +34,12 @@ def padded_labels(lattice: torch.Tensor, positions: int) -> torch.Tensor:
     return torch.nn.functional.pad(lattice, (0, positions - lattice.shape[2]), value=float("-inf"))
 
 
-class LossGraphs:
+class LossGraphs(SignatureGraphs):
     """``lattice_losses`` for training: replayed from a CUDA graph per lattice shape, eager elsewhere."""
 
     def __init__(self, max_label_length: int, max_graphs: int = MAX_GRAPHS) -> None:
+        super().__init__(max_graphs)
         self.positions = max_label_length + 1
-        self.max_graphs = max_graphs
-        self._graphs: dict[tuple, object | None] = {}  # None: its capture failed; eager
-        self.capture_seconds = 0.0
-        self.memory_bytes = 0
-        """What the captures added to what the caching allocator reserves (each graph's own pool)."""
-        self.failures: list[str] = []
-
-    @property
-    def captured(self) -> int:
-        return sum(graph is not None for graph in self._graphs.values())
 
     def __call__(self, blank: torch.Tensor, emit: torch.Tensor, output_lengths: torch.Tensor,
                  label_lengths: torch.Tensor) -> torch.Tensor:
@@ -58,27 +48,13 @@ class LossGraphs:
         blank, emit = padded_labels(blank, self.positions), padded_labels(emit, self.positions)
         arguments = (blank, emit, output_lengths.long(), label_lengths.long())
         signature = tuple((tuple(t.shape), t.dtype) for t in arguments)
-        if signature not in self._graphs:
-            if len(self._graphs) >= self.max_graphs:
-                return lattice_losses(*arguments)
-            self._graphs[signature] = self._capture(arguments)
-        graph = self._graphs[signature]
+        graph = self.graph_for(signature, blank.device, lambda: self._capture(arguments))
         return lattice_losses(*arguments) if graph is None else graph(*arguments)
 
-    def _capture(self, arguments: tuple[torch.Tensor, ...]):
-        """The loss's forward and backward captured for these arguments' shapes (None: eager)."""
-        device = arguments[0].device
-        reserved = torch.cuda.memory_reserved(device)
-        started = time.perf_counter()
+    @staticmethod
+    def _capture(arguments: tuple[torch.Tensor, ...]):
+        """The loss's forward and backward captured for these arguments' shapes."""
         # Leaves of their own: the capture's warm-up passes differentiate the loss with respect to its
         # inputs only, and replays hand the real lattices' gradients back to the network.
         samples = tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in arguments)
-        try:
-            graphed = torch.cuda.make_graphed_callables(lattice_losses, samples, num_warmup_iters=WARM_UP_PASSES)
-        except RuntimeError as error:  # a host synchronization the loss should not have
-            self.failures.append(f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
-            graphed = None
-        torch.cuda.synchronize(device)
-        self.capture_seconds += time.perf_counter() - started
-        self.memory_bytes += max(0, torch.cuda.memory_reserved(device) - reserved)
-        return graphed
+        return torch.cuda.make_graphed_callables(lattice_losses, samples, num_warmup_iters=WARM_UP_PASSES)
