@@ -11,7 +11,7 @@ from rich.console import Console
 from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_command import _prepare_data
 from benchbase.harness.hook_payloads import BatchProgress
-from benchbase.specs import RunResult
+from benchbase.specs import RunConfig, RunResult
 
 RECORDED = Path(__file__).parent / "data" / "rcp" / "jax-cpu" / "seed-0" / "result.json"
 
@@ -120,3 +120,18 @@ def test_an_evaluation_shows_its_dev_batches_on_a_terminal_and_adds_no_line_off_
             assert "epoch 3: evaluating dev-other" in shown.getvalue() and "6/6" in shown.getvalue()
         else:  # as for training's batches, nothing until the evaluation's line when it completes
             assert shown.getvalue() == ""
+
+
+def test_a_stopped_view_ends_its_line_so_that_an_error_starts_its_own():
+    """A run stopped by an error or a signal: on a terminal rich ends the view's last line; off one
+    (a log file, a pipe) the reporter does, or `benchbase: error: ...` continued its "targets" row."""
+    config = RunConfig.model_validate_json((RECORDED.parent / "config.json").read_text())
+    for terminal in (True, False):
+        console, shown = _console(terminal)
+        reporter = RunReporter(console)
+        reporter.run_started(config, Path("runs/stopped"))
+        reporter.batch_completed(BatchProgress(epoch=1, batch_in_epoch=27, batches_per_epoch=71, batch_index=27,
+                                               seconds=40.0, loss=154.4, throughput=64.7, data_wait=0.01))
+        reporter.close()
+        shown_text = shown.getvalue().removesuffix("\x1b[?25h")  # a terminal's cursor is shown again
+        assert shown_text.endswith("\n") and shown_text.splitlines()[-1].startswith("targets"), (terminal, shown_text)

@@ -106,6 +106,10 @@ class RunReporter:
         if self.live is not None:
             self.live.stop()
             self.live = None
+            if not self.console.is_terminal:
+                # Rich ends the view's last line on a terminal only; off one (a log, a pipe) an
+                # error's line would otherwise continue the view's "targets" row.
+                self.console.line()
 
     def _refresh(self) -> None:
         if self.live is not None:
