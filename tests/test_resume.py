@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_benchbase
 
+from benchbase.telemetry.environment import host_label
+
 pytestmark = pytest.mark.slow
 
 SETTINGS = ("--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu", "--seed", "5", "--target",
@@ -108,6 +110,12 @@ def test_check_passes_the_resumed_run_and_says_it_resumed(resumed):
     scored = run_benchbase("score", str(out))
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert "Resumed runs" in " ".join(scored.stdout.split())
+    # The resume names the machine that went on; result.json keeps the environment of the run's init.
+    (resume,) = [json.loads(line.partition(" ")[2])["value"] for line in (out / "mllog.log").read_text().splitlines()
+                 if '"benchbase_resume"' in line]
+    result = json.loads((out / "result.json").read_text())
+    assert resume["host"] == result["resumes"][0]["host"] == host_label()
+    assert result["environment"] == json.loads((out / "config.json").read_text())["environment"]
 
 
 def _forged(out: Path, tmp_path: Path, edit) -> Path:
@@ -170,3 +178,24 @@ def test_resume_refuses_what_it_cannot_continue(uninterrupted, tmp_path):
     unresumable = run_benchbase("run", "--resume", str(copy))
     assert unresumable.returncode == 2 and "no complete checkpoint to resume from" in unresumable.stderr
     assert len(unresumable.stderr.strip().splitlines()) == 1
+
+
+def test_resume_refuses_other_software_than_the_run_started_with(uninterrupted, tmp_path):
+    """A resume after an upgrade measured neither version, and its result.json would contradict
+    its log: refused in one line, before the folder changes. Another host may go on."""
+    copy = tmp_path / "upgraded"
+    shutil.copytree(uninterrupted, copy)
+    (copy / "result.json").unlink()
+    config = json.loads((copy / "config.json").read_text())
+    numpy_version = config["environment"]["packages"]["numpy"]
+    config["environment"]["packages"]["numpy"] = "1.0.0"
+    config["environment"]["host"] = "sha256:another-node"
+    (copy / "config.json").write_text(json.dumps(config))
+    log_before = (copy / "mllog.log").read_bytes()
+    refused = run_benchbase("run", "--resume", str(copy))
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip() == (
+        f"benchbase: error: {copy / 'config.json'}: the run started with other software or hardware than this "
+        f"resume has (packages.numpy: 1.0.0 -> {numpy_version}); resume it with what it started with, or start "
+        "a new run")
+    assert (copy / "mllog.log").read_bytes() == log_before and not (copy / "segments").exists()

@@ -311,3 +311,25 @@ def test_the_utilization_figure_draws_the_run_processes_cpu_where_the_samples_ha
         assert "NVML unavailable" in axis.get_legend().get_title().get_text()
     finally:
         plt.close("all")
+
+
+def test_environment_changes_name_each_field_but_the_machines_identity():
+    """What `run --resume` refuses: any recorded field that changed, as a dotted path, except the
+    host, the kernel's build and the frameworks' CUDA builds (another node of the same kind)."""
+    from benchbase.telemetry.environment import environment_changes, run_environment
+
+    recorded = run_environment("torch", "benchbase_torch_ds2.backend")
+    assert environment_changes(recorded, run_environment("torch", "benchbase_torch_ds2.backend")) == []
+    moved = json.loads(json.dumps(recorded))  # a copy, as config.json holds it
+    moved["host"], moved["os"] = "sha256:another", "Linux-another-kernel"
+    moved["accelerator"]["torch_cuda"] = "13.0"
+    assert environment_changes(recorded, moved) == []
+    moved["packages"]["numpy"] = "1.0.0"
+    moved["benchbase"]["dirty"] = not recorded["benchbase"]["dirty"]
+    moved["cpu"]["best_isa"] = "avx2-only"
+    del moved["python"]
+    assert environment_changes(recorded, moved) == [
+        f"benchbase.dirty: {recorded['benchbase']['dirty']} -> {moved['benchbase']['dirty']}",
+        f"cpu.best_isa: {recorded['cpu']['best_isa']} -> avx2-only",
+        f"packages.numpy: {recorded['packages']['numpy']} -> 1.0.0",
+        f"python: {recorded['python']} -> None"]

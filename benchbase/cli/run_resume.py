@@ -35,6 +35,7 @@ from benchbase.plugin_host.registry import collect_registry
 from benchbase.process_guard import end_with_parent
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig
+from benchbase.telemetry.environment import environment_changes, run_environment
 
 __all__ = ["resume_run"]
 
@@ -48,6 +49,7 @@ def resume_run(folder_path: Path) -> str:
         _check_space(folder, config)
     manager = get_plugin_manager()
     backend_class = load_backend(collect_registry(manager), config.backend)
+    _check_environment(folder, config, backend_class)
     plan = checked_plan(backend_class, config.backend, config.workload, config.hardware, device=config.device,
                         devices=config.devices, world=world)
     if world.distributed:
@@ -71,6 +73,19 @@ def _resumable_config(folder: RunFolder) -> RunConfig:
         raise InputError(describe_validation_error(str(folder.config), error)) from None
     # The folder as given now: config.json names it as the run's first command did (maybe relative).
     return config.model_copy(update={"out": folder.root})
+
+
+def _check_environment(folder: RunFolder, config: RunConfig, backend_class: type[Backend]) -> None:
+    """Refused in one line when this process runs other software (or another CPU or GPU) than the
+    run recorded at its init: a run that changed its software midway measured neither version,
+    and its result.json would contradict its log. The machine's name may change (a preempted run
+    resumed on another node of the same kind: MACHINE_IDENTITY); the resume records its host."""
+    if not config.environment:  # a folder from before runs recorded their environment in config.json
+        return
+    changes = environment_changes(config.environment, run_environment(config.backend, backend_class.__module__))
+    if changes:
+        raise InputError(f"{folder.config}: the run started with other software or hardware than this resume "
+                         f"has ({'; '.join(changes)}); resume it with what it started with, or start a new run")
 
 
 def _check_space(folder: RunFolder, config: RunConfig) -> None:

@@ -140,9 +140,9 @@ RESUME = "benchbase_resume"
 """A resumed run (benchbase run --resume): value {checkpoint, batch, epoch, segment,
 interrupted_at_s (the run clock when the interrupted segment ended), lost_s (the run-clock
 seconds trained since the checkpoint, lost and counted), skipped (why newer checkpoints were
-passed over)}. Events after it are on the run clock at their wall time less every resume's
-downtime, which the checker computes from the log's own times (ParsedLog.resumes): the log
-does not state it."""
+passed over), host (the resuming machine's, as benchbase_environment's)}. Events after it are
+on the run clock at their wall time less every resume's downtime, which the checker computes
+from the log's own times (ParsedLog.resumes): the log does not state it."""
 
 OVERRIDES = "benchbase_overrides"
 """Value: the run's --set overrides as given (a list of strings; empty when none)."""

@@ -23,7 +23,8 @@ checkpoint and owns everything else, as in the run.
 The folder afterwards. The interrupted segment's files move to segment K (the evidence
 of what happened, the lost work included); the run's own files restart from the checkpoint:
 mllog.log and metrics.jsonl keep their lines up to the checkpoint, then the log states the
-resume (``benchbase_resume``: the checkpoint, the interruption's clock time and the downtime),
+resume (``benchbase_resume``: the checkpoint, the interruption's clock time and the downtime,
+and the host that goes on, which may be another node of the kind the run started on),
 and the run goes on. So mllog.log still holds one run_start and one run_stop; `benchbase check`
 subtracts each resume's downtime from the wall clock of the events after it.
 """
@@ -44,6 +45,7 @@ from benchbase.errors import InputError
 from benchbase.harness.clock import RunClock
 from benchbase.harness.resume_state import ResumeState
 from benchbase.run_folder import RunFolder
+from benchbase.telemetry.environment import host_label
 
 __all__ = ["ResumePoint", "Resumption", "find_resume_point", "interrupted_at", "restart_segment", "write_sidecar"]
 
@@ -89,13 +91,13 @@ class Resumption:
         log.event(own_keys.RESUME, value={
             "checkpoint": self.checkpoint, "batch": self.point.batch_index, "epoch": self.point.state.epoch,
             "segment": self.segment, "interrupted_at_s": round(self.interrupted_at, 4), "lost_s": self.lost_s,
-            "skipped": list(self.point.skipped)})
+            "skipped": list(self.point.skipped), "host": host_label()})
 
     def resumes(self) -> list[dict]:
         """Every resume of the run, this one last, as the sidecars and result.json list them."""
         return [*self.point.state.resumes, {
             "segment": self.segment, "checkpoint": self.checkpoint, "batch": self.point.batch_index,
-            "interrupted_at_s": round(self.interrupted_at, 4), "lost_s": self.lost_s}]
+            "interrupted_at_s": round(self.interrupted_at, 4), "lost_s": self.lost_s, "host": host_label()}]
 
 
 def write_sidecar(checkpoint: Path, state: ResumeState, ranks: dict[int, str] | None = None) -> None:

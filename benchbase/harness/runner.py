@@ -46,8 +46,7 @@ from benchbase.metrics import TargetTracker
 from benchbase.run_folder import RunFolder
 from benchbase.specs import RunConfig, RunResult
 from benchbase.telemetry import TelemetrySampler
-from benchbase.telemetry.cpu_features import cpu_record
-from benchbase.telemetry.environment import software_environment
+from benchbase.telemetry.environment import run_environment
 
 __all__ = ["Harness", "device_plan", "run_benchmark"]
 
@@ -81,8 +80,11 @@ class Harness:
         self.stopped: str | None = None
         """run_stop's status, once the timed phase closed normally: a failure after it leaves a
         verdict in the log and no result (harness/unfinished.py)."""
-        # Off the clock: what the run measured, for config.json, the log and result.json.
-        self.environment = {**software_environment(config.backend, backend_class.__module__), "cpu": cpu_record()}
+        # Off the clock: what the run measured, for config.json, the log and result.json. A resumed
+        # run keeps what it recorded at its init (`run --resume` refused any change but the machine's
+        # identity: environment_changes), so that result.json says what the log says.
+        recorded = config.environment if resume is not None else None
+        self.environment = recorded or run_environment(config.backend, backend_class.__module__)
 
     def run(self) -> RunResult:
         # Before any file is opened: when the run was interrupted, then its files restart from

@@ -71,7 +71,7 @@ class RunResult(BaseModel):
                           "choices) or open.")
     resumes: list[dict[str, Any]] = Field(
         default_factory=list, description="One per resume (benchbase run --resume): segment, checkpoint, batch, "
-        "interrupted_at_s, lost_s.")
+        "interrupted_at_s, lost_s, host (the resuming machine's).")
     world_size: int = Field(1, description="Processes that trained (one per device for a process-per-device backend).")
     device_plan: dict[str, Any] = Field(
         default_factory=dict, description="The plan trained on and the profile's devices (the log's "

@@ -31,9 +31,12 @@ from benchbase import __version__
 
 __all__ = [
     "FRAMEWORK_DISTRIBUTIONS",
+    "MACHINE_IDENTITY",
     "accelerator_builds",
     "backend_distribution",
+    "environment_changes",
     "host_label",
+    "run_environment",
     "software_environment",
     "source_revision",
 ]
@@ -44,6 +47,34 @@ FRAMEWORK_DISTRIBUTIONS = ("torch", "tensorflow", "tensorflow-cpu", "keras", "ja
 _GIT_TIMEOUT_S = 5
 CHECKOUT = Path(__file__).resolve().parents[2]
 """Where a git checkout of benchbase has its .git (the folder above the package)."""
+
+
+MACHINE_IDENTITY = ("host", "os", "accelerator.torch_cuda", "accelerator.torch_cudnn", "accelerator.tensorflow_cuda",
+                    "accelerator.tensorflow_cudnn")
+"""What two machines of one kind may differ in (a preempted run resumed on another node): their
+name, their kernel's build, and the frameworks' CUDA builds, which are recorded only once a
+framework is imported and follow from the packages' versions anyway."""
+
+
+def run_environment(backend_name: str, backend_module: str) -> dict[str, object]:
+    """What a run records at init: ``software_environment`` and the CPU (``cpu_record``)."""
+    from benchbase.telemetry.cpu_features import cpu_record
+
+    return {**software_environment(backend_name, backend_module), "cpu": cpu_record()}
+
+
+def environment_changes(recorded: dict, current: dict, allowed: tuple[str, ...] = MACHINE_IDENTITY) -> list[str]:
+    """Each field (a dotted path) where ``current`` differs from ``recorded``, as
+    "path: recorded -> current", but those in ``allowed``."""
+    def flat(record: dict, prefix: str = "") -> dict[str, object]:
+        fields: dict[str, object] = {}
+        for key, value in record.items():
+            fields |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value}
+        return fields
+
+    before, after = flat(recorded), flat(current)
+    return [f"{path}: {before.get(path)} -> {after.get(path)}" for path in sorted(before.keys() | after.keys())
+            if before.get(path) != after.get(path) and path not in allowed]
 
 
 def software_environment(backend_name: str = "", backend_module: str = "") -> dict[str, object]:
