@@ -62,11 +62,14 @@ def write_run(folder: Path, *, new: bool, global_batch: int | None = 32, gpus: i
                  for step in range(2 * BATCHES)]
     (folder / "telemetry.jsonl").write_text("".join(json.dumps(sample) + "\n" for sample in telemetry))
     pipeline = {} if global_batch is None else {"pipeline": {"global_batch": global_batch, "batch_per_device": 16}}
+    # A group's runs (a/run-0, a/run-1) share the hardware profile the group is named after, each
+    # with a seed of its own (runs of one seed and config are copies of one measurement).
+    profile, seed = (folder.parent.name, int(folder.name[4:])) if folder.name.startswith("run-") else (folder.name, 0)
     config = {"workload": {"name": "ds2-mini", "tta": {"targets": NEW_TARGETS if new else OLD_TARGETS, "window": 3,
                                                        "aggregation": "median"}},
-              "hardware": {"name": folder.name, **pipeline}}
+              "hardware": {"name": profile, **pipeline}}
     (folder / "config.json").write_text(json.dumps(config))
-    (folder / "result.json").write_text(json.dumps({"status": "aborted", "tta": {}, "seed": 0}))
+    (folder / "result.json").write_text(json.dumps({"status": "aborted", "tta": {}, "seed": seed}))
     return folder
 
 

@@ -327,6 +327,32 @@ def test_two_machines_folders_of_one_name_are_told_apart_by_host(tmp_path):
     assert table.notes == []
 
 
+def test_a_folder_of_several_experiments_is_one_group_per_experiment(tmp_path):
+    """`runs/` after `make run` and a run of another workload: never scored as seeds of one
+    experiment (the conformer's run would count as a ds2-mini run that missed every target).
+    The group's name adds what tells its experiment apart; a killed run is listed once."""
+    runs = tmp_path / "runs"
+    write_run(runs / "ds2-0", 100, 200)
+    write_run(runs / "conformer-0", 80, 150, workload="conformer-mini", family="conformer")
+    write_run(runs / "ds2-1", 110, 210)
+    (runs / "killed").mkdir()
+    (runs / "killed" / "mllog.log").write_text("")  # killed before its result
+    groups = load_groups([runs])
+    assert [(group.name, [run.path.name for run in group.runs]) for group in groups] == [
+        ("runs (conformer-mini)", ["conformer-0"]), ("runs (ds2-mini)", ["ds2-0", "ds2-1"])]
+    assert [group.left_out for group in groups] == [[runs / "killed"], []]
+    assert {group.folder for group in groups} == {"runs"}
+    scored = run_benchbase("score", str(runs))
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert "runs (ds2-mini)" in scored.stdout and "runs (conformer-mini)" in scored.stdout
+    config = json.loads((runs / "ds2-1" / "config.json").read_text())
+    config["workload"]["model"] = {"precision": "bf16"}
+    (runs / "ds2-1" / "config.json").write_text(json.dumps(config))
+    assert [group.name for group in load_groups([runs])] == [
+        "runs (conformer-mini, fp32)", "runs (ds2-mini, fp32)", "runs (ds2-mini, bf16)"]
+    assert [group.name for group in load_groups([runs / "ds2-0"])] == ["ds2-0"]  # one experiment: as it was
+
+
 def test_score_names_a_copied_run_and_leaves_it_out(groups_root, tmp_path):
     copies = tmp_path / "copies"
     for name in ("run-0", "run-1"):

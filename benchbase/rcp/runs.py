@@ -130,7 +130,7 @@ def differing_hyperparameters(stated: dict[str, Any], expected: dict[str, Any]) 
 
 
 def _run_name(group: RunGroup, run: Run) -> str:
-    folder = group.name.split(" @")[0]  # load_groups tells two machines' same-named folders apart with " @host"
+    folder = group.folder or group.name
     return run.path.name if folder == run.path.name else f"{folder}/{run.path.name}"
 
 

@@ -91,6 +91,9 @@ class RunGroup:
     """(run folder, the earlier run folder of the group it repeats): the same seed, config and
     evaluations (times included), which only a copy of one run's folder has. Scoring a copy
     would count one measurement several times, so only the first is scored."""
+    folder: str = ""
+    """The name of the folder the group's runs were found in ("" where it came from elsewhere): a
+    group's name may add the experiment or the host that tells it from another group."""
 
     @property
     def targets(self) -> list[str]:
@@ -181,11 +184,41 @@ def load_groups(paths: list[Path]) -> list[RunGroup]:
         folders = [folder for folder in found if RunFolder(folder).result.is_file()]
         if not folders:
             raise InputError(f"{path}: no {RESULT_NAME} in it or in its run folders")
-        runs, duplicates = _distinct_measurements([_load_run(folder) for folder in folders])
-        name = _distinct_name(path.resolve().name or str(path), runs[0], groups)
         left_out = [folder for folder in found if folder not in folders]
-        groups.append(RunGroup(name, runs, left_out, duplicates))
+        folder_name = path.resolve().name or str(path)
+        for label, experiment in _experiments([_load_run(folder) for folder in folders]):
+            runs, duplicates = _distinct_measurements(experiment)
+            name = _distinct_name(f"{folder_name} ({label})" if label else folder_name, runs[0], groups)
+            groups.append(RunGroup(name, runs, left_out, duplicates, folder=folder_name))
+            left_out = []  # a folder without a result cannot be told apart: listed once, with the first
     return groups
+
+
+EXPERIMENT = ("workload", "backend", "hardware profile", "precision", "strategy")
+"""What the runs of one experiment share, whatever their seeds: the TTA rule, the targets and what
+is measured. A folder of several (`runs/` after `make run` and a run of another workload) is
+scored as one group per experiment, never as seeds of one."""
+
+
+def _experiments(runs: list[Run]) -> list[tuple[str, list[Run]]]:
+    """(label, runs) per experiment among ``runs``, in the order they came; the label names what
+    tells the experiments apart ("" where the runs are all one)."""
+    by_key: dict[tuple[str, ...], list[Run]] = {}
+    for run in runs:
+        by_key.setdefault(_experiment_key(run), []).append(run)
+    if len(by_key) == 1:
+        return [("", runs)]
+    differing = [index for index in range(len(EXPERIMENT)) if len({key[index] for key in by_key}) > 1]
+    return [(", ".join(key[index] for index in differing), members) for key, members in by_key.items()]
+
+
+def _experiment_key(run: Run) -> tuple[str, ...]:
+    model = (run.config.get("workload") or {}).get("model") or {}
+    strategy = run.config.get("strategy")
+    strategy_name = strategy.get("name") if isinstance(strategy, dict) else strategy
+    return (run.workload_name, str(run.result.backend or run.config.get("backend") or "?"),
+            str(run.result.hardware or run.hardware.get("name") or "?"), str(model.get("precision") or "fp32"),
+            str(strategy_name or "sync"))
 
 
 def _distinct_measurements(runs: list[Run]) -> tuple[list[Run], list[tuple[Path, Path]]]:
