@@ -19,6 +19,7 @@ The CPU (model, vector extensions, ISA caps) is ``benchbase.telemetry.cpu_featur
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import socket
@@ -28,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from benchbase import __version__
+from benchbase.telemetry.cpu_features import cpu_record
 
 __all__ = [
     "FRAMEWORK_DISTRIBUTIONS",
@@ -58,21 +60,20 @@ framework is imported and follow from the packages' versions anyway."""
 
 def run_environment(backend_name: str, backend_module: str) -> dict[str, object]:
     """What a run records at init: ``software_environment`` and the CPU (``cpu_record``)."""
-    from benchbase.telemetry.cpu_features import cpu_record
-
     return {**software_environment(backend_name, backend_module), "cpu": cpu_record()}
 
 
 def environment_changes(recorded: dict, current: dict, allowed: tuple[str, ...] = MACHINE_IDENTITY) -> list[str]:
     """Each field (a dotted path) where ``current`` differs from ``recorded``, as
-    "path: recorded -> current", but those in ``allowed``."""
+    "path: recorded -> current", but those in ``allowed``. Both are compared as JSON holds them
+    (``recorded`` comes from config.json: a tuple there is a list)."""
     def flat(record: dict, prefix: str = "") -> dict[str, object]:
         fields: dict[str, object] = {}
         for key, value in record.items():
             fields |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {prefix + key: value}
         return fields
 
-    before, after = flat(recorded), flat(current)
+    before, after = flat(recorded), flat(json.loads(json.dumps(current, default=str)))
     return [f"{path}: {before.get(path)} -> {after.get(path)}" for path in sorted(before.keys() | after.keys())
             if before.get(path) != after.get(path) and path not in allowed]
 
