@@ -117,6 +117,25 @@ def test_sigterm_ends_the_log_stops_telemetry_and_exits_143(small_store, tmp_pat
     assert not list((out / "checkpoints").glob(".*.tmp"))
 
 
+def test_ctrl_c_ends_the_log_and_says_so_in_one_line_with_130(small_store, tmp_path):
+    """As Ctrl-C reaches a run in a terminal (SIGINT not ignored, whatever the test's runner does
+    with it): click turns it into an abort, which the line names as the interruption it was."""
+    out = tmp_path / "run"
+    as_in_a_terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.argv = ['benchbase', *sys.argv[1:]]; runpy.run_module('benchbase', run_name='__main__')")
+    process = subprocess.Popen([sys.executable, "-c", as_in_a_terminal, "run", "--workload", "ds2-mini", "--backend",
+                                "torch", "--hw", "cpu", "--data", str(small_store), "--out", str(out), "--max-epochs",
+                                "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_training(out, process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "benchbase: error: interrupted (Ctrl-C)"
+    stop = [event for event in _events(out) if event["key"] == "run_stop"]
+    assert [(event["metadata"]["status"], event["metadata"]["stop_reason"]) for event in stop] == [
+        ("aborted", "interrupted")]
+
+
 def test_a_killed_run_leaves_no_sampler_writing(small_store, tmp_path):
     out = tmp_path / "run"
     process = _start_run(small_store, out)

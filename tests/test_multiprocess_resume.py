@@ -157,7 +157,7 @@ def test_a_killed_run_of_two_processes_resumes_to_exactly_the_uninterrupted_run(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("stop", "code", "line"), [(signal.SIGTERM, 143, "benchbase: error: terminated (SIGTERM)"),
-                                                    (signal.SIGINT, 130, "benchbase: error: aborted")],
+                                                    (signal.SIGINT, 130, "benchbase: error: interrupted (Ctrl-C)")],
                          ids=["sigterm", "sigint"])
 def test_a_signal_stops_a_run_of_two_processes_in_one_line_and_it_resumes(uninterrupted, small_store, tmp_path,
                                                                           stop, code, line):

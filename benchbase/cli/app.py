@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as abort:
+        # click turns Ctrl-C (KeyboardInterrupt) into Abort; say which, as SIGTERM's line does.
+        if isinstance(abort.__cause__, KeyboardInterrupt):
+            _stopped("interrupted (Ctrl-C)", 130, rank)
         _fail("aborted", 130)
     except click.ClickException as error:
         _fail(error.format_message(), 2)
