@@ -22,8 +22,11 @@
 #            from the peaks at 32 and 256), then the compile and unroll levers
 # A device call runs at most 10 minutes: `machine ulps tier kit loss` in one (about 5 before the
 # tier's 18 mixed-precision checks, which no GPU has timed yet), `mfu` in a second.
-# Limits (seconds): TIER_LIMIT (400), KIT_LIMIT (120 each), MFU_DEADLINE (300). DEVICE=cpu runs the
-# same parts on a CPU (the tier then skips): a smoke test of the script before a GPU is lent.
+# Limits (seconds): TIER_LIMIT (400), KIT_LIMIT (120 each), MFU_DEADLINE (300), and SESSION_LIMIT
+# (570) for the whole call: each part's limit is cut to what is left of it, and a part with less
+# than a minute left is skipped and says so, so that the call ends, and its files come back, before
+# the device tool's 600 s end it. DEVICE=cpu runs the same parts on a CPU (the tier then skips): a
+# smoke test of the script before a GPU is lent.
 set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -31,6 +34,11 @@ DEVICE=${DEVICE:-cuda}
 MFU_RUNS=${MFU_RUNS:-torch:conformer:bf16:32:profile,torch:ds2:bf16:150:profile,torch:conformer:bf16:32,torch:rnnt:bf16:64:profile,torch:rnnt:bf16:64:eager,torch:conformer:bf16:32:nchw,torch:conformer:bf16:256,torch:conformer:bf16:fit,torch:conformer:bf16:32:compile,jax:ds2:bf16:150:unroll8,jax:ds2:bf16:150,jax:rnnt:bf16:64,jax:rnnt:bf16:64:unroll8,torch:rnnt:tf32:64}
 started=$SECONDS
 stamp() { echo "[$((SECONDS - started)) s] $*"; }
+# A part's limit: its own, or what is left of SESSION_LIMIT less 10 s to pack up, if that is less.
+limit() {
+    local left=$(( ${SESSION_LIMIT:-570} - (SECONDS - started) - 10 ))
+    echo $(( $1 < left ? $1 : left ))
+}
 
 # shellcheck source=/dev/null
 source "$BUNDLE/env.sh" || { echo "the bundle's env.sh failed"; exit 1; }
@@ -46,13 +54,13 @@ machine() {
 }
 
 ulps() {
-    timeout 120 python3 benchmarks/elementwise_ulps.py --frameworks torch,jax --device "$DEVICE" \
+    timeout "$(limit 120)" python3 benchmarks/elementwise_ulps.py --frameworks torch,jax --device "$DEVICE" \
         --out "$OUT/ulps-$DEVICE.json" > "$OUT/ulps-$DEVICE.md" 2>&1
     cat "$OUT/ulps-$DEVICE.md"
 }
 
 tier() {
-    timeout "${TIER_LIMIT:-400}" make test-gpu GPU_PYTHON=python3 \
+    timeout "$(limit "${TIER_LIMIT:-400}")" make test-gpu GPU_PYTHON=python3 \
         GPU_TEST_ARGS="-n 8 -q -rfE --junitxml=$OUT/tier.xml" > "$OUT/tier.log" 2>&1
     echo "tier exit $?"; tail -n 25 "$OUT/tier.log"
 }
@@ -60,7 +68,8 @@ tier() {
 kit() {
     for spec in torch:ds2 torch:rnnt torch:conformer jax:ds2; do
         backend=${spec%%:*} family=${spec##*:}
-        timeout "${KIT_LIMIT:-120}" python3 -m benchbase backend-test "$backend" --family "$family" --device "$DEVICE" \
+        if (( $(limit "${KIT_LIMIT:-120}") < 60 )); then echo "kit $spec skipped: under a minute left"; continue; fi
+        timeout "$(limit "${KIT_LIMIT:-120}")" python3 -m benchbase backend-test "$backend" --family "$family" --device "$DEVICE" \
             --rule forward_parity --rule loss --rule prediction_matches_weights --json \
             > "$OUT/kit-$backend-$family.json" 2> "$OUT/kit-$backend-$family.err"
         echo "kit $spec exit $?"
@@ -71,20 +80,22 @@ kit() {
 }
 
 loss() {
-    timeout 120 python3 benchmarks/rnnt_loss_operators.py --device "$DEVICE" > "$OUT/loss-$DEVICE.txt" 2>&1
+    timeout "$(limit 120)" python3 benchmarks/rnnt_loss_operators.py --device "$DEVICE" > "$OUT/loss-$DEVICE.txt" 2>&1
     echo "loss exit $?"; cat "$OUT/loss-$DEVICE.txt"
 }
 
 mfu() {
     python3 benchmarks/gpu_bundle.py run --dir "$BUNDLE" --out "$OUT/mfu" --epochs 5 --runs "$MFU_RUNS" \
-        --deadline "${MFU_DEADLINE:-300}" --device "$DEVICE"
+        --deadline "$(limit "${MFU_DEADLINE:-300}")" --device "$DEVICE"
     tar -czf "$OUT/mfu-runs.tgz" --exclude='*.ckpt' --exclude='checkpoints' -C "$OUT" mfu
 }
 
 for part in "${@:-machine ulps tier kit loss mfu}"; do
     for name in $part; do
         case $name in
-            machine|ulps|tier|kit|loss|mfu) stamp "$name"; "$name" ;;
+            machine|ulps|tier|kit|loss|mfu)
+                if (( $(limit 60) < 60 )); then stamp "$name skipped: under a minute of SESSION_LIMIT left"; continue; fi
+                stamp "$name"; "$name" ;;
             *) echo "unknown part '$name' (machine, ulps, tier, kit, loss, mfu)"; exit 2 ;;
         esac
     done
