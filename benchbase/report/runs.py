@@ -20,7 +20,7 @@ from benchbase.specs import ResultProblem, RunResult, read_run_result
 T = TypeVar("T")
 
 __all__ = ["Run", "RunGroup", "groups_by_shared_batch", "groups_by_workload", "load_groups", "loss_name",
-           "read_json_lines"]
+           "read_json_lines", "strategy_name"]
 
 
 @dataclass
@@ -214,11 +214,16 @@ def _experiments(runs: list[Run]) -> list[tuple[str, list[Run]]]:
 
 def _experiment_key(run: Run) -> tuple[str, ...]:
     model = (run.config.get("workload") or {}).get("model") or {}
-    strategy = run.config.get("strategy")
-    strategy_name = strategy.get("name") if isinstance(strategy, dict) else strategy
     return (run.workload_name, str(run.result.backend or run.config.get("backend") or "?"),
             str(run.result.hardware or run.hardware.get("name") or "?"), str(model.get("precision") or "fp32"),
-            str(strategy_name or "sync"))
+            strategy_name(run.config))
+
+
+def strategy_name(config: object) -> str:
+    """The strategy a run's config.json names (a spec with a name, or a bare name); sync where none."""
+    strategy = config.get("strategy") if isinstance(config, dict) else None
+    name = strategy.get("name") if isinstance(strategy, dict) else strategy if isinstance(strategy, str) else None
+    return str(name or "sync")
 
 
 def _distinct_measurements(runs: list[Run]) -> tuple[list[Run], list[tuple[Path, Path]]]:

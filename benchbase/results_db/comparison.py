@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from benchbase.errors import InputError
 from benchbase.report.report_table import ReportTable
+from benchbase.report.runs import strategy_name
 from benchbase.results_db.schema import RUNS, TTA
 
 __all__ = ["DIMENSIONS", "Dimension", "Setup", "comparison_table", "runs_table", "setup_of"]
@@ -47,12 +48,10 @@ def setup_of(config: Any, result: Any, division: str | None) -> Setup:
     plan it trained on, else its processes)."""
     config = config if isinstance(config, dict) else {}
     result = result if isinstance(result, dict) else {}
-    strategy = config.get("strategy")
-    name = strategy.get("name") if isinstance(strategy, dict) else strategy if isinstance(strategy, str) else None
     plan = result.get("device_plan")
     count = plan.get("count") if isinstance(plan, dict) else None
     count = count if isinstance(count, int) else result.get("world_size")
-    return Setup(division or str(config.get("division") or "?"), str(name or "sync"),
+    return Setup(division or str(config.get("division") or "?"), strategy_name(config),
                  count if isinstance(count, int) else None)
 
 
