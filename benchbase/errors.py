@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 from pydantic import ValidationError
 
-__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "PredictionMismatch", "Terminated",
-           "describe_validation_error"]
+__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "PredictionMismatch", "Terminated", "UnreadableFile",
+           "describe_validation_error", "why_unreadable"]
 
 
 class BenchbaseError(Exception):
@@ -18,6 +20,22 @@ class InputError(BenchbaseError):
     """Bad input (an unknown name, a malformed file): the user must change what they passed."""
 
     exit_code = 2
+
+
+class UnreadableFile(InputError):
+    """A file a command must read and cannot (no permission, a folder where the file belongs, bytes
+    that are not text): "PATH: cannot read: WHY" and exit code 2, whichever command reads it."""
+
+    def __init__(self, path: str | os.PathLike[str], error: OSError | UnicodeDecodeError) -> None:
+        self.path = path
+        super().__init__(f"{path}: cannot read: {why_unreadable(error)}")
+
+
+def why_unreadable(error: OSError | UnicodeDecodeError) -> str:
+    """The cause in a few words, without Python's "[Errno 13]" and the path the message already names."""
+    if isinstance(error, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return error.strerror or type(error).__name__
 
 
 class NonFiniteError(BenchbaseError):

@@ -12,6 +12,8 @@ import os
 import pytest
 
 REQUIRED = "BENCHBASE_REQUIRED_PARTS"
+PARTS = ("chromium", "postgresql", "slurm")
+"""Every real part a test may need; .ci/run requires each one it finds installed."""
 
 
 def required(part: str) -> bool:

@@ -543,7 +543,48 @@ def test_an_interrupted_run_is_unfinished_by_its_run_stop(run_copy, tmp_path, ca
     document = json.loads(out)
     [report] = document["logs"]
     assert report["passed"] is True and report["verdict"] == document["verdict"] == "unfinished"
-    assert report["unfinished"].startswith("the run stopped on interrupted")
+    assert report["unfinished"] == "the run stopped: interrupted (KeyboardInterrupt)"
+    assert report["resume"] is None  # the run kept no periodic checkpoint to go on from
+
+
+def _terminated_before_its_first_evaluation(run: Path, keep_a_checkpoint: bool) -> None:
+    """SIGTERM in the first epoch: nothing evaluated, no result, and perhaps one complete checkpoint."""
+    def edit(events):
+        stop = events[_index(events, "run_stop")]
+        stop["metadata"].update(status="aborted", stop_reason="interrupted", error="Terminated: ")
+        return [*events[:_index(events, "epoch_start") + 1], stop]
+    _edit_events(edit)(run)
+    for name in ("result.json", "checkpoints/final.ckpt", "checkpoints/final.weights.npz"):
+        (run / name).unlink()
+    if keep_a_checkpoint:
+        from benchbase.harness.resume import write_sidecar
+        from benchbase.harness.resume_state import ResumeState
+
+        checkpoint = run / "checkpoints" / "batch-0000002.ckpt"
+        checkpoint.write_bytes(b"weights")
+        write_sidecar(checkpoint, ResumeState.from_dict({
+            "batch_index": 2, "epoch": 1, "batches_done_in_epoch": 2, "train_samples": 8, "clock_s": 1.0,
+            "step_cpu_seconds": 0.5, "tracker": {"history": {}, "reached": {}, "reached_epoch": {}},
+            "last_evaluation": None}))
+
+
+@pytest.mark.parametrize("resumable", [True, False], ids=["resumable", "no-checkpoint"])
+def test_a_stopped_run_leads_with_why_and_says_how_to_continue_it(run_copy, capsys, monkeypatch, resumable):
+    monkeypatch.setenv("COLUMNS", "200")  # the folder's path on one line, however deep the temporary folder
+    _terminated_before_its_first_evaluation(run_copy, keep_a_checkpoint=resumable)
+    code, out, err = benchbase_in_process(capsys, "check", str(run_copy))
+    said = " ".join(out.split())
+    assert code == 1, out + err
+    cause = said.index("not a result: the run stopped: interrupted (Terminated); what fails below may follow from "
+                       "that")
+    assert cause < said.index("key_counts"), out  # the cause leads, what follows from it comes after
+    assert not any(line.rstrip().endswith(":") for line in out.splitlines()), out
+    command = f"benchbase run --resume {run_copy}"
+    assert (f"continue it with: {command} " in said[cause:said.index("key_counts")]) is resumable, out
+    code, out, err = benchbase_in_process(capsys, "check", "--json", str(run_copy))
+    assert json.loads(out)["logs"][0]["resume"] == (command if resumable else None)
+    code, out, err = benchbase_in_process(capsys, "verify", str(run_copy))
+    assert code == 2 and (f"continue it with `{command}`" in err) is resumable, err
 
 
 def test_a_run_aborted_at_its_epoch_limit_is_a_result_and_says_so(real_run, capsys):
@@ -552,3 +593,53 @@ def test_a_run_aborted_at_its_epoch_limit_is_a_result_and_says_so(real_run, caps
     assert code == 0, out + err
     assert out.split()[0] == "PASS" and "1/1 log(s) pass rule set 1.8" in said
     assert "stopped at its limit (max_epochs) with status aborted: a finished run and a result" in said
+
+
+@pytest.fixture
+def unreadable(monkeypatch):
+    """Make files unreadable to this process. Tests run as root here, whom chmod 000 does not stop,
+    so the refusal is injected where every reader opens a file (io.open, which pathlib calls, and
+    the builtin open): EACCES, as an unreadable file gives."""
+    import builtins
+    import io
+
+    refused: set[Path] = set()
+    real_open = io.open
+
+    def guarded_open(file, *args, **kwargs):
+        if isinstance(file, str | Path) and Path(file).resolve() in refused:
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", guarded_open)
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    return lambda path: refused.add(Path(path).resolve())
+
+
+@pytest.mark.parametrize("name", ["config.json", "mllog.log", "result.json"])
+def test_a_file_a_command_needs_and_cannot_read_is_one_line_and_exit_2_in_every_command(run_copy, tmp_path,
+                                                                                       capsys, unreadable, name):
+    unreadable(run_copy / name)
+    needed_by = {"config.json": ("check", "verify", "score", "report"), "mllog.log": ("check", "verify"),
+                 "result.json": ("check", "score", "report")}[name]
+    for command in needed_by:
+        extra = ("--out", str(tmp_path / "report"), "--no-figures") if command == "report" else ()
+        code, out, err = benchbase_in_process(capsys, command, str(run_copy), *extra)
+        assert (code, err.strip()) == (2, f"benchbase: error: {run_copy / name}: cannot read: Permission denied"), (
+            command, out + err)
+
+
+def test_score_and_report_go_on_without_an_unreadable_log_or_telemetry_and_say_so(run_copy, tmp_path, capsys,
+                                                                                 unreadable, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # each warning on one line, however deep the temporary folder
+    unreadable(run_copy / "mllog.log")
+    unreadable(run_copy / "telemetry.jsonl")
+    log_line = f"{run_copy / 'mllog.log'}: cannot read: Permission denied: scored from result.json alone"
+    code, out, err = benchbase_in_process(capsys, "score", str(run_copy))
+    assert code == 0 and log_line in " ".join(out.split()), out + err
+    code, out, err = benchbase_in_process(capsys, "report", str(run_copy), "--out", str(tmp_path / "report"))
+    said = " ".join(out.split())
+    assert code == 0, out + err
+    assert log_line in said and (f"{run_copy / 'telemetry.jsonl'}: cannot read: Permission denied: the report "
+                                 "goes on without it") in said, out
+    assert (tmp_path / "report" / "report.md").is_file()

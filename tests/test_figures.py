@@ -101,6 +101,8 @@ def test_figure_7_has_three_log_panels_and_the_targets(tmp_path, new):
     metric, target = ("CER", 25.0) if new else ("CER/ref", 40.0)
     assert cer.get_ylabel().startswith(f"{metric} (%)")
     assert ("dev-clean" in cer.get_ylabel()) is new
+    # The panels draw dev-other too (fainter): the label says so, not "on dev-clean" alone.
+    assert all(("dev-other" in axis.get_ylabel()) is new for axis in (cer, wer)), cer.get_ylabel()
     dashed = {axis: [line.get_ydata()[0] for line in axis.lines if line.get_linestyle() == "--"] for axis in (cer, wer)}
     assert dashed == {cer: [target], wer: [60.0 if new else 80.0]}
     labels = [text.get_text() for text in cer.texts]
@@ -167,6 +169,30 @@ def test_figure_8_of_a_resumed_run_reads_its_segments_telemetry(tmp_path):
     assert "no telemetry in this window" not in texts
     assert "of all 2 logical CPUs" in figure.axes[0].get_ylabel()
     assert figure.get_suptitle().startswith("ds2-mini: CPU and GPU utilization")  # the workload named
+
+
+def test_figure_8_breaks_its_lines_at_a_resume_and_marks_it(tmp_path):
+    """The interrupted segment's last sample and the resumed one's first are apart on the run clock:
+    no line or shaded range spans the gap, and a line marks where the run went on."""
+    run = write_run(tmp_path / "run", new=True)
+    samples = [json.loads(line) for line in (run / "telemetry.jsonl").read_text().splitlines()]
+    kept = [sample for sample in samples if not 20.0 < sample["t"] < 24.0]  # down for 4 s: nothing sampled
+    (run / "segments" / "1").mkdir(parents=True)
+    (run / "segments" / "1" / "telemetry.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in kept if s["t"] <= 20.0))
+    (run / "telemetry.jsonl").write_text("".join(json.dumps(s) + "\n" for s in kept if s["t"] > 20.0))
+    [group] = load_groups([run])
+    assert group.runs[0].resumed_at == [24.0]
+    axis = draw_utilization([group], (10.0, 35.0)).axes[0]
+    for line in axis.lines:
+        times = line.get_xdata()
+        if len(times) > 1:
+            assert not (min(times) <= 20.0 and max(times) >= 24.0), line.get_label()
+    for band in axis.collections:
+        xs = band.get_paths()[0].vertices[:, 0] if band.get_paths() else []
+        assert not (len(xs) and min(xs) <= 20.0 and max(xs) >= 24.0)
+    legend = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert legend.count("CPU") == 1 and any(label.startswith("resumed after an interruption") for label in legend)
 
 
 def test_figure_10_bars_the_median_throughput_after_warm_up(tmp_path):

@@ -112,3 +112,18 @@ def test_a_real_browser_renders_the_report(tmp_path):
     assert pixels.shape == (1400, 1000)
     assert pixels.std() > 5  # tables, text and the figure drew something on the white page
     assert (pixels < 100).mean() > 0.001  # dark text is there
+
+
+def test_each_figure_is_shown_under_the_table_of_its_numbers(tmp_path):
+    figures = [_figure(tmp_path).rename(tmp_path / "accuracy-over-time-ds2-mini.png"), _figure(tmp_path)]
+    tables = [ReportTable("ds2-mini: last evaluation", ["group", "WER"], [["torch", 31.0]],
+                          name="last-evaluation-ds2-mini"), *_tables()]
+    page = render_html(tables, figures)
+    home = page.index('<section id="last-evaluation-ds2-mini"')
+    shown = page.index('<figure id="figure-accuracy-over-time-ds2-mini"')
+    assert home < shown < page.index("<section", home + 1)  # in its table's section, not after all 3 tables
+    assert page.index('<figure id="figure-curve"') > page.rindex("</section>")  # of no table: at the end
+    write_tables(tables, tmp_path, figures)
+    markdown = (tmp_path / "report.md").read_text()
+    assert markdown.index("ds2-mini: last evaluation") < markdown.index("![accuracy-over-time-ds2-mini]") \
+        < markdown.index("TTA (minutes)") < markdown.index("![curve]")

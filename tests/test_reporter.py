@@ -10,7 +10,7 @@ from rich.console import Console
 
 from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_command import _prepare_data
-from benchbase.harness.hook_payloads import BatchProgress
+from benchbase.harness.hook_payloads import BatchProgress, Evaluation
 from benchbase.specs import RunConfig, RunResult
 
 RECORDED = Path(__file__).parent / "data" / "rcp" / "jax-cpu" / "seed-0" / "result.json"
@@ -135,3 +135,15 @@ def test_a_stopped_view_ends_its_line_so_that_an_error_starts_its_own():
         reporter.close()
         shown_text = shown.getvalue().removesuffix("\x1b[?25h")  # a terminal's cursor is shown again
         assert shown_text.endswith("\n") and shown_text.splitlines()[-1].startswith("targets"), (terminal, shown_text)
+
+
+def test_an_epochs_line_off_a_terminal_is_one_plain_line_whatever_the_width():
+    """In a log file or a pipe: no rich source location (reporter.py:NN) and no wrap at 80 columns."""
+    shown = io.StringIO()
+    reporter = RunReporter(Console(file=shown, width=80, color_system=None))
+    scored = {"wer": 61.25, "cer": 17.5, "paper_cer": 17.75, "loss": 25.5, "utterances": 180}
+    reporter.eval_completed(Evaluation(subset="dev-clean", **scored, epoch=4, seconds=600.0, eval_seconds=3.25,
+                                       reached={}, targets=("CER 40",),
+                                       subsets={"dev-other": {**scored, "wer": 98.5, "paper_cer": 80.25}}))
+    assert shown.getvalue() == ("epoch 4: dev-clean CER 17.75% WER 61.25% loss 25.50; dev-other CER 80.25% WER "
+                                "98.50%; eval 3.2 s, clock 10.00 min\n")

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from cli_helpers import benchbase_in_process
+from real_parts import skip_unless_required
 
 from benchbase.report.runs import load_groups
 from benchbase.results_db import (
@@ -80,7 +81,8 @@ def _server_user() -> str | None:
     try:
         return pwd.getpwnam("postgres").pw_name
     except KeyError:
-        pytest.skip("running as root and there is no postgres user to run a PostgreSQL server as")
+        skip_unless_required("postgresql", "running as root and there is no postgres user to run a PostgreSQL "
+                             "server as")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +91,11 @@ def postgres_server() -> Iterator[str]:
     the URL of its postgres database. Skips where PostgreSQL or psycopg is not installed."""
     programs = _postgres_programs()
     if programs is None:
-        pytest.skip("no PostgreSQL server installed (Debian: apt-get install postgresql)")
-    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'benchbase[postgres]')")
+        skip_unless_required("postgresql", "no PostgreSQL server installed (Debian: apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401 - SQLAlchemy's driver for the URL below
+    except ImportError:
+        skip_unless_required("postgresql", "psycopg is not installed (pip install 'benchbase[postgres]')")
     user = _server_user()
     # A short path of its own: a unix socket's path may not exceed 107 bytes, and the server's user must enter it.
     folder = Path(tempfile.mkdtemp(prefix="benchbase-pg-"))
@@ -155,6 +160,20 @@ def test_two_machines_side_by_side(two_machines, database, capsys):
     assert any("cpu runs" in line and f"{SECOND_SYSTEM} runs" in line for line in lines), compared.stdout
     rows = [line for line in lines if line.startswith("│ ds2-mini")]
     assert len(rows) == 5 and all(row.count("5/5") == 2 for row in rows), compared.stdout
+
+
+@pytest.mark.parametrize("columns", [None, "100"], ids=["unset", "100"])
+def test_results_list_off_a_terminal_honours_columns(two_machines, tmp_path, capsys, monkeypatch, columns):
+    database = str(tmp_path / "results.sqlite")
+    assert _cli(capsys, "results", "add", str(two_machines["torch-cpu"]), "--db", database).returncode == 0
+    monkeypatch.delenv("COLUMNS", raising=False)
+    if columns is not None:
+        monkeypatch.setenv("COLUMNS", columns)
+    listed = _cli(capsys, "results", "list", "--db", database)
+    widest = max(len(line) for line in listed.stdout.splitlines())
+    assert listed.returncode == 0 and "5 run(s)" in listed.stdout, listed.stdout + listed.stderr
+    # Unset, the table keeps its natural width (rich's 80 would fold each row); set, it fits what the user asked.
+    assert widest <= 100 if columns else widest > 100, listed.stdout
 
 
 def test_the_comparison_is_the_median_and_range_of_each_side(two_machines, tmp_path):

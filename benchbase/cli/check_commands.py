@@ -8,6 +8,7 @@ interrupted, stopped on an error: compliant logs, no results).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,14 +16,17 @@ import click
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from benchbase.cli.app import cli
+from benchbase.cli.resumable import resume_command
 from benchbase.cli.titled import titled
 from benchbase.compliance.checker import FAIL, PASS, UNFINISHED, CheckReport, check_paths
 from benchbase.compliance.rules import DEFAULT_RULESET, load_ruleset
 from benchbase.errors import BenchbaseError
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
+from benchbase.run_folder import RunFolder
 from benchbase.specs import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -62,18 +66,16 @@ def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> 
     if as_json:
         click.echo(json.dumps({"passed": all(r.passed for r in reports) and all(j.passed for j in judged),
                                "verdict": _overall_verdict(reports),
-                               "logs": [r.to_dict() for r in reports],
+                               "logs": [r.to_dict() | {"resume": _resume_of(r)} for r in reports],
                                "rcp": {judgement.group.name: {label: verdict.explanation for label, verdict
                                                               in judgement.verdicts.items()} | {
                                    "passed": judgement.passed} for judgement in judged}}, indent=2))
     else:
         console = Console()
         for report in reports:
-            console.print(report_table(report, verbose))
+            console.print(report_table(report, verbose, lead=_why_no_result(report)))
             for note in report.notes:
                 console.print(f"  {escape(note)}")
-            if report.unfinished:
-                console.print(f"  [yellow]not a result:[/] {escape(report.unfinished)}")
         console.print(_summary(reports, ruleset.version))
         for judgement in judged:
             verdict = "[green]PASS[/]" if judgement.passed else "[bold red]FAIL[/]"
@@ -94,6 +96,25 @@ def check(paths: tuple[Path, ...], rules: str, as_json: bool, verbose: bool) -> 
     if unfinished:
         raise NotAResult(f"{unfinished} of {len(reports)} log(s) are of runs that did not finish: compliant logs, "
                          f"not results (exit code {UNFINISHED_EXIT_CODE})")
+
+
+def _why_no_result(report: CheckReport) -> list[str]:
+    """For a run that did not finish, the cause first: what fails after it (no evaluation logged,
+    no thread use recorded) follows from the run having stopped. Then how to go on, if it can."""
+    if not report.unfinished:
+        return []
+    follows = "" if report.passed else "; what fails below may follow from that"
+    lead = [f"[yellow]not a result:[/] {escape(report.unfinished)}{follows}"]
+    if command := _resume_of(report):
+        lead.append(f"continue it with: {escape(command)}")
+    return lead
+
+
+def _resume_of(report: CheckReport) -> str | None:
+    """The command that continues the run of an unfinished log in its run folder, else None."""
+    log = Path(report.source)
+    folder = RunFolder(log.parent)
+    return resume_command(folder) if report.unfinished and log == folder.compliance_log else None
 
 
 def _summary(reports: list[CheckReport], version: str) -> str:
@@ -124,7 +145,8 @@ def _rcp_judgements(paths: tuple[Path, ...]) -> list[GroupJudgement]:
     return [judgement for judgement in judgements if len(judgement.group.runs) == judgement.rcp.submission_runs]
 
 
-def report_table(report: CheckReport, verbose: bool = False) -> Group:
+def report_table(report: CheckReport, verbose: bool = False, lead: Sequence[str] = ()) -> Group:
+    """The findings under the log's verdict; ``lead`` (rich markup): lines between the two."""
     table = Table()
     table.add_column("rule")
     table.add_column("status")
@@ -138,7 +160,11 @@ def report_table(report: CheckReport, verbose: bool = False) -> Group:
         table.add_row(finding.rule, f"[{style}]{finding.status}[/]", detail)
     if not table.rows:
         table.add_row("all rules", "[green]pass[/]", f"{len(report.findings)} rules")
-    return titled(f"{VERDICT_SHOWN[report.verdict]} {escape(report.source)} (rules {report.ruleset})", table)
+    heading = titled(f"{VERDICT_SHOWN[report.verdict]} {escape(report.source)} (rules {report.ruleset})", table)
+    if not lead:
+        return heading
+    title, _ = heading.renderables
+    return Group(title, *(Text.from_markup(f"  {line}") for line in lead), table)
 
 
 def registered_workloads() -> dict[str, WorkloadSpec]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -44,6 +45,7 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
                                                  "left_out": [str(path) for path in item.group.left_out],
                                                  "duplicates": [{"run": str(copy), "repeats": str(original)}
                                                                 for copy, original in item.group.duplicates],
+                                                 "unreadable": unreadable_parts(item.group),
                                                  "rcp": _rcp_json(rcps[item.group.name])}
                                for item in scored}, indent=2))
         return
@@ -102,14 +104,28 @@ def _stored_groups(url: str, taken: set[str]) -> list:
 
 def _warn_left_out(console: Console, scored) -> None:
     """Runs without a result.json, and copies of a run, are not scored; say so rather than score
-    the rest silently."""
+    the rest silently. So too for a file of a run that could not be read (warnings, not errors:
+    what the scores rest on, result.json and config.json, was read)."""
     for item in scored:
+        for line in unreadable_parts(item.group):
+            console.print(f"[yellow]{escape(item.group.name)}:[/] {escape(line)}")
         for folder in item.group.left_out:
             console.print(f"[yellow]left out of {item.group.name}:[/] {folder} has no result.json (killed or "
                           "still running)")
         for copy, original in item.group.duplicates:
             console.print(f"[yellow]left out of {item.group.name}:[/] {copy} repeats {original} (the same seed, "
                           "config and evaluations: a copy of one run is one measurement)")
+
+
+def unreadable_parts(group) -> list[str]:
+    """A line per file of the group's runs that could not be read: the compliance log, and the
+    parts a report went on without (the runs' metrics and telemetry, once read)."""
+    lines = []
+    for run in group.runs:
+        if problem := run.log_problem():
+            lines.append(f"{problem}: scored from result.json alone, which no log backs")
+        lines += run.parts_left_out
+    return lines
 
 
 def rich_table(table: ReportTable) -> Table | Text:

@@ -46,7 +46,8 @@ class RunReporter:
         self.targets = tuple(target.label for target in config.workload.tta.targets)
         self.status["targets"] = f"0/{len(self.targets)}"
         self.console.print(f"[bold]benchbase run[/] {config.workload.name} on {config.backend} / "
-                           f"{config.hardware.name}, seed {config.seed} -> {run_dir}")
+                           f"{config.hardware.name}, seed {config.seed} -> {run_dir}",
+                           soft_wrap=not self.console.is_terminal)
         self.live = Live(self._view(), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
@@ -88,10 +89,18 @@ class RunReporter:
             ", ".join(evaluation.reached) or "none yet")
         others = "".join(f"; {subset} CER {rates['paper_cer']:.2f}% WER {rates['wer']:.2f}%"
                          for subset, rates in evaluation.subsets.items() if subset != evaluation.subset)
-        self.console.log(f"epoch {evaluation.epoch}: {evaluation.subset} CER {evaluation.paper_cer:.2f}% "
-                         f"WER {evaluation.wer:.2f}% loss {evaluation.loss:.2f}{others}; "
-                         f"eval {evaluation.eval_seconds:.1f} s, clock {evaluation.seconds / 60:.2f} min")
+        self._line(f"epoch {evaluation.epoch}: {evaluation.subset} CER {evaluation.paper_cer:.2f}% "
+                   f"WER {evaluation.wer:.2f}% loss {evaluation.loss:.2f}{others}; "
+                   f"eval {evaluation.eval_seconds:.1f} s, clock {evaluation.seconds / 60:.2f} min")
         self._refresh()
+
+    def _line(self, message: str) -> None:
+        """One line of the run's record: on a terminal with rich's time and place, off one (a log
+        file, a pipe) plain and whole, so that grep and a wider window read one event per line."""
+        if self.console.is_terminal:
+            self.console.log(message)
+        else:
+            self.console.print(message, soft_wrap=True, markup=False, highlight=False)
 
     @hookimpl
     def run_finished(self, result: RunResult):

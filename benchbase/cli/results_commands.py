@@ -6,6 +6,7 @@ it, $BENCHBASE_RESULTS, else results.sqlite in benchbase's cache folder.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import click
 from rich.console import Console
 
 from benchbase.cli.app import cli
+from benchbase.cli.narrow_table import fitted
 from benchbase.cli.report_commands import rich_table
 from benchbase.errors import InputError
+from benchbase.report.report_table import ReportTable
 
 __all__ = ["results"]
 
@@ -58,7 +61,7 @@ def list_runs(database: str | None) -> None:
 
     with open_for_reading(database_to_read(database)) as connection:
         table = runs_table(connection)
-    _console().print(rich_table(table))
+    _print_fitted(table)
 
 
 @results.command("compare")
@@ -73,8 +76,18 @@ def compare(database: str | None, by: str, first: str, second: str) -> None:
 
     with open_for_reading(database_to_read(database)) as connection:
         table = comparison_table(connection, "system" if by == "system" else "backend", first, second)
-    _console().print(rich_table(table))
+    _print_fitted(table)
+
+
+def _print_fitted(table: ReportTable) -> None:
+    """The table as rich draws it where it fits the width, else a block per group (narrow_table)."""
+    console = _console()
+    console.print(fitted(table, rich_table(table), console))
 
 
 def _console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=WIDE)
+    """A terminal's width; off one (a file, a pipe) the COLUMNS a user sets, else WIDE: rich's own
+    80 would fold every row of a table into a dozen lines."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip().isdigit():
+        return Console()
+    return Console(width=WIDE)

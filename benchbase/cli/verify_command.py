@@ -20,11 +20,12 @@ import numpy as np
 
 from benchbase.cli.app import cli
 from benchbase.cli.framework_logs import load_backend
+from benchbase.cli.resumable import resume_command
 from benchbase.compliance import keys
-from benchbase.compliance.parse import parse_log, read_log
+from benchbase.compliance.parse import ParsedLog, parse_log, read_log
 from benchbase.data.store import FeatureStore
 from benchbase.decode import evaluation_decoder
-from benchbase.errors import InputError
+from benchbase.errors import InputError, UnreadableFile
 from benchbase.families.agreement import ReferencePredictor
 from benchbase.families.parts import family_parts
 from benchbase.harness.evaluation import SubsetEvaluation, evaluate_subsets
@@ -55,9 +56,7 @@ def verify(run_dir: Path, data: Path | None, independent: bool) -> None:
     folder = RunFolder(run_dir)
     source_of_weights = folder.final_checkpoint if with_backend else folder.final_weights
     if not source_of_weights.is_file():
-        hint = "" if with_backend else "; runs made before independent scoring exported none: try --with-backend"
-        raise InputError(f"{source_of_weights}: no final weights (the run ended with an error, or predates them"
-                         f"{hint})")
+        raise InputError(_no_final_weights(folder, source_of_weights, with_backend))
     subset, model = config.workload.scored_subset, config.workload.model
     claimed, decoder_name, beam_width, source = _claim(run_dir, subset, config.workload.evaluation)
     store_root = data or config.data
@@ -92,12 +91,20 @@ def verify(run_dir: Path, data: Path | None, independent: bool) -> None:
     click.echo(f"{run_dir}: verified against {source} ({decoder_name}, beam {beam_width})")
 
 
+def _no_final_weights(folder: RunFolder, source_of_weights: Path, with_backend: bool) -> str:
+    """Why there are none: a run that did not finish (and how to continue it), or one from before them."""
+    if command := resume_command(folder):
+        return (f"{source_of_weights}: no final weights: the run did not finish; continue it with `{command}`, "
+                "then verify it")
+    hint = "" if with_backend else "; runs made before independent scoring exported none: try --with-backend"
+    return f"{source_of_weights}: no final weights (the run ended with an error, or predates them{hint})"
+
+
 def _exported_weights(run_dir: Path, model: ModelSpec, feature_dimension: int) -> dict[str, np.ndarray]:
     """The final weights the run exported, as the log names them (same sha256), in the model's layout."""
     folder = RunFolder(run_dir)
     path = folder.final_weights
-    log = read_log(folder.compliance_log) if folder.compliance_log.is_file() else parse_log(b"")
-    named = log.keyed(keys.EXPORTED_WEIGHTS)
+    named = _log_of(folder.compliance_log).keyed(keys.EXPORTED_WEIGHTS)
     digest = named[-1].value.get("sha256") if named and isinstance(named[-1].value, dict) else None
     if digest is not None and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
         raise InputError(f"{path}: not the exported weights the log names (sha256 differs)")
@@ -124,7 +131,7 @@ def _independent_tolerances(evaluated: SubsetEvaluation) -> dict[str, float]:
 def _claim(run_dir: Path, subset: str, evaluation: EvalSpec) -> tuple[dict, str, int, str]:
     """What the log says the final weights scored on ``subset``: rates, decoder, beam, and which event says so."""
     path = RunFolder(run_dir).compliance_log
-    log = read_log(path) if path.is_file() else parse_log(b"")
+    log = _log_of(path)
     final = [event for event in log.keyed(keys.FINAL_ACCURACY) if event.metadata.get(keys.SUBSET) == subset]
     if final and _rates_in(final[-1].value):
         event = final[-1]
@@ -140,6 +147,14 @@ def _claim(run_dir: Path, subset: str, evaluation: EvalSpec) -> tuple[dict, str,
     event = periodic[-1]
     return (event.value, evaluation.decoder, evaluation.beam_width,
             f"the last evaluation ({path.name} line {event.line})")
+
+
+def _log_of(path: Path) -> ParsedLog:
+    """The run's compliance log, or an empty one where there is none."""
+    try:
+        return read_log(path) if path.is_file() else parse_log(b"")
+    except OSError as error:
+        raise UnreadableFile(path, error) from None
 
 
 def _rates_in(value) -> bool:

@@ -3,7 +3,8 @@
 Input is either a compliance log (result.json and config.json beside it are used when they
 exist), a run folder (mllog.log, result.json, config.json) or a folder of run folders
 (run-0, run-1, ...). Only input that cannot be checked at all (a missing path, a folder with
-no log) is an InputError; everything inside a log is a finding, never an exception.
+no log, a log, result.json or config.json that cannot be read: UnreadableFile, as every command
+says it) is an InputError; everything inside a log is a finding, never an exception.
 
 Resources are bounded: the log is streamed into compact events (parse.read_log), never held
 whole, and each rule reports at most MESSAGES_PER_RULE messages and a count of the rest.
@@ -24,7 +25,7 @@ from benchbase.compliance.keys import constants
 from benchbase.compliance.outcome import limit_note, why_unfinished
 from benchbase.compliance.parse import ParsedLog, read_log
 from benchbase.compliance.rules import DivisionRule, Rule, RuleSet, load_ruleset
-from benchbase.errors import InputError
+from benchbase.errors import InputError, UnreadableFile
 from benchbase.run_folder import CONFIG_NAME, LOG_NAME, RESULT_NAME, RunFolder, find_run_folders
 from benchbase.specs import ResultProblem, WorkloadSpec, read_run_result
 
@@ -96,7 +97,7 @@ def check_log(log: Path, ruleset: RuleSet | None = None,
     try:
         parsed = read_log(log)
     except OSError as error:
-        raise InputError(f"{log}: cannot read: {error.strerror or error}") from None
+        raise UnreadableFile(log, error) from None
     evidence = Evidence(source=str(log), log=parsed)
     folder = RunFolder(log.parent)
     file_problems = [_attach_result(evidence, folder.result), _attach_config(evidence, folder.config)]
@@ -180,7 +181,7 @@ def _attach_result(evidence: Evidence, path: Path) -> str | None:
     try:
         evidence.result = read_run_result(path.read_bytes().decode("utf-8", errors="replace"))
     except OSError as error:
-        return f"{path.name}: cannot be read: {error.strerror or error}"
+        raise UnreadableFile(path, error) from None
     except ResultProblem as problem:
         return f"{path.name}: {problem}"
     return None
@@ -192,8 +193,12 @@ def _attach_config(evidence: Evidence, path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
-    except (OSError, ValueError, RecursionError) as error:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as error:
+        raise UnreadableFile(path, error) from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
         return f"{path.name} is not valid JSON: {str(error)[:100]}"
     if not isinstance(data, dict):
         return f"{path.name} is not a JSON object"

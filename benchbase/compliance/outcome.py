@@ -26,8 +26,8 @@ def why_unfinished(evidence: Evidence) -> str | None:
     reason = _stop_reason(evidence)
     if reason is not None and not reason.finished:
         stop = evidence.log.keyed(constants.RUN_STOP)[-1]
-        error = str(stop.metadata.get(ERROR) or "").strip().splitlines()
-        return f"the run stopped on {reason}" + (f": {error[0][:LONGEST_ERROR]}" if error else "")
+        error = _first_line(stop.metadata.get(ERROR))
+        return f"the run stopped: {reason}" + (f" ({error})" if error else "")
     if evidence.folder is not None and not evidence.folder.result.exists():
         return f"no {RESULT_NAME} beside the log: the run ended before it wrote its result (it crashed or was killed)"
     return None
@@ -40,6 +40,12 @@ def limit_note(evidence: Evidence) -> str | None:
         return None
     return (f"stopped at its limit ({reason}) with status {constants.ABORTED}: a finished run and a result, "
             "with not every target reached")
+
+
+def _first_line(error: object) -> str:
+    """The error's first line, without the colon an empty message leaves ("Terminated: ")."""
+    lines = str(error or "").strip().splitlines()
+    return lines[0][:LONGEST_ERROR].rstrip().rstrip(":").rstrip() if lines else ""
 
 
 def _stop_reason(evidence: Evidence) -> StopReason | None:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from benchbase.backend import Backend
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
-from benchbase.errors import InputError, describe_validation_error
+from benchbase.errors import InputError, UnreadableFile, describe_validation_error
 from benchbase.harness.assembly import build_context, run_pipeline
 from benchbase.harness.devices import device_plan
 from benchbase.harness.evaluation import predicted_log_probs
@@ -46,7 +46,9 @@ def load_run_config(run_dir: Path) -> RunConfig:
     if not path.is_file():
         raise InputError(f"{run_dir}: not a run folder (no {path.name})")
     try:
-        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
+        return RunConfig.model_validate_json(path.read_bytes())
+    except OSError as error:
+        raise UnreadableFile(path, error) from None
     except ValidationError as error:
         raise InputError(describe_validation_error(str(path), error)) from None
 

@@ -4,6 +4,7 @@ cost and energy to reach each target (beyond the paper)."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -45,19 +46,33 @@ def pick_baseline(scored: list[Scored], name: str | None) -> Scored:
 
 def environment_table(groups: list[RunGroup]) -> ReportTable:
     """What each group measured: the software and the CPU its first run recorded."""
-    rows = [[group.name, *_environment_cells(group.environment, group.runs[0].result.cpu)] for group in groups]
+    rows = [[group.name, *_environment_cells(group.environment, group.runs[0].result.cpu, group.runs[0].result.backend)]
+            for group in groups]
     notes = [] if all(group.environment for group in groups) else [
         "NA: the run predates the environment record (benchbase_environment, rule set 1.4)."]
     return ReportTable("software environment (the first run of each group)", ["group", "backend", "frameworks",
                        "python", "CPU", "GPU", "benchbase", "host"], rows, name="environment", notes=notes)
 
 
-def _environment_cells(environment: dict, cpu: dict) -> list[str | None]:
+FRAMEWORK_WORDS = {"torch": {"torch", "pytorch"}, "tensorflow": {"tf", "tensorflow"},
+                   "tensorflow-cpu": {"tf", "tensorflow"}, "jax": {"jax"}}
+"""A framework's distribution -> the words that name it in a backend's name or distribution
+(benchbase-torch-ds2, tf): the environment records every framework installed, a run used one."""
+
+
+def frameworks_used(packages: dict, backend: str | None, distribution: str | None) -> str:
+    """The frameworks the run's backend names, with their versions; every framework installed
+    where the backend names none (a third-party backend of another name)."""
+    words = set(re.split(r"[^a-z0-9]+", f"{backend} {distribution or ''}".lower()))
+    installed = [name for name in FRAMEWORK_WORDS if name in packages]
+    used = [name for name in installed if FRAMEWORK_WORDS[name] & words] or installed
+    return ", ".join(f"{name} {packages[name]}" for name in used)
+
+
+def _environment_cells(environment: dict, cpu: dict, backend: str | None) -> list[str | None]:
     if not environment:
         return [None] * 7
-    packages = environment.get("packages") or {}
-    frameworks = ", ".join(f"{name} {packages[name]}" for name in ("torch", "tensorflow", "tensorflow-cpu", "jax")
-                           if name in packages)
+    frameworks = frameworks_used(environment.get("packages") or {}, backend, environment.get("backend_distribution"))
     recorded_cpu = environment.get("cpu") or cpu or {}
     extensions = recorded_cpu.get("vector_extensions") or []
     isa = f"{recorded_cpu.get('best_isa', '')}{' with BF16' if 'AVX-512 BF16' in extensions else ''}"
@@ -82,12 +97,14 @@ def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> li
     for workload, items in by_workload.items():
         labels = _labels(items)
         own = baseline if any(item is baseline for item in items) else items[0]
-        part = [tta_minutes_table(items, labels), same_batch_table(items, labels),
-                tta_percent_table(items, labels, own), accuracy_table(items), final_evaluation_table(items),
-                throughput_table(items), score_table(items), cost_table(items, labels, cost)]
-        if own is not baseline:
-            part[2].notes.append(f"{baseline.group.name} is a {baseline.group.workload_name} group: a "
-                                 f"{workload} group is compared with {own.group.name}, the first of {workload}.")
+        # A group alone compares with nothing: its "TTA (% of itself)" would be a column of 100s.
+        percent = [tta_percent_table(items, labels, own)] if len(items) > 1 else []
+        part = [tta_minutes_table(items, labels), same_batch_table(items, labels), *percent, accuracy_table(items),
+                final_evaluation_table(items), throughput_table(items), score_table(items),
+                cost_table(items, labels, cost)]
+        if own is not baseline and percent:
+            percent[0].notes.append(f"{baseline.group.name} is a {baseline.group.workload_name} group: a "
+                                    f"{workload} group is compared with {own.group.name}, the first of {workload}.")
         if any(item.group.open for item in items):
             for table in part:
                 table.notes.append(OPEN_NOTE)

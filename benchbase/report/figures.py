@@ -149,8 +149,10 @@ def draw_accuracy(groups: list[RunGroup]):
 
 def _finish_accuracy_axes(figure, axes, groups: list[RunGroup], cer_metric: str, windows: set) -> None:
     loss, cer, wer = axes
-    subset = _subset_names(groups)
+    subset, others = _subset_names(groups), _other_subsets(groups)
+    # The panels draw every dev subset: the label names the scored one and the fainter others.
     on = f" on {subset}" if subset else ""
+    on += f" ({', '.join(others)} faint)" if others else ""
     loss_label = loss_name([run for group in groups for run in group.runs])
     names = ((loss, loss_label), (cer, f"{metric_name(cer_metric)} (%){on}"), (wer, f"WER (%){on}"))
     for axis, name in names:
@@ -227,6 +229,12 @@ def _subset_names(groups: list[RunGroup]) -> str:
     names = names or dict.fromkeys(subset for group in groups
                                    if isinstance(subset := (group.workload.get("tta") or {}).get("subset"), str))
     return ", ".join(names)
+
+
+def _other_subsets(groups: list[RunGroup]) -> list[str]:
+    """The dev subsets the records hold besides the scored one (dev-other), drawn faint."""
+    return list(dict.fromkeys(subset for group in groups for run in group.runs
+                              for subset, scored in subset_series(run.evaluations) if not scored and subset))
 
 
 def _target_lines(cer, wer, groups: list[RunGroup]) -> None:

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
 
-from benchbase.errors import InputError
+from benchbase.errors import InputError, UnreadableFile
 from benchbase.run_folder import RESULT_NAME, RunFolder, find_run_folders, read_json_lines
 from benchbase.specs import ResultProblem, RunResult, read_run_result
 
@@ -29,6 +29,9 @@ class Run:
     result: RunResult
     config: dict = field(default_factory=dict)
     """config.json as a mapping: the report reads a few keys, from runs of any version."""
+    parts_left_out: list[str] = field(default_factory=list)
+    """A line per file of the run that could not be read and that the report goes on without
+    (metrics.jsonl, telemetry.jsonl: the tables and figures drawn from it), added as it is read."""
 
     def tta_seconds(self, label: str) -> float | None:
         reached = self.result.tta.get(label)
@@ -63,7 +66,7 @@ class Run:
 
     @cached_property
     def metrics(self) -> list[dict]:
-        return read_json_lines(RunFolder(self.path).metrics)
+        return self._optional_lines(RunFolder(self.path).metrics)
 
     @property
     def evaluations(self) -> list[dict]:
@@ -74,11 +77,45 @@ class Run:
         return [record for record in self.metrics if record.get("kind") == "batch"]
 
     @cached_property
-    def telemetry(self) -> list[dict]:
-        """Every sample of the run. A resume moves the interrupted segment's samples to segments/K/
-        and its clock goes on from the interruption, so the segments' samples, in order, come first."""
+    def telemetry_segments(self) -> list[list[dict]]:
+        """The samples of each segment of the run: one without a resume. A resume moves the
+        interrupted segment's samples to segments/K/ and its clock goes on from the interruption,
+        so the segments' samples, in order, come first."""
         folder = RunFolder(self.path)
-        return [sample for part in (*folder.segment_folders(), folder) for sample in read_json_lines(part.telemetry)]
+        return [self._optional_lines(part.telemetry) for part in (*folder.segment_folders(), folder)]
+
+    @property
+    def telemetry(self) -> list[dict]:
+        """Every sample of the run, in order."""
+        return [sample for segment in self.telemetry_segments for sample in segment]
+
+    @property
+    def resumed_at(self) -> list[float]:
+        """Run-clock seconds where the run went on after an interruption: the first sample of each
+        segment after the first (nothing was sampled between it and the interrupted one's last)."""
+        starts = [segment[0].get("t") for segment in self.telemetry_segments[1:] if segment]
+        return [float(start) for start in starts if isinstance(start, int | float)]
+
+    def log_problem(self) -> str | None:
+        """'PATH: cannot read: WHY' where the run's compliance log exists and cannot be read, else None:
+        its scores then rest on result.json alone, which no log backs."""
+        path = RunFolder(self.path).compliance_log
+        try:
+            with open(path, "rb") as handle:
+                handle.read(1)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            return str(UnreadableFile(path, error))
+        return None
+
+    def _optional_lines(self, path: Path) -> list[dict]:
+        """A JSON-lines file a report can go on without: its records, or none and a line saying why."""
+        try:
+            return read_json_lines(path)
+        except OSError as error:
+            self.parts_left_out.append(f"{UnreadableFile(path, error)}: the report goes on without it")
+            return []
 
 
 @dataclass
@@ -256,16 +293,20 @@ def _read_result(path: Path) -> RunResult:
     try:
         return read_run_result(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
+        raise UnreadableFile(path, error) from None
     except ResultProblem as problem:
         raise InputError(f"{path}: {problem}") from None
 
 
 def _read_object(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnreadableFile(path, error) from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise InputError(f"{path}: not valid JSON: {str(error)[:100]}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")
     return data

@@ -33,7 +33,7 @@ UTILIZATION_WINDOW_SECONDS = 25.0  # the paper's Figure 8 shows 25 seconds of st
 SMOOTHING_SECONDS = 1.0  # long enough to even out 10 ms accounting ticks, short enough to show a step's rhythm
 # Red is the thread budget's and cyan the evaluations' shade; black and blue are the CPU's.
 GPU_COLORS = ("tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray")
-BUDGET_COLOR, EVALUATION_COLOR = "tab:red", "tab:cyan"
+BUDGET_COLOR, EVALUATION_COLOR, RESUME_COLOR = "tab:red", "tab:cyan", "tab:purple"
 
 
 def draw_utilization(groups: list[RunGroup], window: tuple[float, float] | None = None):
@@ -81,12 +81,14 @@ def _plot_run(axis, run: Run, span: tuple[float, float]) -> float | None:
     """Draws one run's panel; returns the median interval between its samples (None without any)."""
     half = SMOOTHING_SECONDS / 2  # samples just outside the window still count in the means at its edges
     samples = _in_window(run.telemetry, (span[0] - half, span[1] + half))
-    keys = [_plot_smoothed(axis, _series(samples, "cpu"), span, "black", "-", "CPU"),
-            _plot_smoothed(axis, _series(samples, "proc_cpu"), span, "tab:blue", ":", "CPU, run's processes")]
+    resumes = [at for at in getattr(run, "resumed_at", []) if span[0] < at <= span[1]]
+    keys = [_plot_smoothed(axis, _series(samples, "cpu"), span, "black", "-", "CPU", resumes),
+            _plot_smoothed(axis, _series(samples, "proc_cpu"), span, "tab:blue", ":", "CPU, run's processes",
+                           resumes)]
     gpus = _gpu_series(samples)
-    keys += [_plot_smoothed(axis, series, span, GPU_COLORS[index % len(GPU_COLORS)], "--", f"GPU {index}")
+    keys += [_plot_smoothed(axis, series, span, GPU_COLORS[index % len(GPU_COLORS)], "--", f"GPU {index}", resumes)
              for index, series in enumerate(gpus)]
-    keys += [_budget(axis, run, samples), _evaluations(axis, run.evaluations, span)]
+    keys += [_resumes(axis, resumes), _budget(axis, run, samples), _evaluations(axis, run.evaluations, span)]
     notes = [note for note, missing in (("no GPU utilization (NVML unavailable)", not gpus),
                                         ("no evaluation in this window", keys[-1] is None)) if missing]
     _legend(axis, samples, [key for key in keys if key is not None], notes)
@@ -104,19 +106,29 @@ def rolling_band(times: list[float], values: list[float], seconds: float = SMOOT
 
 
 def _plot_smoothed(axis, series: tuple[list[float], list[float]], span: tuple[float, float], color: str, style: str,
-                   label: str) -> tuple | None:
+                   label: str, resumes: list[float] = ()) -> tuple | None:
     """The rolling mean as a line over the raw range as a band; returns the legend key (band and line
-    drawn as one), or None for a series without samples (e.g. telemetry from before the sampler
-    followed the run's processes)."""
-    times, values = series
-    if not times:
-        return None
-    mean, low, high = rolling_band(times, values)
-    shown = (np.asarray(times) >= span[0]) & (np.asarray(times) <= span[1])
-    shown_times = np.asarray(times)[shown]
-    band = axis.fill_between(shown_times, low[shown], high[shown], color=color, alpha=0.12, lw=0)
-    (line,) = axis.plot(shown_times, mean[shown], color=color, ls=style, lw=1.1, label=label)
-    return (band, line), label
+    drawn as one), or None for a series without samples in the window (e.g. telemetry from before
+    the sampler followed the run's processes). A resume breaks both: nothing was measured while the
+    run was down, and a line across the gap would draw a measurement that was never taken."""
+    times, values = np.asarray(series[0], dtype=float), np.asarray(series[1], dtype=float)
+    drawn = None
+    for piece in np.split(np.arange(len(times)), np.searchsorted(times, resumes)):
+        mean, low, high = rolling_band(list(times[piece]), list(values[piece])) if len(piece) else ((), (), ())
+        shown = (times[piece] >= span[0]) & (times[piece] <= span[1])
+        if not shown.any():
+            continue
+        band = axis.fill_between(times[piece][shown], low[shown], high[shown], color=color, alpha=0.12, lw=0)
+        (line,) = axis.plot(times[piece][shown], mean[shown], color=color, ls=style, lw=1.1,
+                            label=label if drawn is None else "_" + label)
+        drawn = drawn or ((band, line), label)
+    return drawn
+
+
+def _resumes(axis, resumes: list[float]) -> tuple | None:
+    """A line where the run went on after an interruption; returns its legend key, or None without one."""
+    lines = [axis.axvline(at, color=RESUME_COLOR, ls=(0, (1, 1)), lw=1.2) for at in resumes]
+    return (lines[0], "resumed after an interruption (down time not on the run clock)") if lines else None
 
 
 def _series(samples: list[dict], key: str) -> tuple[list[float], list[float]]:
