@@ -38,7 +38,7 @@ def main() -> None:
     workload = builtin_workload("ds2-mini")
     store = FeatureStore(ensure_workload_data(workload, None, default_cache()))
     corpus = default_cache() / f"synthetic-v3-{workload.data.synthetic_utterances}-seed0"
-    transcripts = [source.transcript for source in list_subset(corpus, "train")[0]]
+    transcripts = [source.transcript for source in list_subset(corpus, "train").utterances]
     utterances = [u for shard in store.shards(["dev-clean"]) for u in store.read(shard)]
     vocabularies = {"characters (30)": CharacterVocabulary()}
     for size, kind in ((63, "unigram"), (255, "unigram"), (1023, "bpe")):

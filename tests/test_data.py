@@ -8,6 +8,7 @@ import librosa
 import numpy as np
 import pytest
 import soundfile
+from cli_helpers import benchbase_in_process
 
 from benchbase.data.features import extract_features
 from benchbase.data.pipeline import BatchPipeline, bucketed_plan
@@ -89,6 +90,7 @@ def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, m
     dev = description["splits"]["dev-clean"]
     assert dev["dropped"]["unreadable_audio"] == 1 and dev["dropped"]["bad_transcript"] == 1
     assert dev["dropped"]["missing_audio"] == 2  # the deleted file and the malformed line's
+    assert dev["dropped"]["empty_transcript"] == 1 and dev["utterances"] + sum(dev["dropped"].values()) == dev["listed"]
     assert dev["dropped"].get("too_long", 0) > 0 and dev["resampled"] == 1
     report = json.loads((out / "report.json").read_text())["dev-clean"]
     reasons = {(Path(p["file"]).name, p["reason"].split(":")[0]) for p in report["problems"]}
@@ -97,6 +99,38 @@ def test_prepare_skips_and_reports_every_planted_fault(tmp_path, small_corpus, m
     assert any(name.startswith(planted["transcript"].name) and "no transcript" in reason for name, reason in reasons)
     assert any("'4' is not in the alphabet" in p["reason"] for p in report["problems"])
     assert abs(report["kept_fraction"] - dev["utterances"] / dev["listed"]) <= 0.5e-5 + 1e-12  # rounded to 5 decimals
+
+
+def test_an_undecodable_transcript_line_costs_its_utterance_alone_and_is_counted(capsys, tmp_path, small_corpus):
+    """Two Latin-1 lines in a chapter's transcript: the chapter's other utterances are kept, and the
+    summary on the console and in report.json counts the two as dropped, with why."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus / "dev-clean", corpus / "dev-clean")
+    transcript = max(corpus.glob("dev-clean/*/*/*.trans.txt"), key=lambda path: len(path.read_bytes().splitlines()))
+    lines = transcript.read_bytes().splitlines()
+    assert len(lines) >= 4
+    for index in (1, 2):
+        utterance_id, text = lines[index].split(b" ", 1)
+        lines[index] = utterance_id + b" " + "CAFÉ".encode("latin-1") + b" " + text
+    transcript.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "store"
+    code, said, err = benchbase_in_process(capsys, "data", "prepare", "--librispeech", str(corpus), "--workload",
+                                           "ds2-mini", "--subsets", "dev-clean", "--train", "dev-clean", "--out",
+                                           str(out), "--workers", "1")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())["dev-clean"]
+    assert report["dropped"]["undecodable_transcript"] == 2
+    assert report["utterances"] + sum(report["dropped"].values()) == report["listed"]
+    assert report["listed"] == len(list(corpus.glob("dev-clean/*/*/*.flac")))
+    undecodable = [p for p in report["problems"] if "not UTF-8" in p["reason"]]
+    assert [p["file"] for p in undecodable] == [f"{transcript}:2", f"{transcript}:3"]
+    chapter = transcript.name.removesuffix(".trans.txt")
+    kept = [json.loads(line)["id"] for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert any(utterance_id.startswith(chapter + "-") for utterance_id in kept)  # the chapter's good lines
+    summary = " ".join(said.split())  # the console's line, unwrapped
+    assert (f"dev-clean: kept {report['utterances']} of {report['listed']} "
+            f"({100 * report['kept_fraction']:.1f}%)") in summary
+    assert "undecodable_transcript 2" in summary
 
 
 def test_manifest_lists_every_kept_utterance_with_its_place(small_store):

@@ -89,19 +89,52 @@ def test_the_estimate_counts_checkpoints_and_optimizer_state():
     assert disk_space.estimated_run_bytes(workload) > parameters * 4 * 3 * 4  # 4 checkpoints of 3 values each
 
 
+def test_the_estimate_is_the_checkpoint_policy_and_logs_for_the_time_limit(monkeypatch):
+    """No fixed allowance: a short run of a small model asks for little more than its checkpoints."""
+    workload = _workload()
+    parameters = workload.model.parameter_count(workload.features.dimension)
+    checkpoints = parameters * 4 * 3 * (disk_space.PERIODIC_CHECKPOINTS_KEPT + 2) + parameters * 4
+    minute = workload.model_copy(update={"max_minutes": 1.0})
+    assert checkpoints < disk_space.estimated_run_bytes(minute) < checkpoints + 3 * 2**20
+    hour = workload.model_copy(update={"max_minutes": 60.0})
+    logs_per_minute = disk_space.estimated_log_bytes(hour) - disk_space.estimated_log_bytes(minute)
+    assert disk_space.estimated_run_bytes(hour) - disk_space.estimated_run_bytes(minute) == logs_per_minute > 0
+    assert disk_space.estimated_run_bytes(hour, gpus=8) > disk_space.estimated_run_bytes(hour)  # their telemetry
+    unlimited = workload.model_copy(update={"max_minutes": 100_000.0})  # a placeholder, not a day-long run
+    assert disk_space.estimated_log_bytes(unlimited) == disk_space.estimated_log_bytes(
+        workload.model_copy(update={"max_minutes": disk_space.LOG_HORIZON_MINUTES}))
+    monkeypatch.setattr(disk_space, "PERIODIC_CHECKPOINTS_KEPT", disk_space.PERIODIC_CHECKPOINTS_KEPT + 1)
+    assert disk_space.estimated_run_bytes(minute) == checkpoints + parameters * 4 * 3 + (
+        disk_space.estimated_log_bytes(minute))
+
+
 DRY = ("run", "--workload", "ds2-mini", "--backend", "torch", "--hw", "cpu")
 
 
-def test_dry_run_warns_and_run_refuses_when_the_disk_is_too_small(capsys, tmp_path, monkeypatch):
+def test_dry_run_and_run_refuse_alike_when_the_disk_is_too_small(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**30, 2**30 - 2**20, 2**20))
-    monkeypatch.setenv("COLUMNS", "400")  # the plan's row on one line
     out = tmp_path / "run"
-    code, said, _ = benchbase_in_process(capsys, *DRY, "--out", str(out), "--dry-run")
-    assert code == 0 and "disk space" in said and "1.0 MiB free; the run would refuse to start" in said
+    code, said, dry_err = benchbase_in_process(capsys, *DRY, "--out", str(out), "--dry-run")
+    assert code == 2 and said == "" and len(dry_err.strip().splitlines()) == 1
     code, _, err = benchbase_in_process(capsys, *DRY, "--out", str(out), "--cache", str(tmp_path / "cache"))
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "1.0 MiB free" in err and "the run needs about" in err
+    assert code == 2 and err == dry_err
+    assert "1.0 MiB free (BENCHBASE_DISK_ESTIMATE=SIZE replaces the estimate)" in err
+    assert "the run needs about" in err and err.rstrip().endswith("free some space or choose another --out")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("value", "code", "shown"), [
+    ("0", 0, "the run needs about 0 B (BENCHBASE_DISK_ESTIMATE); 1.0 MiB free on its filesystem"),
+    ("512K", 0, "the run needs about 512.0 KiB (BENCHBASE_DISK_ESTIMATE)"),
+    ("2G", 2, "the run needs about 2.0 GiB (BENCHBASE_DISK_ESTIMATE) and its filesystem has 1.0 MiB free"),
+    ("lots", 2, "BENCHBASE_DISK_ESTIMATE='lots': expected a size such as 500M or 2G"),
+])
+def test_the_estimate_can_be_replaced_where_the_user_knows_better(capsys, tmp_path, monkeypatch, value, code, shown):
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**30, 2**30 - 2**20, 2**20))
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("BENCHBASE_DISK_ESTIMATE", value)
+    exit_code, said, err = benchbase_in_process(capsys, *DRY, "--out", str(tmp_path / "run"), "--dry-run")
+    assert exit_code == code and shown in (said if code == 0 else err), (said, err)
 
 
 def test_dry_run_shows_the_estimate_when_there_is_room(capsys, tmp_path, monkeypatch):
@@ -153,7 +186,8 @@ def test_resume_refuses_when_the_disk_is_too_small(capsys, tmp_path, monkeypatch
     code, _, err = benchbase_in_process(capsys, "run", "--resume", str(out))
     [line] = err.strip().splitlines()
     assert code == 1 and line.startswith(f"benchbase: error: {out}: resuming the run needs about ")
-    assert line.endswith("and its filesystem has 1.0 MiB free; free some space, then resume it again")
+    assert line.endswith("and its filesystem has 1.0 MiB free (BENCHBASE_DISK_ESTIMATE=SIZE replaces the "
+                         "estimate); free some space, then resume it again")
     assert not (out / "segments").exists()
     monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: Usage(2**40, 0, 2**40))
     code, _, err = benchbase_in_process(capsys, "run", "--resume", str(out))  # room: on to the checkpoints
@@ -180,11 +214,13 @@ def test_sweep_sums_its_runs_estimates_warns_in_a_dry_run_and_refuses(capsys, tm
     code, said, err = benchbase_in_process(capsys, "sweep", str(sweep_file), "--out", str(out), "--dry-run")
     assert code == 0, err
     assert (f"disk space: warning: {out}: the sweep (2 runs still to run) needs about {summed} (checkpoints, log "
-            "and metrics) and its filesystem has 1.0 MiB free; the sweep would refuse to start") in said
+            "and metrics) and its filesystem has 1.0 MiB free (BENCHBASE_DISK_ESTIMATE=SIZE replaces the "
+            "estimate); the sweep would refuse to start") in said
     code, said, err = benchbase_in_process(capsys, "sweep", str(sweep_file), "--out", str(out))
     assert code == 2 and err == (f"benchbase: error: {out}: the sweep (2 runs still to run) needs about {summed} "
-                                 "(checkpoints, log and metrics) and its filesystem has 1.0 MiB free; free some "
-                                 "space or choose another --out\n")
+                                 "(checkpoints, log and metrics) and its filesystem has 1.0 MiB free "
+                                 "(BENCHBASE_DISK_ESTIMATE=SIZE replaces the estimate); free some space or choose "
+                                 "another --out\n")
     assert not out.exists() and said == ""
 
 

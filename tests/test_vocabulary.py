@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from cli_helpers import run_benchbase
 from pydantic import ValidationError
 
 from benchbase.data.librispeech import list_subset
-from benchbase.data.prepare import prepare_workload_store
+from benchbase.data.prepare import prepare_store, prepare_workload_store
 from benchbase.data.store import FeatureStore
 from benchbase.data.vocabulary import (
     VOCABULARY_FILE,
@@ -30,7 +31,7 @@ PIECES_SET = "workload.data.tokens={kind: sentencepiece, size: 63}"
 
 @pytest.fixture(scope="module")
 def transcripts(small_corpus):
-    sources, _ = list_subset(small_corpus, "train")
+    sources = list_subset(small_corpus, "train").utterances
     return [source.transcript for source in sources]
 
 
@@ -64,10 +65,34 @@ def test_pieces_are_trained_byte_for_byte_the_same_and_spell_the_transcripts(tra
     assert pieces < 0.8 * sum(len(characters.encode(t)) for t in transcripts)
 
 
-def test_too_many_pieces_for_the_transcripts_is_one_line(transcripts):
-    with pytest.raises(InputError, match=r"sentencepiece cannot make 5000 pieces from \d+ training transcripts: "
-                       r"Vocabulary size too high \(5001\)\. Please set it to a value <= \d+\.$"):
+def test_too_many_pieces_names_the_largest_size_that_works_and_bpe(transcripts):
+    """sentencepiece's limit counts the blank; the message counts pieces, as the workload's size does."""
+    with pytest.raises(InputError) as raised:
         train_pieces(transcripts, PIECES.model_copy(update={"size": 5000}))
+    message = str(raised.value)
+    largest = int(re.search(r"workload\.data\.tokens\.size <= (\d+)\)", message).group(1))
+    assert message.startswith(f"sentencepiece cannot make 5000 unigram pieces from {len(transcripts)} training "
+                              f"transcripts: they make at most {largest} ")
+    assert "model_type=bpe" in message and "\n" not in message
+    made = train_pieces(transcripts, PIECES.model_copy(update={"size": largest}))
+    assert PieceVocabulary(made).symbols == largest + 1
+    with pytest.raises(InputError):
+        train_pieces(transcripts, PIECES.model_copy(update={"size": largest + 1}))
+    bpe = PIECES.model_copy(update={"size": largest + 1, "model_type": "bpe"})
+    assert PieceVocabulary(train_pieces(transcripts, bpe)).symbols == largest + 2  # what the message promises
+
+
+def test_a_preparation_that_failed_before_any_shard_can_be_retried_into_its_folder(tmp_path, small_corpus,
+                                                                                 mini_workload):
+    out = tmp_path / "store"
+    arguments = (small_corpus, {"train": ("dev-clean",)}, mini_workload.features, mini_workload.model, 16.7, out)
+    with pytest.raises(InputError, match="sentencepiece cannot make 5000"):
+        prepare_store(*arguments, workers=1, tokens=PIECES.model_copy(update={"size": 5000}))
+    assert (out / "prepare.json").is_file()  # what the failed attempt left
+    description = prepare_store(*arguments, workers=1, tokens=PIECES.model_copy(update={"size": 40}))
+    assert description["vocabulary"]["size"] == 40
+    with pytest.raises(InputError, match="already holds features of another corpus or other settings"):
+        prepare_store(*arguments, workers=1, tokens=PIECES.model_copy(update={"size": 41}))  # features now
 
 
 def test_ctc_needs_a_blank_between_equal_neighbours():

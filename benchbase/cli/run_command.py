@@ -18,10 +18,12 @@ from benchbase.cli.plan_view import run_plan_table
 from benchbase.cli.reporter import RunReporter
 from benchbase.cli.run_plan import ResolvedRun, RunRequest, check_out_folder, resolve_run
 from benchbase.cli.run_resume import resume_run
-from benchbase.data.workload_data import StoreBuild, default_cache, ensure_workload_data
+from benchbase.data.store import FeatureStore
+from benchbase.data.workload_data import StoreBuild, default_cache, ensure_workload_data, synthetic_paths
 from benchbase.errors import InputError
 from benchbase.harness import run_benchmark
-from benchbase.harness.disk_space import estimated_run_bytes, space_estimate
+from benchbase.harness.disk_space import SpaceEstimate, estimated_run_bytes, space_estimate
+from benchbase.harness.initialization import check_run_data
 from benchbase.harness.world import World, coordinator_for
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import Registry, collect_registry
@@ -92,7 +94,8 @@ MAX_ORG_LENGTH: int = next(bound.max_length for bound in RunConfig.model_fields[
                    "division.")
 @click.option("--dry-run", is_flag=True,
               help="Resolve the workload, backend, profile and overrides, make every check that refuses a run "
-                   "before the clock, print the plan and stop: nothing is trained and no run folder is written.")
+                   "before the clock (the store, the free disk space among them), print the plan and stop: nothing "
+                   "is trained and no run folder is written; exit 2 where the run would refuse.")
 @click.pass_context
 def run(context: click.Context, **options: Any) -> None:
     """Train WORKLOAD with BACKEND on HW until every target is reached (or the limits).
@@ -100,6 +103,10 @@ def run(context: click.Context, **options: Any) -> None:
     A backend that trains one process per device (torch) on several devices runs in that many
     processes, started through torch's launcher; under `torchrun` (one machine or several) each
     process joins the run torchrun describes.
+
+    Before the clock, the run's filesystem must have room for what it writes: its checkpoints (those
+    kept at once, each the parameters and the optimizer's state) and its logs for its time limit.
+    BENCHBASE_DISK_ESTIMATE=SIZE (e.g. 200M, 2G; 0 skips the check) replaces that estimate.
 
     Exit status: 0 when every run reached every target (with --dry-run: when the run would
     start), 3 when a run stopped at a limit first (status aborted), 2 for bad input.
@@ -121,19 +128,17 @@ def run(context: click.Context, **options: Any) -> None:
     if world.leader:  # before any output or data: a folder that cannot be made is one line, exit 2
         for folder in folders:
             check_out_folder(folder)
-    # Every run of a series writes beside the others, on the same filesystem.
-    space = space_estimate(folders[0], estimated_run_bytes(resolved.workload) * len(folders),
-                           "the run" if len(folders) == 1 else f"the series of {len(folders)} runs")
+    space = _space_estimate(resolved, folders)
+    if space.short and world.leader:
+        raise InputError(f"{space.shortfall()}; free some space or choose another --out")
     if options["dry_run"]:
+        _check_data_before_clock(resolved, folders[0], options)
         table = run_plan_table(resolved, folders, options["seed"], options["org"] or DEFAULT_ORG,
                                _data_description(request.data, options["cache"]),
                                options["checkpoint_every"], not options["no_final_eval"])
-        table.add_row("disk space", escape(f"warning: {space.shortfall()}; the run would refuse to start"
-                                           if space.short else space.describe()))
+        table.add_row("disk space", escape(space.describe()))
         Console().print(table)
         return
-    if space.short and world.leader:
-        raise InputError(f"{space.shortfall()}; free some space or choose another --out")
     statuses = _run_all(world, manager, resolved, folders, options)
     # Under torchrun (or benchbase's own launcher), every rank of a run that completed leaves with 0,
     # whatever its status: torchrun takes any other code for a crashed worker (it would print a
@@ -142,6 +147,27 @@ def run(context: click.Context, **options: Any) -> None:
     # own launcher reads it from there and exits 3 for an aborted run (docs/clusters.md, "Exit codes").
     if any(status != "success" for status in statuses) and not world.distributed:
         raise click.exceptions.Exit(3)
+
+
+def _space_estimate(resolved: ResolvedRun, folders: list[Path]) -> SpaceEstimate:
+    """What the run (or series) writes, against the free space of its folders' filesystem: every
+    run of a series writes beside the others, on the same filesystem."""
+    plan = resolved.plan
+    per_run = estimated_run_bytes(resolved.workload, gpus=plan.count if plan.kind == "cuda" else 0)
+    return space_estimate(folders[0], per_run * len(folders),
+                          "the run" if len(folders) == 1 else f"the series of {len(folders)} runs")
+
+
+def _check_data_before_clock(resolved: ResolvedRun, folder: Path, options: dict[str, Any]) -> None:
+    """The refusals that the harness's init makes of the store (harness/initialization.py), made
+    by a dry run on the store the run would train on. A synthetic store not built yet is built by
+    the run for this workload, and has nothing to refuse."""
+    store = resolved.request.data
+    if store is None:
+        _, store = synthetic_paths(resolved.workload, options["cache"] or default_cache())
+        if not FeatureStore.exists(store):
+            return
+    check_run_data(_run_config(resolved, folder, store, options["seed"], options))
 
 
 def run_request(options: dict[str, Any]) -> RunRequest:

@@ -44,23 +44,39 @@ def shard_checksums(shard: Path) -> dict[str, str]:
 
 
 def check_identity(out: Path, identity: dict) -> None:
-    """Refuse to resume a preparation into a store made from another corpus or other settings."""
+    """Refuse to resume a preparation into a store made from another corpus or other settings.
+
+    A preparation that failed before its first shard (too many pieces asked of the transcripts,
+    say) left its identity and perhaps its vocabulary, but no features: its retry with corrected
+    settings starts over in the same folder instead of being refused for features it never made."""
     path = out / IDENTITY_FILE
     if path.is_file():
         try:
             existing = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             existing = None
-        if existing != identity:
+        if existing == identity:
+            return
+        if _holds_features(out):
             changed = [key for key in sorted(identity)
                        if not isinstance(existing, dict) or existing.get(key) != identity[key]]
             what = ", ".join(changed) or f"unreadable {IDENTITY_FILE}"
             raise InputError(f"{out}: already holds features of another corpus or other settings ({what} differ); "
                              "remove it or choose another --out")
-        return
+        from benchbase.data.vocabulary import VOCABULARY_FILE
+
+        for leftover in (path, out / VOCABULARY_FILE):
+            leftover.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(identity, indent=2, sort_keys=True).encode()
     atomic_write_bytes(path, lambda handle: handle.write(text))
+
+
+def _holds_features(out: Path) -> bool:
+    """Whether a preparation wrote any shard (or finished) in ``out``."""
+    from benchbase.data.store import STORE_FILE
+
+    return (out / STORE_FILE).exists() or any(out.glob("*/shard-*"))
 
 
 def verify_store(root: Path) -> list[str]:

@@ -1,13 +1,17 @@
 """Reading the LibriSpeech layout: SUBSET/SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac plus
 SPEAKER-CHAPTER.trans.txt. The synthetic corpus is written in the same layout, so this one
-reader serves both."""
+reader serves both.
+
+A transcript file is read line by line: one line that is not UTF-8 costs its own utterance,
+not the chapter's hundred others. Whatever the listing cannot use is counted by reason, so
+that a preparation's summary accounts for every line and every audio file."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["UtteranceSource", "list_subset"]
+__all__ = ["SubsetListing", "UtteranceSource", "list_subset"]
 
 
 @dataclass(frozen=True)
@@ -18,33 +22,59 @@ class UtteranceSource:
     transcript: str
 
 
-def list_subset(root: Path, subset: str) -> tuple[list[UtteranceSource], list[tuple[str, str]]]:
-    """Utterances of ROOT/SUBSET in id order, and (file, reason) for transcript lines skipped."""
+@dataclass
+class SubsetListing:
+    """What a subset's transcripts and audio files offer: the usable utterances in id order, and
+    what could not be used, counted by reason (``dropped``) and listed with its file (``problems``)."""
+
+    utterances: list[UtteranceSource] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    def drop(self, reason: str, file: str, detail: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        self.problems.append((file, detail))
+
+
+def list_subset(root: Path, subset: str) -> SubsetListing:
+    """The utterances of ROOT/SUBSET, and every transcript line or audio file skipped, with why."""
     subset_dir = root / subset
-    utterances: list[UtteranceSource] = []
-    problems: list[tuple[str, str]] = []
+    listing = SubsetListing()
+    named: set[Path] = set()
     for transcript_file in sorted(subset_dir.glob("*/*/*.trans.txt")):
-        _read_transcripts(transcript_file, utterances, problems)
-    utterances.sort(key=lambda utterance: utterance.utterance_id)
+        _read_transcripts(transcript_file, listing, named)
+    listing.utterances.sort(key=lambda utterance: utterance.utterance_id)
     # Every audio file is accounted for: one that no transcript names is reported, not silently ignored.
-    named = {utterance.audio for utterance in utterances}
-    problems += [(str(audio), "audio file not named in any transcript")
-                 for audio in sorted(subset_dir.glob("*/*/*.flac")) if audio not in named]
-    return utterances, problems
+    for audio in sorted(subset_dir.glob("*/*/*.flac")):
+        if audio not in named:
+            listing.drop("untranscribed_audio", str(audio), "audio file not named in any transcript")
+    return listing
 
 
-def _read_transcripts(path: Path, into: list[UtteranceSource], problems: list[tuple[str, str]]) -> None:
+def _read_transcripts(path: Path, listing: SubsetListing, named: set[Path]) -> None:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        problems.append((str(path), f"unreadable transcript file: {error}"))
-        return
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+        lines = path.read_bytes().splitlines()
+    except OSError as error:
+        listing.problems.append((str(path), f"unreadable transcript file: {error.strerror or error}"))
+        return  # its audio files are then counted as named by no transcript
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        utterance_id, _, text = line.strip().partition(" ")
+        where = f"{path}:{number}"
+        # The id is ASCII in any encoding: it still names the audio, which is then accounted for here.
+        utterance_id = raw.strip().split(b" ", 1)[0].decode("ascii", errors="replace")
+        audio = path.parent / f"{utterance_id}.flac"
+        named.add(audio)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            listing.drop("undecodable_transcript", where,
+                         f"transcript of {utterance_id!r} is not UTF-8 (byte {raw[error.start]:#04x} at "
+                         f"column {error.start + 1})")
+            continue
+        _, _, text = line.strip().partition(" ")
         if not text.strip():
-            problems.append((f"{path}:{number}", f"no transcript for {utterance_id!r}"))
+            listing.drop("empty_transcript", where, f"no transcript for {utterance_id!r}")
             continue
         speaker = utterance_id.split("-", 1)[0]
-        into.append(UtteranceSource(utterance_id, speaker, path.parent / f"{utterance_id}.flac", text.strip()))
+        listing.utterances.append(UtteranceSource(utterance_id, speaker, audio, text.strip()))

@@ -29,7 +29,7 @@ from benchbase.atomic import atomic_write_bytes
 from benchbase.data.alphabet import UnknownCharacterError, normalize_transcript
 from benchbase.data.features import extract_features
 from benchbase.data.integrity import check_identity, shard_checksums
-from benchbase.data.librispeech import UtteranceSource, list_subset
+from benchbase.data.librispeech import SubsetListing, UtteranceSource, list_subset
 from benchbase.data.registered import corpus_record, ids_digest
 from benchbase.data.store import FORMAT_VERSION, SHARD_SIZE, STATS_FILE, STORE_FILE, Utterance, write_shard
 from benchbase.data.vocabulary import (
@@ -52,7 +52,6 @@ Progress = Callable[[int, int], None]
 """Called with (utterances done, utterances in all)."""
 MANIFEST_FILE = "manifest.jsonl"
 REPORT_FILE = "report.json"
-LISTING_PROBLEMS = "listing-problems.json"
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,9 @@ def prepare_store(
     to label with instead (as ``given_vocabulary`` reads and checks one).
     """
     tokens = tokens or CharactersSpec()
-    jobs_by_subset = _plan_jobs(corpus_root, subsets, features, model, max_duration, out)
+    listings = {name: _listed(corpus_root, name) for name in sorted({name for names in subsets.values()
+                                                                     for name in names})}
+    jobs_by_subset = _plan_jobs(listings, features, model, max_duration, out)
     identity = _identity(corpus_root, subsets, jobs_by_subset, features, model, max_duration, tokens)
     if given_pieces is not None:  # a store labelled with other pieces is another store
         identity["given_vocabulary_sha256"] = model_digest(given_pieces)
@@ -115,7 +116,7 @@ def prepare_store(
         jobs_by_subset = {name: [replace(job, pieces=pieces) for job in jobs] for name, jobs in jobs_by_subset.items()}
     all_jobs = [job for jobs in jobs_by_subset.values() for job in jobs]
     summaries = _run_jobs(all_jobs, workers, progress)
-    description = _describe(corpus_root, subsets, jobs_by_subset, summaries, out)
+    description = _describe(corpus_root, subsets, jobs_by_subset, listings, summaries, out)
     if pieces is not None:  # a store of characters says nothing: its description reads as before pieces
         description["vocabulary"] = {**tokens.model_dump(), "symbols": tokens.symbols, "file": VOCABULARY_FILE,
                                      "sha256": model_digest(pieces)}
@@ -124,7 +125,7 @@ def prepare_store(
     train_subsets = set(subsets.get("train", ()))
     train = [summaries[job.path] for name in train_subsets for job in jobs_by_subset[name]]
     _write_statistics(out, train, features.dimension)
-    _write_manifest_and_report(out, jobs_by_subset, summaries, description)
+    _write_manifest_and_report(out, jobs_by_subset, listings, summaries, description)
     atomic_write_bytes(out / STORE_FILE, lambda handle: handle.write(json.dumps(description, indent=2).encode()))
     return description
 
@@ -189,25 +190,22 @@ def _spelled(transcript: str) -> bool:
     return True
 
 
-def _plan_jobs(root, subsets, features, model, max_duration, out) -> dict[str, list[ShardJob]]:
+def _listed(root: Path, name: str) -> SubsetListing:
+    if not (root / name).is_dir():
+        raise InputError(f"{root / name}: subset folder not found")
+    return list_subset(root, name)
+
+
+def _plan_jobs(listings: dict[str, SubsetListing], features, model, max_duration, out) -> dict[str, list[ShardJob]]:
     jobs: dict[str, list[ShardJob]] = {}
-    for name in sorted({name for names in subsets.values() for name in names}):
-        if not (root / name).is_dir():
-            raise InputError(f"{root / name}: subset folder not found")
-        sources, problems = list_subset(root, name)
-        if problems:
-            _write_listing_problems(out / name, problems)
+    for name, listing in listings.items():
+        sources = listing.utterances
         jobs[name] = [
             ShardJob(out / name / f"shard-{index:05d}.npz", tuple(sources[start : start + SHARD_SIZE]),
                      features, model, max_duration)
             for index, start in enumerate(range(0, len(sources), SHARD_SIZE))
         ]
     return jobs
-
-
-def _write_listing_problems(folder: Path, problems: list[tuple[str, str]]) -> None:
-    text = json.dumps([{"file": file, "reason": reason} for file, reason in problems], indent=1).encode()
-    atomic_write_bytes(folder / LISTING_PROBLEMS, lambda handle: handle.write(text))
 
 
 def _run_jobs(jobs: list[ShardJob], workers: int | None, progress: Progress | None) -> dict[Path, ShardSummary]:
@@ -323,16 +321,18 @@ def _read_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, bool]:
     return librosa.resample(audio, orig_sr=rate, target_sr=sample_rate), True
 
 
-def _describe(root, subsets, jobs_by_subset, summaries, out) -> dict:
+def _describe(root, subsets, jobs_by_subset, listings: dict[str, SubsetListing], summaries, out) -> dict:
+    """Per subset: what was kept, and what was dropped by reason, the listing's drops (lines that
+    are no utterance, audio no transcript names) among them, so kept + dropped = listed."""
     described = {}
     for name, jobs in jobs_by_subset.items():
         parts = [summaries[job.path] for job in jobs]
-        dropped: dict[str, int] = {}
+        dropped: dict[str, int] = dict(listings[name].dropped)
         for part in parts:
             for reason, count in part.dropped.items():
                 dropped[reason] = dropped.get(reason, 0) + count
         kept = sum(part.kept for part in parts)
-        listed = sum(len(job.sources) for job in jobs)
+        listed = sum(len(job.sources) for job in jobs) + sum(listings[name].dropped.values())
         described[name] = {
             "shards": [str(job.path.relative_to(out)) for job in jobs if summaries[job.path].kept],
             "utterances": kept,
@@ -364,18 +364,18 @@ def _identity(root: Path, subsets, jobs_by_subset, features: FeatureSpec, model:
             **({} if tokens.kind == "characters" else {"tokens": tokens.model_dump()})}
 
 
-def _write_manifest_and_report(out: Path, jobs_by_subset, summaries, description: dict) -> None:
+def _write_manifest_and_report(out: Path, jobs_by_subset, listings: dict[str, SubsetListing], summaries,
+                               description: dict) -> None:
     lines = []
     problems = {}
     for name, jobs in jobs_by_subset.items():
+        problems[name] = []
         for job in jobs:
             summary = summaries[job.path]
             shard = str(job.path.relative_to(out))
             lines += [json.dumps({"subset": name, **row, "shard": shard}) for row in summary.rows]
-            problems.setdefault(name, []).extend({"file": file, "reason": reason} for file, reason in summary.problems)
-        listing = out / name / LISTING_PROBLEMS
-        if listing.is_file():
-            problems[name].extend(json.loads(listing.read_text(encoding="utf-8")))
+            problems[name].extend({"file": file, "reason": reason} for file, reason in summary.problems)
+        problems[name].extend({"file": file, "reason": reason} for file, reason in listings[name].problems)
     manifest = ("\n".join(lines) + "\n").encode()
     atomic_write_bytes(out / MANIFEST_FILE, lambda handle: handle.write(manifest))
     report = {name: {**{k: v for k, v in split.items() if k != "shards"}, "problems": problems.get(name, [])}

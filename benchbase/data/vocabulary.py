@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -101,12 +102,23 @@ def train_pieces(transcripts: Iterable[str], spec: SentencePieceSpec) -> bytes:
             eos_id=-1, num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
             normalization_rule_name="identity", minloglevel=2)
     except RuntimeError as error:
-        # e.g. "Vocabulary size too high (1024). Please set it to a value <= 327."
-        reason = str(error).splitlines()[-1].strip()
-        reason = reason.rsplit("] ", 1)[-1]  # past sentencepiece's "INTERNAL: file(line) [condition]"
-        raise InputError(f"sentencepiece cannot make {spec.size} pieces from {len(texts)} training transcripts: "
-                         f"{reason}") from None
+        raise InputError(f"sentencepiece cannot make {spec.size} {spec.model_type} pieces from {len(texts)} "
+                         f"training transcripts: {_training_failure(str(error), spec)}") from None
     return model.getvalue()
+
+
+def _training_failure(message: str, spec: SentencePieceSpec) -> str:
+    """sentencepiece's reason in the workload's units. Its limit counts the blank among its
+    vocabulary ("Vocabulary size too high (1024). Please set it to a value <= 327."), where the
+    workload's size counts pieces only, so the largest size that works is one less."""
+    reason = message.splitlines()[-1].strip().rsplit("] ", 1)[-1]  # past "INTERNAL: file(line) [condition]"
+    limit = re.search(r"value <= (\d+)", reason)
+    if limit is None:
+        return reason
+    largest = int(limit.group(1)) - 1
+    other = "" if spec.model_type == "bpe" else (
+        "; bpe pieces (workload.data.tokens.model_type=bpe) can be more from the same transcripts")
+    return f"they make at most {largest} (workload.data.tokens.size <= {largest}){other}"
 
 
 def vocabulary_for(tokens: TokensSpec, store: Path | None = None) -> Vocabulary:

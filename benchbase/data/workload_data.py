@@ -21,7 +21,7 @@ from benchbase.data.store import FORMAT_VERSION, FeatureStore
 from benchbase.errors import InputError
 from benchbase.specs import WorkloadSpec
 
-__all__ = ["CORPUS_SEED", "StoreBuild", "default_cache", "ensure_workload_data", "store_key"]
+__all__ = ["CORPUS_SEED", "StoreBuild", "default_cache", "ensure_workload_data", "store_key", "synthetic_paths"]
 
 
 Progress = Callable[[str, int, int], None]
@@ -72,12 +72,9 @@ def ensure_workload_data(workload: WorkloadSpec, data: Path | None, cache: Path,
 def _ensure_synthetic(workload: WorkloadSpec, cache: Path, progress: Progress | None,
                       building: Announce | None) -> Path:
     from benchbase.data.synth import synthesize_corpus
-    from benchbase.data.synth.corpus import GENERATOR_VERSION
 
     utterances = workload.data.synthetic_utterances
-    # The generator's version is in the name: a newer generator builds a new corpus beside the old.
-    corpus = cache / f"synthetic-v{GENERATOR_VERSION}-{utterances}-seed{CORPUS_SEED}"
-    store = cache / f"features-{corpus.name}-{store_key(workload)}"
+    corpus, store = synthetic_paths(workload, cache)
     if FeatureStore.exists(store):
         return store
     if building is not None:
@@ -89,6 +86,15 @@ def _ensure_synthetic(workload: WorkloadSpec, cache: Path, progress: Progress | 
                       progress=_labelled(progress, "synthesizing speech"))
     prepare_workload_store(corpus, workload, store, progress=_labelled(progress, "extracting features"))
     return store
+
+
+def synthetic_paths(workload: WorkloadSpec, cache: Path) -> tuple[Path, Path]:
+    """Where the workload's synthetic corpus and its store are, or will be, in ``cache``."""
+    from benchbase.data.synth.corpus import GENERATOR_VERSION
+
+    # The generator's version is in the name: a newer generator builds a new corpus beside the old.
+    corpus = cache / f"synthetic-v{GENERATOR_VERSION}-{workload.data.synthetic_utterances}-seed{CORPUS_SEED}"
+    return corpus, cache / f"features-{corpus.name}-{store_key(workload)}"
 
 
 def store_key(workload: WorkloadSpec) -> str:
