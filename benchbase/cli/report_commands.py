@@ -21,9 +21,12 @@ from benchbase.report import CostModel, ReportTable, load_groups
 from benchbase.report.comparison import pick_baseline, report_tables, score_table, scored_groups
 from benchbase.report.output import write_tables
 from benchbase.report.paper import paper_tables
+from benchbase.report.profile_table import across_workloads, profile_json, profile_tables
 
-__all__ = ["report", "rich_table", "score"]
+__all__ = ["PROFILE_KEY", "report", "rich_table", "score"]
 
+PROFILE_KEY = "performance_profile"
+"""`score --json`'s key for the profile across workloads, beside the groups' names."""
 RUN_DIRS = click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path, exists=True, file_okay=False))
 
 
@@ -31,7 +34,10 @@ RUN_DIRS = click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path, 
 @RUN_DIRS
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
-    """Olympic score per target: drop the fastest and slowest run, average the rest."""
+    """Olympic score per target: drop the fastest and slowest run, average the rest.
+
+    Over runs of two or more workloads, also AlgoPerf's performance profile: per submitter
+    (backend and hardware profile), its time to each workload's targets over the fastest's."""
     # The RCP verdicts (reference convergence points) read every run's log: imported here, not for every command.
     from benchbase.rcp.checking import rcp_of_groups
     from benchbase.rcp.tables import with_rcp_column
@@ -39,19 +45,24 @@ def score(run_dirs: tuple[Path, ...], as_json: bool) -> None:
     if not run_dirs:
         raise InputError("score: name at least one RUN_DIR")
     groups = load_groups(list(run_dirs))
-    scored, rcps = scored_groups(groups), rcp_of_groups(groups)
+    scored, rcps, across = scored_groups(groups), rcp_of_groups(groups), across_workloads(groups)
     if as_json:
-        click.echo(json.dumps({item.group.name: {**{label: _score_json(s) for label, s in item.scores.items()},
-                                                 "left_out": [str(path) for path in item.group.left_out],
-                                                 "duplicates": [{"run": str(copy), "repeats": str(original)}
-                                                                for copy, original in item.group.duplicates],
-                                                 "unreadable": unreadable_parts(item.group),
-                                                 "rcp": _rcp_json(rcps[item.group.name])}
-                               for item in scored}, indent=2))
+        scores = {item.group.name: {**{label: _score_json(s) for label, s in item.scores.items()},
+                                    "left_out": [str(path) for path in item.group.left_out],
+                                    "duplicates": [{"run": str(copy), "repeats": str(original)}
+                                                   for copy, original in item.group.duplicates],
+                                    "unreadable": unreadable_parts(item.group),
+                                    "rcp": _rcp_json(rcps[item.group.name])}
+                  for item in scored}
+        # Beside the groups, only where there are runs of two or more workloads to aggregate.
+        profile = {} if across is None else {PROFILE_KEY: profile_json(across)}
+        click.echo(json.dumps({**scores, **profile}, indent=2))
         return
     console = Console()
     table = with_rcp_column(score_table(scored), rcps)
     console.print(fitted(table, rich_table(table), console))
+    for profile_table in [] if across is None else profile_tables(across):
+        console.print(fitted(profile_table, rich_table(profile_table), console))
     _warn_left_out(console, scored)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from benchbase.errors import InputError
 from benchbase.report.cost import CostModel, energy_kwh
 from benchbase.report.paper import FINAL_WER, PLATFORMS
+from benchbase.report.profile_table import across_workloads, profile_tables
 from benchbase.report.report_table import ReportTable
 from benchbase.report.runs import RunGroup, groups_by_shared_batch, groups_by_workload, loss_name
 from benchbase.report.scoring import OlympicScore, score_group
@@ -91,7 +92,8 @@ def _environment_cells(environment: dict, cpu: dict, backend: str | None) -> lis
 def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> list[ReportTable]:
     """The environment table, then the comparison tables workload by workload: a target column
     holds one workload's target (NA: not reached), and each workload's percentages refer to a
-    group of that workload (``baseline`` where it is one, else the workload's first group)."""
+    group of that workload (``baseline`` where it is one, else the workload's first group); then,
+    for groups of two or more workloads, the performance profile across them."""
     by_workload = workload_groups(scored)
     tables = [environment_table([item.group for item in scored])]
     for workload, items in by_workload.items():
@@ -112,7 +114,8 @@ def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> li
             for table in part:
                 table.title, table.name = f"{workload}: {table.title}", f"{table.name}-{workload}"
         tables += part
-    return tables
+    across = across_workloads([item.group for item in scored])
+    return tables + ([] if across is None else profile_tables(across))
 
 
 OPEN_NOTE = ("(open): a group with runs in the open division (a workload changed from the registered one, or a "

@@ -14,6 +14,9 @@ Figure 10: training throughput per run group as bars, for the groups that share 
 
 A report over runs of several workloads draws each figure once per workload (FILE-WORKLOAD.png):
 a workload's targets and curves never share an axis with another workload's.
+The performance profile (benchbase.report.profile_figure) is the one figure across workloads,
+drawn where the groups ran two or more: each submitter's fraction of the workloads within tau
+times the fastest.
 
 Each figure has a draw_* function that returns the matplotlib figure (so tests can inspect
 its axes) and a *_figure function that draws it and writes the PNG.
@@ -51,6 +54,8 @@ from benchbase.report.figure_parts import (
     save,
     separate_labels,
 )
+from benchbase.report.profile_figure import performance_profile_figure
+from benchbase.report.profile_table import across_workloads
 from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, groups_by_workload, loss_name
 from benchbase.report.throughput import group_throughput, throughput_text
 from benchbase.report.utilization_figure import (
@@ -85,6 +90,9 @@ def write_figures(groups: list[RunGroup], out: Path, window: tuple[float, float]
         shared = same_batch_groups(members)
         if shared:  # a bar chart of one group compares nothing
             paths.append(same_batch_figure(shared, out / f"throughput-same-batch{suffix}.png"))
+    across = across_workloads(groups)
+    if across is not None and not across.problem:
+        paths.append(performance_profile_figure(across, out / "performance-profile.png"))
     return paths
 
 

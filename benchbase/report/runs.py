@@ -169,6 +169,12 @@ class RunGroup:
         return loss_name(self.runs)
 
     @property
+    def experiment(self) -> dict[str, str]:
+        """What its first run measured, EXPERIMENT's fields by name: a folder's group holds one
+        experiment's runs (load_groups splits a folder of several)."""
+        return dict(zip(EXPERIMENT, _experiment_key(self.runs[0]), strict=True))
+
+    @property
     def global_batch(self) -> int | None:
         """The global batch every run trained at; None when unrecorded or when the runs differ."""
         batches = {run.global_batch for run in self.runs}
