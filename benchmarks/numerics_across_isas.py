@@ -25,7 +25,7 @@ from benchbase.testing.isa import active_isa
 from benchbase.kit.core import Kit
 from benchbase.kit.data import load_kit_data
 from benchbase.kit.model_rules import valid_frames
-from benchbase.kit.int8 import flip_bound, median_bound, quantized_forward, quantized_ranges_after_step
+from benchbase.kit.int8 import flip_bound, median_bound, quantized_forward, quantized_training_step
 from benchbase.families.ds2.reference import batchnorm_names, bounded_reference
 from benchbase.numerics.tolerances import FLOAT32_UNIT_ROUNDOFF
 
@@ -65,7 +65,8 @@ diff = np.abs(result.found - result.expected)[np.broadcast_to(result.mask, resul
 out["int8_forward_max"], out["int8_flip_bound"] = float(diff.max()), flip_bound(result)
 out["int8_forward_median"], out["int8_median_bound"] = float(np.median(diff)), median_bound(result)
 for first in (True, False):
-    got, want, bound = quantized_ranges_after_step(backend_class, data, first=first)
+    ranges = quantized_training_step(backend_class, data, first=first)
+    got, want, bound = ranges.ranges, ranges.expected_ranges, ranges.range_bounds
     key = "ranges_first" if first else "ranges_moving"
     out[key] = max(abs(got[k] - want[k]) / want[k] for k in want)
     out[key + "_margin"] = min(bound[k] / max(abs(got[k] - want[k]), 1e-30) for k in want if bound[k] > 0)

@@ -3,9 +3,9 @@
 The plugin (written below into a temporary site folder with a dist-info entry point, as pip
 would install it) brings a family of its own, linear-ctc: the features through one dense
 layer and a log-softmax over the symbols, per frame, trained with CTC. It brings the family's
-spec, its parts (weight layout, NumPy reference, rounding bound, evaluation head), a PyTorch
-backend for it and a workload of it on the synthetic corpus (docs/writing-a-workload.md, "A
-new model family from a plugin").
+spec, its parts (weight layout, NumPy reference, rounding bound, evaluation head, and an
+int8-emulated quantized reference), a PyTorch backend for it (int8-emulated too) and a workload
+of it on the synthetic corpus (docs/writing-a-workload.md, "A new model family from a plugin").
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Literal
 import pytest
 from cli_helpers import run_benchbase
 
+from benchbase.kit.conformance import PRECISION_RULE_SETS
 from benchbase.specs import model as model_specs
 
 FAMILY = "linear-ctc"
@@ -43,7 +44,8 @@ class LinearCTCModelSpec(ModelSpec):
         "zero", description="An utterance CTC cannot align adds zero loss and zero gradient.")
     init: Literal["xavier_uniform"] = Field("xavier_uniform", description="Xavier-uniform kernel, zero bias.")
 
-    parts_module = "linear_ctc_family.parts"  # quantizable_tensors left empty: the family has no int8-emulated
+    parts_module = "linear_ctc_family.parts"
+    quantizable_tensors = ("output.input", "output.kernel")  # int8-emulated: the dense layer's input and kernel
 
     @model_validator(mode="after")
     def _blank_inside_alphabet(self):
@@ -82,27 +84,54 @@ import numpy as np
 from benchbase.families.ctc import CTCParts, bounded_ctc_step
 from benchbase.families.layout import check_against_layout
 from benchbase.families.parts import KitModel
+from benchbase.numerics.quantization import fake_quantize_activation, fake_quantize_weight, is_quantized
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import rounding_bound
 from benchbase.specs.optimizer import AdaDeltaSpec
 
 from linear_ctc_family.spec import LinearCTCModelSpec
 
+RANGE = "output.input_range"
+
+
+def quantizes(model, tensor):
+    return is_quantized(model) and model.quantization.quantizes(tensor)
+
 
 def weight_layout(model, feature_dimension):
-    return {"output.kernel": (feature_dimension, model.symbols), "output.bias": (model.symbols,)}
+    layout = {"output.kernel": (feature_dimension, model.symbols), "output.bias": (model.symbols,)}
+    return layout | ({RANGE: ()} if quantizes(model, "output.input") else {})
 
 
-def forward(weights, features, rounded):
-    """float64 log-probabilities, every operation moved by ``rounded``'s bound (none: exact)."""
+def forward(weights, model, features, rounded, training=False):
+    """float64 log-probabilities, every operation moved by ``rounded``'s bound (none: exact), and
+    the ranges the pass leaves (int8-emulated fake-quantizes the input and the kernel first)."""
     kernel, bias = (np.asarray(weights[name], np.float64) for name in ("output.kernel", "output.bias"))
-    logits = rounded.dot(np.asarray(features, np.float64), kernel, bias)
+    x, running = np.asarray(features, np.float64), {}
+    if quantizes(model, "output.input"):
+        quantized, value_range = fake_quantize_activation(features, weights[RANGE], model.quantization, training)
+        x, running[RANGE] = quantized.astype(np.float64), np.asarray(value_range, np.float64)
+    if quantizes(model, "output.kernel"):
+        kernel = fake_quantize_weight(weights["output.kernel"], model.quantization).astype(np.float64)
+    logits = rounded.dot(x, kernel, bias)
     shifted = rounded.function(logits - logits.max(axis=-1, keepdims=True))
     total = rounded.sum(rounded.function(np.exp(shifted)), axis=-1)
-    return rounded.function(shifted - rounded.function(np.log(total))[..., None])
+    return rounded.function(shifted - rounded.function(np.log(total))[..., None]), running
+
+
+class LinearCTCQuantizedReference:  # what the kit's int8-emulated rules need beside the parts
+    def range_names(self, model):
+        return [RANGE] if quantizes(model, "output.input") else []
+
+    def quantized_kernels(self, weights, model):
+        if not quantizes(model, "output.kernel"):
+            return dict(weights)
+        return dict(weights) | {"output.kernel": fake_quantize_weight(weights["output.kernel"], model.quantization)}
 
 
 class LinearCTCParts(CTCParts):  # the CTC head, the output width and the impossible cut are every CTC family's
+    quantized_reference = LinearCTCQuantizedReference()
+
     def weight_layout(self, model, feature_dimension):
         return weight_layout(model, feature_dimension)
 
@@ -110,11 +139,11 @@ class LinearCTCParts(CTCParts):  # the CTC head, the output width and the imposs
         check_against_layout(weights, weight_layout(model, feature_dimension))
 
     def reference_outputs(self, weights, model, features, feature_lengths):
-        return forward(weights, features, RoundedArithmetic(None))
+        return forward(weights, model, features, RoundedArithmetic(None))[0]
 
     def bounded_outputs(self, weights, model, features, feature_lengths, operand_roundoff, draws):
-        exact, bound = rounding_bound(lambda rounding: {"log_probs": forward(weights, features,
-                                                                             RoundedArithmetic(rounding))},
+        exact, bound = rounding_bound(lambda rounding: {"log_probs": forward(weights, model, features,
+                                                                             RoundedArithmetic(rounding))[0]},
                                       draws=draws, operand_roundoff=operand_roundoff)
         return exact["log_probs"], bound["log_probs"]
 
@@ -122,12 +151,14 @@ class LinearCTCParts(CTCParts):  # the CTC head, the output width and the imposs
 
     def random_weights(self, model, feature_dimension, seed):
         rng, limit = np.random.default_rng(seed), np.sqrt(6.0 / (feature_dimension + model.symbols))
-        return {"output.kernel": rng.uniform(-limit, limit, (feature_dimension, model.symbols)).astype(np.float32),
-                "output.bias": rng.normal(0.0, 0.1, model.symbols).astype(np.float32)}
+        weights = {"output.kernel": rng.uniform(-limit, limit, (feature_dimension, model.symbols)).astype(np.float32),
+                   "output.bias": rng.normal(0.0, 0.1, model.symbols).astype(np.float32)}
+        ranges = self.quantized_reference.range_names(model)  # drawn last: fp32's weights stay as they were
+        return weights | {name: np.float32(rng.uniform(1.0, 4.0)) for name in ranges}
 
     def reference_step(self, weights, model, batch):
-        return bounded_ctc_step(lambda rounding: (forward(weights, batch.features, RoundedArithmetic(rounding)), {}),
-                                batch, model.blank_index)
+        return bounded_ctc_step(lambda rounding: forward(weights, model, batch.features, RoundedArithmetic(rounding),
+                                                         training=True), batch, model.blank_index)
 
     def normalization_layers(self, model):
         return []
@@ -145,17 +176,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from benchbase.backend import Backend, Capabilities
 from benchbase.errors import BenchbaseError
-from linear_ctc_family.parts import PARTS
+from benchbase.numerics.quantization import fake_quantize_activation, fake_quantize_weight
+from linear_ctc_family.parts import PARTS, RANGE, quantizes
 
 
 class LinearCTCTorchBackend(Backend):
     name = "linear-ctc-torch"
     description = "PyTorch: the linear-ctc family (CTC, AdaDelta) on CPUs"
-    capabilities = Capabilities(families=frozenset({"linear-ctc"}))
+    capabilities = Capabilities(families=frozenset({"linear-ctc"}), precisions=frozenset({"fp32", "int8-emulated"}))
 
     def build(self, context):
         if context.plan.threads:  # the kit's thread_budget rule holds a backend to the plan's threads
@@ -165,6 +198,7 @@ class LinearCTCTorchBackend(Backend):
             except RuntimeError:
                 pass  # fixed once PyTorch has run parallel work in this process
         self.model, self.optimizer_spec, self.steps = context.model, context.optimizer, 0
+        self.input_range = np.float32(0.0)  # int8-emulated's moving-average range of the input
         self.feature_dimension = context.feature_dimension
         generator = torch.Generator().manual_seed(context.seed)
         inputs, symbols = context.feature_dimension, context.model.symbols
@@ -175,13 +209,27 @@ class LinearCTCTorchBackend(Backend):
         self.optimizer = torch.optim.Adadelta([self.kernel, self.bias], lr=spec.learning_rate, rho=spec.rho,
                                               eps=spec.epsilon)
 
-    def _log_probs(self, features):
-        return torch.log_softmax(torch.from_numpy(features) @ self.kernel + self.bias, dim=-1)
+    def _log_probs(self, features, training=False):
+        return torch.log_softmax(self._input(features, training) @ self._kernel() + self.bias, dim=-1)
+
+    def _input(self, features, training):
+        if not quantizes(self.model, "output.input"):
+            return torch.from_numpy(features)
+        quantized, value_range = fake_quantize_activation(features, self.input_range, self.model.quantization,
+                                                          training)
+        self.input_range = value_range
+        return torch.from_numpy(quantized)
+
+    def _kernel(self):
+        if not quantizes(self.model, "output.kernel"):
+            return self.kernel
+        quantized = torch.from_numpy(fake_quantize_weight(self.kernel.detach().numpy(), self.model.quantization))
+        return quantized + (self.kernel - self.kernel.detach())  # straight-through: the quantized values, k's gradient
 
     def train_step(self, batch):
         for group in self.optimizer.param_groups:
             group["lr"] = self.optimizer_spec.learning_rate_at(self.steps)
-        log_probs = self._log_probs(batch.features)
+        log_probs = self._log_probs(batch.features, training=True)
         loss = torch.nn.functional.ctc_loss(
             log_probs.transpose(0, 1), torch.from_numpy(batch.labels).long(),
             torch.from_numpy(batch.output_lengths).long(), torch.from_numpy(batch.label_lengths).long(),
@@ -200,7 +248,7 @@ class LinearCTCTorchBackend(Backend):
 
     def save_checkpoint(self, path):
         torch.save({"kernel": self.kernel.detach(), "bias": self.bias.detach(), "steps": self.steps,
-                    "optimizer": self.optimizer.state_dict()}, path)
+                    "optimizer": self.optimizer.state_dict(), "input_range": float(self.input_range)}, path)
 
     def load_checkpoint(self, path):
         try:
@@ -209,7 +257,7 @@ class LinearCTCTorchBackend(Backend):
                 self.kernel.copy_(state["kernel"])
                 self.bias.copy_(state["bias"])
             self.optimizer.load_state_dict(state["optimizer"])
-            self.steps = int(state["steps"])
+            self.steps, self.input_range = int(state["steps"]), np.float32(state["input_range"])
         except Exception as error:
             raise BenchbaseError(f"{path}: not a linear-ctc-torch checkpoint ({type(error).__name__})") from None
 
@@ -217,13 +265,20 @@ class LinearCTCTorchBackend(Backend):
         return self.kernel.numel() + self.bias.numel()
 
     def export_weights(self):
-        return {"output.kernel": self.kernel.detach().numpy().copy(), "output.bias": self.bias.detach().numpy().copy()}
+        weights = {"output.kernel": self.kernel.detach().numpy().copy(),
+                   "output.bias": self.bias.detach().numpy().copy()}
+        return weights | ({RANGE: np.asarray(self.input_range, np.float32)} if RANGE in self._layout() else {})
 
     def import_weights(self, weights):
         PARTS.validate_weights(weights, self.model, self.feature_dimension)
         with torch.no_grad():
             self.kernel.copy_(torch.from_numpy(weights["output.kernel"]))
             self.bias.copy_(torch.from_numpy(weights["output.bias"]))
+        if RANGE in weights:
+            self.input_range = np.float32(weights[RANGE])
+
+    def _layout(self):
+        return PARTS.weight_layout(self.model, self.feature_dimension)
 
 
 class DropsTheBiasInPredict(LinearCTCTorchBackend):
@@ -234,6 +289,15 @@ class DropsTheBiasInPredict(LinearCTCTorchBackend):
     def predict(self, inputs):
         with torch.no_grad():
             return torch.log_softmax(torch.from_numpy(inputs.features) @ self.kernel, dim=-1).numpy()
+
+
+class NeverUpdatesTheRange(LinearCTCTorchBackend):
+    """A planted int8 fault: training quantizes the input as inference does, leaving the range as it was."""
+
+    name = "linear-ctc-torch-fixed-range"
+
+    def _input(self, features, training):
+        return super()._input(features, training=False)
 '''
 
 PLUGIN = '''
@@ -252,6 +316,7 @@ import linear_ctc_family.spec  # noqa: F401  (defining the spec class registers 
 def register_backends(register):
     register(BackendReference("linear-ctc-torch", "linear_ctc_family.torch_backend:LinearCTCTorchBackend"))
     register(BackendReference("linear-ctc-torch-nobias", "linear_ctc_family.torch_backend:DropsTheBiasInPredict"))
+    register(BackendReference("linear-ctc-torch-fixed-range", "linear_ctc_family.torch_backend:NeverUpdatesTheRange"))
 
 
 @hookimpl
@@ -377,6 +442,27 @@ def test_a_fault_planted_in_a_plugins_backend_fails_the_rule_that_covers_it(plug
     assert not results["forward_parity"]["passed"] and "differs from the reference" in results["forward_parity"][
         "message"]
     assert results["loss"]["passed"], results["loss"]["message"]  # training uses the bias: the loss is right
+
+
+def test_the_kit_proves_a_plugins_family_in_int8_emulated_through_its_quantized_reference(plugin_env):
+    proved = run_benchbase("backend-test", BACKEND, "--family", FAMILY, "--precision", "int8-emulated", "--json",
+                           env=plugin_env)
+    assert proved.returncode == 0, proved.stdout + proved.stderr
+    report = json.loads(proved.stdout)
+    assert report["families"] == [FAMILY] and report["passed"]
+    assert [rule["rule"] for rule in report["rules"]] == [rule.name for rule in PRECISION_RULE_SETS["int8-emulated"]]
+
+
+def test_the_int8_rules_fail_a_plugins_backend_that_never_updates_its_range(plugin_env):
+    # Inference reads the stored range, so the forward rule cannot see it; the ranges a step leaves do.
+    faulty = run_benchbase("backend-test", "linear-ctc-torch-fixed-range", "--family", FAMILY, "--precision",
+                           "int8-emulated", "--json", "--rule", "int8_forward", "--rule", "int8_training_step",
+                           env=plugin_env)
+    assert faulty.returncode == 1, faulty.stdout + faulty.stderr
+    results = {rule["rule"]: rule for rule in json.loads(faulty.stdout)["rules"]}
+    assert results["int8_forward"]["passed"], results["int8_forward"]["message"]
+    assert not results["int8_training_step"]["passed"]
+    assert "output.input_range is" in results["int8_training_step"]["message"]
 
 
 def test_an_unknown_family_asks_the_family_sources_and_names_what_they_skipped(monkeypatch):

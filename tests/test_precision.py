@@ -1,7 +1,7 @@
 """Precision as a measured dimension: fp32, tf32, bf16, fp16 and int8-emulated.
 
 The quantization scheme is stated once (``ModelSpec.quantization``) with a NumPy reference
-(``benchbase.families.ds2.quantization``); each backend's fake quantizer must be that reference, bit for
+(``benchbase.numerics.quantization``); each backend's fake quantizer must be that reference, bit for
 bit, and their quantized forward passes must agree with the reference and with each other.
 bf16 runs on a CPU in every backend; fp16's loss scaling runs there too when a test builds a
 backend directly (the harness itself refuses fp16 and tf32 on a CPU). A run's precision is
@@ -25,7 +25,7 @@ from test_plugins import LinearCTCBackend
 from benchbase.compliance.checker import check_log
 from benchbase.compliance.rules import load_ruleset
 from benchbase.errors import InputError
-from benchbase.families.ds2 import quantization
+from benchbase.families.ds2.quantization import input_range_names
 from benchbase.families.ds2.reference import random_weights, reference_forward
 from benchbase.families.ds2.spec import QUANTIZABLE_TENSORS, DS2ModelSpec
 from benchbase.families.ds2.weight_layout import weight_layout
@@ -38,10 +38,11 @@ from benchbase.kit.int8 import (
     in_precision,
     median_bound,
     quantized_forward,
-    quantized_ranges_after_step,
+    quantized_training_step,
     range_update_rounding,
 )
-from benchbase.numerics.tolerances import FLOAT32_UNIT_ROUNDOFF, same_kernels
+from benchbase.numerics import quantization
+from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, same_kernels
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import RunConfig
@@ -264,10 +265,13 @@ def test_a_training_step_moves_the_activation_ranges_as_the_reference_does(name,
     # A range is the maximum of an activation of the int8 forward pass: the reference's rounding
     # model bounds it (a grid step flipped upstream moves it by up to a step's share, about
     # 1/127, on the first step, whose grid the same batch sets); the update adds its own roundings.
-    found, expected, bound = quantized_ranges_after_step(resolve_backend(name), kit_data, first=first)
-    for range_name, value in expected.items():
-        allowed = bound[range_name] + range_update_rounding(value)
-        assert abs(found[range_name] - value) <= allowed, (range_name, found[range_name], value, allowed)
+    # The step's loss is the quantized reference's within the same rounding model's bound.
+    step = quantized_training_step(resolve_backend(name), kit_data, first=first)
+    assert abs(step.loss - step.expected_loss) <= BOTH_SIDES * step.loss_bound, (step.loss, step.expected_loss)
+    assert set(step.ranges) == set(step.expected_ranges)
+    for range_name, value in step.expected_ranges.items():
+        allowed = step.range_bounds[range_name] + range_update_rounding(value)
+        assert abs(step.ranges[range_name] - value) <= allowed, (range_name, step.ranges[range_name], value, allowed)
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -284,7 +288,7 @@ def test_an_int8_checkpoint_keeps_the_ranges(name, kit_data, tmp_path):
         backend.load_checkpoint(tmp_path / "checkpoint")
         restored = backend.export_weights()
         again = backend.predict(kit_data.small_inputs)
-    for range_name in quantization.input_range_names(model):
+    for range_name in input_range_names(model):
         assert restored[range_name] == saved[range_name]
     assert np.abs(again - log_probs).max() <= same_kernels(log_probs)
 

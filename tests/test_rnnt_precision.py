@@ -1,5 +1,5 @@
 """int8-emulated RNN-T in every backend that declares it, against the family's quantized reference
-(benchbase.kit.rnnt_int8): the encoder projection, the loss of a training step, the
+(benchbase.kit.int8): the encoder projection, the loss of a training step, the
 ranges it leaves, checkpoints, and what the harness's search does with the ranges; and bf16
 RNN-T in every backend that declares it, within the error model's bfloat16 bound."""
 
@@ -13,8 +13,7 @@ import pytest
 from benchbase.families.rnnt.reference import encoder_forward
 from benchbase.kit.conformance import resolve_backend, run_conformance
 from benchbase.kit.data import load_kit_data
-from benchbase.kit.int8 import in_precision, median_bound
-from benchbase.kit.rnnt_int8 import int8_weights, quantized_encoder
+from benchbase.kit.int8 import in_precision, int8_weights, median_bound, quantized_forward
 
 pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
@@ -56,7 +55,7 @@ def test_a_backend_passes_the_kits_int8_rules(name, rule, rnnt_data):
 def test_the_encoder_rule_can_tell_a_quantized_model_from_its_fp32_twin(rnnt_data):
     # A flip travels about as far as quantization's own error, so the rule's maximum bound cannot
     # tell; its median bound can: the same weights' fp32 encoder lies far beyond it.
-    result = quantized_encoder(_torch_backend(), rnnt_data)
+    result = quantized_forward(_torch_backend(), rnnt_data)
     mask = np.broadcast_to(result.mask, result.found.shape)
     weights = {key: value for key, value in int8_weights(rnnt_data).items() if not key.endswith("input_range")}
     inputs = rnnt_data.batches[0].inputs()

@@ -11,7 +11,6 @@ import pytest
 from pydantic import ValidationError
 
 from benchbase.errors import BenchbaseError
-from benchbase.families.ds2.quantization import fake_quantize_weight
 from benchbase.families.rnnt import RNNTModelSpec
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import mean_transducer_loss, transducer_loss, transducer_loss_gradient
@@ -25,6 +24,7 @@ from benchbase.families.rnnt.reference import (
     random_weights,
 )
 from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
+from benchbase.numerics.quantization import fake_quantize_weight
 from benchbase.specs.model import model_spec_class, validate_model
 
 FEATURES = 5

@@ -1,20 +1,22 @@
-"""The kit's checks of a backend's lower precisions, for the backends that declare them.
+"""The kit's checks of a backend's int8-emulated precision, for any family with a quantized
+reference (``FamilyParts.quantized_reference``), written once over the family's parts.
 
-Not rules of ``RULES`` (every backend must pass those, and fp32 is all a backend must
-implement): helpers that a backend's own tests call for the precisions its ``Capabilities``
-declare, on the kit's data and random weights (tests/test_precision.py does for the three
-bundled backends). Their tolerances come from ``benchbase.numerics.tolerances``' error model.
+- ``quantized_forward``: predict() of an int8-emulated model against the family's quantized
+  reference (its ``bounded_outputs`` on the int8-emulated model) on the same random weights and
+  ranges. The fake-quantized weights are bit-identical everywhere (the same float32 operations,
+  ``benchbase.numerics.quantization``); an activation a float32 rounding away from a grid step's
+  midpoint may land one step apart (range / 127), and a recurrence carries that step on. The
+  reference's rounding model flips exactly such activations, so its bound shows how far a flip
+  travels; a backend's own roundings flip others, hence ``flip_bound``. Most outputs see no flip
+  and must be the reference's to float32's own bound (``median_bound``).
+- ``quantized_training_step``: the loss of one train_step and the activation ranges it leaves,
+  against the family's reference step on the int8-emulated model (each range updated by its
+  layer's input before quantizing with it), within the bounds of the same rounding model run
+  through the whole quantized step (a flip upstream moves a maximum too).
 
-- ``quantized_forward``: predict() of an int8-emulated model against benchbase's NumPy
-  reference of the same scheme (``benchbase.families.ds2.quantization``) on the same weights and ranges.
-  The fake-quantized weights are bit-identical everywhere (the same float32 operations); an
-  activation a float32 rounding away from a grid step's midpoint may land one step apart
-  (range / 127), and the recurrence carries that step on. The reference's rounding model
-  flips exactly such activations, so its bound shows how far a flip travels; a backend's
-  own roundings flip others, hence ``flip_bound``. Most outputs see no flip and must be the
-  reference's to float32's own bound (``median_bound``).
-- ``quantized_ranges_after_step``: the activation ranges one training step leaves, against
-  the reference's, within their rounding bound (a flip upstream moves a maximum too).
+Rules of the kit (``benchbase.kit.precision_rules``) and helpers of a backend's own tests for
+the precisions its ``Capabilities`` declare; the tolerances come from
+``benchbase.numerics.tolerances``' error model.
 """
 
 from __future__ import annotations
@@ -24,27 +26,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Backend, Inputs
-from benchbase.families.ds2.quantization import INT8_EMULATED, fake_quantize_weight, input_range_names
-from benchbase.families.ds2.reference import bounded_reference, random_weights
+from benchbase.errors import BenchbaseError
+from benchbase.families.parts import QuantizedReference, family_parts, quantized_reference_of
 from benchbase.kit.core import Kit
 from benchbase.kit.data import KitData
 from benchbase.kit.outputs import valid_frames
-from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF
+from benchbase.numerics.quantization import INT8_EMULATED
+from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, INJECTION_DRAWS
 from benchbase.specs import ModelSpec
 
 __all__ = [
     "QuantizedForward",
+    "QuantizedStep",
     "flip_bound",
     "in_precision",
+    "int8_weights",
     "median_bound",
     "quantized_forward",
-    "quantized_ranges_after_step",
+    "quantized_reference",
+    "quantized_training_step",
     "range_update_rounding",
 ]
 
+
 @dataclass(frozen=True)
 class QuantizedForward:
-    """A backend's int8-emulated log-probabilities beside the reference's, with the bounds."""
+    """A backend's int8-emulated outputs beside the reference's, with the bounds."""
 
     found: np.ndarray
     expected: np.ndarray
@@ -54,6 +61,20 @@ class QuantizedForward:
     """Elementwise rounding bound of the quantized forward (grid flips included)."""
     float32_bound: np.ndarray
     """Elementwise rounding bound of the same weights without quantization (no flips)."""
+
+
+@dataclass(frozen=True)
+class QuantizedStep:
+    """One int8-emulated train_step of a backend beside the reference's training pass."""
+
+    loss: float
+    expected_loss: float
+    loss_bound: float
+    """One side's rounding bound of the loss (grid flips of the rounding model included)."""
+    ranges: dict[str, float]
+    """The backend's ranges after the step, by name (those its export_weights() has)."""
+    expected_ranges: dict[str, float]
+    range_bounds: dict[str, float]
 
 
 def flip_bound(result: QuantizedForward) -> float:
@@ -80,52 +101,58 @@ def in_precision(model: ModelSpec, precision: str) -> ModelSpec:
     return type(model).model_validate(model.model_dump() | {"precision": precision})
 
 
+def quantized_reference(model: ModelSpec) -> QuantizedReference:
+    """The quantized reference of ``model``'s family; ``BenchbaseError`` for a family without int8-emulated."""
+    found = quantized_reference_of(family_parts(model))
+    if found is None:
+        raise BenchbaseError(f"the {model.family} family has no int8-emulated (its parts have no quantized_reference)")
+    return found
+
+
+def int8_weights(data: KitData, seed: int = 0) -> dict[str, np.ndarray]:
+    """The kit's random weights of the int8-emulated kit model: the family's random weights, ranges included."""
+    model = in_precision(data.model, INT8_EMULATED)
+    return family_parts(model).random_weights(model, data.feature_dimension, seed + 1)
+
+
 def quantized_forward(backend_class: type[Backend], data: KitData, seed: int = 0,
                       inputs: Inputs | None = None) -> QuantizedForward:
-    """An int8-emulated model's forward pass on the kit's random weights and activation ranges
-    (U(3, 8)), inference mode, beside the reference's and its bounds."""
+    """An int8-emulated model's forward pass on the kit's random weights and activation ranges,
+    inference mode, beside the reference's and its bounds."""
     model = in_precision(data.model, INT8_EMULATED)
-    weights = random_weights(model, data.feature_dimension, seed=seed + 1)
+    parts, reference = family_parts(model), quantized_reference(model)
+    weights = int8_weights(data, seed)
     inputs = inputs or data.batches[0].inputs()
-    kit = Kit(backend_class, data, seed)
-    with kit.backend(model=model) as backend:
+    with Kit(backend_class, data, seed).backend(model=model) as backend:
         backend.import_weights(weights)
         found = backend.predict(inputs)
-    reference = bounded_reference(weights, model, inputs.features, inputs.feature_lengths, training=False)
-    unquantized = {name: value for name, value in weights.items() if not name.endswith(".input_range")}
-    float32 = bounded_reference(quantize_weights(unquantized, data.model), data.model, inputs.features,
-                                inputs.feature_lengths, training=False)
-    frames = reference.log_probs.shape[1]
-    return QuantizedForward(found[:, :frames], reference.log_probs, valid_frames(inputs, frames),
-                            reference.log_probs_bound, float32.log_probs_bound)
+    expected, bound = parts.bounded_outputs(weights, model, inputs.features, inputs.feature_lengths,
+                                            operand_roundoff=0.0, draws=INJECTION_DRAWS)
+    ranges = set(reference.range_names(model))
+    kernels = {name: value for name, value in reference.quantized_kernels(weights, model).items()
+               if name not in ranges}
+    _, float32_bound = parts.bounded_outputs(kernels, data.model, inputs.features, inputs.feature_lengths,
+                                             operand_roundoff=0.0, draws=INJECTION_DRAWS)
+    frames = expected.shape[1]
+    return QuantizedForward(found[:, :frames], expected, valid_frames(inputs, frames), bound, float32_bound)
 
 
-def quantized_ranges_after_step(backend_class: type[Backend], data: KitData, seed: int = 0, first: bool = False
-                                ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """({range name: the backend's value}, {the reference's}, {its rounding bound}) after one
-    train_step from the kit's random weights; ``first``: from zero ranges (the first step sets them)."""
+def quantized_training_step(backend_class: type[Backend], data: KitData, seed: int = 0,
+                            first: bool = False) -> QuantizedStep:
+    """One train_step from the kit's random int8 weights on the kit's first batch; ``first``:
+    from zero ranges (the first step sets each to its input's max|x|)."""
     model = in_precision(data.model, INT8_EMULATED)
-    weights = random_weights(model, data.feature_dimension, seed=seed + 1)
+    names = quantized_reference(model).range_names(model)
+    weights = int8_weights(data, seed)
     if first:
-        weights |= {name: np.zeros((), np.float32) for name in input_range_names(model)}
+        weights |= {name: np.zeros((), np.float32) for name in names}
     batch = data.batches[0]
-    kit = Kit(backend_class, data, seed)
-    with kit.backend(model=model) as backend:
+    with Kit(backend_class, data, seed).backend(model=model) as backend:
         backend.import_weights(weights)
-        backend.train_step(batch)
+        loss = backend.train_step(batch)
         after = backend.export_weights()
-    reference = bounded_reference(weights, model, batch.features, batch.feature_lengths, training=True)
-    names = input_range_names(model)
-    return ({name: float(after[name]) for name in names}, {name: float(reference.running[name]) for name in names},
-            {name: float(reference.running_bound[name]) for name in names})
-
-
-def quantize_weights(weights: dict[str, np.ndarray], model: ModelSpec) -> dict[str, np.ndarray]:
-    """The weight matrices an int8-emulated model multiplies with, as float32 (the rest as they are)."""
-    spec = in_precision(model, INT8_EMULATED).quantization
-
-    def quantized(name: str) -> bool:  # the tensor names of ModelSpec.quantization
-        tensor = "lstm." + name.rsplit(".", 1)[-1] if name.startswith("lstm.") else name
-        return name.endswith("kernel") and spec.quantizes(tensor)
-
-    return {name: fake_quantize_weight(value, spec) if quantized(name) else value for name, value in weights.items()}
+    reference = family_parts(model).reference_step(weights, model, batch)
+    return QuantizedStep(float(loss), reference.loss, reference.loss_bound,
+                         {name: float(after[name]) for name in names if name in after},
+                         {name: float(reference.running[name]) for name in names},
+                         {name: float(reference.running_bound[name]) for name in names})

@@ -62,8 +62,9 @@ PRECISION_DESCRIPTION = (
 class QuantizationSpec(Spec):
     """How ``precision: int8-emulated`` fake-quantizes the model: the one statement of the scheme.
 
-    Every backend implements exactly this; each family's package holds its NumPy reference
-    (``benchbase.families.ds2.quantization`` for DS2). A fake-quantized tensor is
+    Every backend implements exactly this; its float32 functions are shared
+    (``benchbase.numerics.quantization``), and each family with int8-emulated says where it
+    quantizes in its package (``benchbase.families.ds2.quantization`` for DS2). A fake-quantized tensor is
     ``clip(round(x / scale), -qmax, qmax) * scale`` with ``qmax = 2 ** (bits - 1) - 1``
     (symmetric, so at most 2 ** bits - 1 distinct values, zero exact), rounding half to even,
     computed in float32. Biases, normalization, the gates' nonlinearities, the cell state, the

@@ -1,56 +1,27 @@
-"""The NumPy reference of ``precision: int8-emulated``: fake quantization as ``QuantizationSpec`` pins it.
+"""The DS2 family's ``precision: int8-emulated``: which tensors it fake-quantizes and the ranges it keeps.
 
-Backends implement the same scheme in their frameworks; their tests compare against these
-functions (tests/test_precision.py), and ``benchbase.families.ds2.reference`` runs the
-whole quantized forward pass with them. The scheme, in one place:
+The scheme and its float32 functions are shared (``benchbase.numerics.quantization``);
+``benchbase.families.ds2.reference`` runs the whole quantized forward pass with them at each
+point ``ModelSpec.quantization`` names: the convolution's, every LSTM's and the output layer's
+input activation and weight matrix, and h(t-1) of every recurrent matmul. Each layer's input
+range is model state in the weight layout, a float32 scalar:
 
-- A fake-quantized tensor is ``clip(round(x / scale), -qmax, qmax) * scale``, ``qmax = 2**(bits-1) - 1``,
-  rounding half to even, in float32: symmetric, so zero is exact and a tensor takes at most
-  ``2 * qmax + 1`` (255 for 8 bits) distinct values.
-- A weight matrix's scale is ``max|W| / qmax`` of the whole tensor (per-tensor, from the float32
-  master weight at every forward pass).
-- An input activation's scale is ``range / qmax``, ``range`` a moving average of the batch's
-  ``max|x|`` (``range_momentum`` of the old value kept; the first training step sets it) that
-  training updates before quantizing and inference only reads; an activation beyond the range
-  saturates.
-- h(t-1) entering an LSTM's recurrent matmul has the fixed range ``recurrent_state_range``.
-- Gradients are straight-through: identity inside the range, zero where an activation
-  saturated; no gradient reaches a scale or a range.
-
-Every function takes and returns NumPy arrays; float32 in, float32 out, so that a backend's
-float32 result can be compared bit for bit where the arithmetic is the same.
+    conv.input_range, lstm.{i}.input_range, output.input_range
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchbase.families.ds2.spec import DS2ModelSpec as ModelSpec
-from benchbase.specs.model import QuantizationSpec
+from benchbase.families.ds2.spec import DS2ModelSpec
+from benchbase.families.parts import Weights
+from benchbase.numerics.quantization import fake_quantize_weight, is_quantized
 
-__all__ = [
-    "INT8_EMULATED",
-    "activation_scale",
-    "fake_quantize",
-    "fake_quantize_activation",
-    "fake_quantize_weight",
-    "input_range_names",
-    "is_quantized",
-    "quantizer_state_layout",
-    "recurrent_state_scale",
-    "updated_range",
-    "weight_scale",
-]
-
-INT8_EMULATED = "int8-emulated"
+__all__ = ["QUANTIZED_REFERENCE", "DS2QuantizedReference", "input_range_names", "quantized_kernels",
+           "quantizer_state_layout", "tensor_name"]
 
 
-def is_quantized(model: ModelSpec) -> bool:
-    """Whether the model trains and evaluates fake-quantized."""
-    return model.precision == INT8_EMULATED
-
-
-def input_range_names(model: ModelSpec) -> list[str]:
+def input_range_names(model: DS2ModelSpec) -> list[str]:
     """The moving-average activation ranges the model keeps, in layer order ([] unless int8-emulated).
 
     "conv.input_range", "lstm.{i}.input_range", "output.input_range": the range of the named
@@ -67,58 +38,35 @@ def input_range_names(model: ModelSpec) -> list[str]:
     return names
 
 
-def quantizer_state_layout(model: ModelSpec) -> dict[str, tuple[int, ...]]:
+def quantizer_state_layout(model: DS2ModelSpec) -> dict[str, tuple[int, ...]]:
     """The ranges' entries of the neutral weight layout: each a float32 scalar, 0 before training."""
     return {name: () for name in input_range_names(model)}
 
 
-def weight_scale(weight: np.ndarray, spec: QuantizationSpec) -> np.float32:
-    """max|W| / qmax in float32 (1 for an all-zero tensor, which quantizes to zeros anyway)."""
-    largest = np.float32(np.max(np.abs(np.asarray(weight, np.float32)))) if np.size(weight) else np.float32(0)
-    return np.float32(largest / np.float32(spec.qmax)) if largest > 0 else np.float32(1.0)
+def tensor_name(name: str) -> str:
+    """The family's tensor of a layout name: "lstm.1.input_kernel" -> "lstm.input_kernel" (every
+    LSTM layer shares its tensors' names)."""
+    return "lstm." + name.rsplit(".", 1)[-1] if name.startswith("lstm.") else name
 
 
-def activation_scale(value_range: float, spec: QuantizationSpec) -> np.float32:
-    """range / qmax in float32 (1 for a zero range, which only an all-zero tensor has)."""
-    value_range = np.float32(value_range)
-    return np.float32(value_range / np.float32(spec.qmax)) if value_range > 0 else np.float32(1.0)
+def quantized_kernels(weights: Weights, model: DS2ModelSpec) -> dict[str, np.ndarray]:
+    """The weight matrices an int8-emulated ``model`` multiplies with, as float32 (the rest as they are)."""
+    spec = model.quantization
+
+    def quantized(name: str) -> bool:
+        return is_quantized(model) and name.endswith("kernel") and spec.quantizes(tensor_name(name))
+
+    return {name: fake_quantize_weight(value, spec) if quantized(name) else value for name, value in weights.items()}
 
 
-def fake_quantize(x: np.ndarray, scale: float, qmax: int) -> np.ndarray:
-    """clip(round_half_even(x / scale), -qmax, qmax) * scale, in float32."""
-    scale = np.float32(scale)
-    steps = np.clip(np.round(np.asarray(x, np.float32) / scale), -qmax, qmax)
-    return (steps * scale).astype(np.float32)
+class DS2QuantizedReference:
+    """DS2's part of the kit's int8-emulated rules (``benchbase.families.parts.QuantizedReference``)."""
+
+    def range_names(self, model: DS2ModelSpec) -> list[str]:
+        return input_range_names(model)
+
+    def quantized_kernels(self, weights: Weights, model: DS2ModelSpec) -> dict[str, np.ndarray]:
+        return quantized_kernels(weights, model)
 
 
-def fake_quantize_weight(weight: np.ndarray, spec: QuantizationSpec) -> np.ndarray:
-    return fake_quantize(weight, weight_scale(weight, spec), spec.qmax)
-
-
-def updated_range(value_range: float, x: np.ndarray, spec: QuantizationSpec) -> np.float32:
-    """The range after a training step on ``x``: max|x| at the first step (range 0), else the moving average."""
-    batch = np.float32(np.max(np.abs(np.asarray(x, np.float32))))
-    value_range = np.float32(value_range)
-    if value_range == 0:
-        return batch
-    momentum = np.float32(spec.range_momentum)
-    return np.float32(momentum * value_range + np.float32(1.0 - spec.range_momentum) * batch)
-
-
-def fake_quantize_activation(x: np.ndarray, value_range: float, spec: QuantizationSpec,
-                             training: bool) -> tuple[np.ndarray, np.float32]:
-    """(the fake-quantized activation, the range after this pass).
-
-    Training updates the range first and quantizes with the new one; inference quantizes with
-    the stored range, or with the batch's own max|x| while the range is still 0 (never trained).
-    """
-    stored = np.float32(value_range)
-    if training:
-        used = updated_range(stored, x, spec)
-        return fake_quantize(x, activation_scale(used, spec), spec.qmax), used
-    used = stored if stored > 0 else np.float32(np.max(np.abs(np.asarray(x, np.float32))))
-    return fake_quantize(x, activation_scale(used, spec), spec.qmax), stored
-
-
-def recurrent_state_scale(spec: QuantizationSpec) -> np.float32:
-    return activation_scale(spec.recurrent_state_range, spec)
+QUANTIZED_REFERENCE = DS2QuantizedReference()

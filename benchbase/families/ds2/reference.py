@@ -9,7 +9,7 @@ so that a backend's float32 results can be compared with it on the very same wei
 
 For a model of precision int8-emulated the conv's, each LSTM's and the output layer's inputs
 and weight matrices (and h(t-1) of the recurrent matmul) are fake-quantized first, with
-``benchbase.families.ds2.quantization``'s functions, as ``ModelSpec.quantization`` pins; the activation
+``benchbase.numerics.quantization``'s functions, as ``ModelSpec.quantization`` pins; the activation
 ranges are read from the weights ("conv.input_range", ...) and returned updated beside
 BatchNorm's statistics. Every other precision is computed as fp32 (in float64).
 
@@ -29,9 +29,9 @@ import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.families.ctc import bounded_ctc_step
-from benchbase.families.ds2 import quantization
 from benchbase.families.ds2.weight_layout import weight_layout
 from benchbase.families.parts import ReferenceStep
+from benchbase.numerics import quantization
 from benchbase.numerics.rounded import RoundedArithmetic, log_softmax, lstm_layer
 from benchbase.numerics.tolerances import INJECTION_DRAWS, RoundingModel, rounding_bound
 from benchbase.specs import ModelSpec
@@ -120,7 +120,7 @@ def bounded_step(weights: Mapping[str, np.ndarray], model: ModelSpec, batch: Bat
 
 class _Quantizer:
     """int8-emulated's fake quantization at each point ``ModelSpec.quantization`` names, with
-    ``benchbase.families.ds2.quantization``'s float32 functions; the identity for every other precision.
+    ``benchbase.numerics.quantization``'s float32 functions; the identity for every other precision.
 
     The quantized values are float32 grid points, exact in the float64 arithmetic around them.
     The updated (training) or unchanged (inference) ranges go into ``running`` as

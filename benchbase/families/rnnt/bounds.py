@@ -10,14 +10,14 @@ shared by every backend's rnnt tests.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.families.rnnt.loss import transducer_loss
-from benchbase.families.rnnt.quantization import Quantizer
-from benchbase.families.rnnt.reference import stack_frames
+from benchbase.families.rnnt.quantization import Quantizer, input_range_names
+from benchbase.families.rnnt.reference import lattice_cells, stack_frames
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
 from benchbase.numerics.rounded import RoundedArithmetic, lstm_layer
@@ -102,7 +102,7 @@ def rounded_encoder(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, fea
 
 @dataclass(frozen=True)
 class BoundedLoss:
-    """The reference's view of a batch's transducer loss."""
+    """The reference's view of a batch's transducer loss (a training pass's)."""
 
     loss: float
     """The spec's mean over the batch, an utterance without an encoder frame counted zero."""
@@ -110,28 +110,41 @@ class BoundedLoss:
     """Each utterance's loss (+inf where it has no encoder frame)."""
     bound: float
     """How far one float32 computation of ``loss`` may land from it."""
+    ranges: dict[str, np.ndarray] = field(default_factory=dict)
+    """The activation ranges the pass leaves, by name (int8-emulated; empty otherwise)."""
+    range_bounds: dict[str, np.ndarray] = field(default_factory=dict)
+    """How far one float32 computation of each range may land from it."""
 
 
 def bounded_transducer_loss(weights: Mapping[str, np.ndarray], model: RNNTModelSpec, batch: Batch) -> BoundedLoss:
     """The spec's mean transducer loss (``reference.prediction_forward``, ``joint``, ``loss``) on
     ``weights`` and one float32 side's bound on it: the encoder, prediction network and joint
     with every operation moved (``rounding_bound``), then the loss recursion's own roundings, a
-    log-add-exp per anti-diagonal and one for the final blank (``ctc_recursion_bound``)."""
+    log-add-exp per anti-diagonal and one for the final blank (``ctc_recursion_bound``).
+
+    An int8-emulated model's pass is a training pass's: each range updated by its layer's input
+    as it passes (joint.output's over the lattice cells within the lengths) and quantized with,
+    the ranges it leaves bounded by the same rounding model (a flipped grid step moves a maximum)."""
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     frames = int(batch.output_lengths.max(initial=0))
+    names = input_range_names(model)
 
     def compute(rounding) -> dict[str, np.ndarray]:
-        rounded = RoundedArithmetic(rounding)
-        encoded = rounded_encoder(weights, model, batch.features, rounded)[:, :frames]
-        log_probs = rounded_joint(w, model, encoded, rounded_prediction(w, model, batch, rounded), rounded)
+        rounded, quantizer = RoundedArithmetic(rounding), Quantizer(weights, model, training=True)
+        encoded = rounded_encoder(weights, model, batch.features, rounded, quantizer)[:, :frames]
+        predicted = rounded_prediction(w, model, batch, rounded, quantizer)
+        inside = lattice_cells(batch.output_lengths, batch.label_lengths, frames, predicted.shape[1])
+        log_probs = rounded_joint(w, model, encoded, predicted, rounded, quantizer, inside)
         losses = transducer_loss(log_probs, batch.labels, batch.output_lengths, batch.label_lengths,
                                  model.blank_index)
-        return {"loss": np.asarray(np.where(np.isinf(losses), 0.0, losses).mean()), "losses": losses}
+        return {"loss": np.asarray(np.where(np.isinf(losses), 0.0, losses).mean()), "losses": losses,
+                **{name: np.asarray(quantizer.ranges[name]) for name in names}}
 
     exact, moved = rounding_bound(compute)
     steps = batch.output_lengths + batch.label_lengths + 1
     bound = float(moved["loss"]) + ctc_recursion_bound(steps, exact["losses"])
-    return BoundedLoss(float(exact["loss"]), exact["losses"], bound)
+    return BoundedLoss(float(exact["loss"]), exact["losses"], bound, {name: exact[name] for name in names},
+                       {name: moved[name] for name in names})
 
 
 def rounded_prediction(w: Mapping[str, np.ndarray], model: RNNTModelSpec, batch: Batch,

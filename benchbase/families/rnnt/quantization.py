@@ -1,8 +1,8 @@
 """The RNN-T family's ``precision: int8-emulated``: which tensors it fake-quantizes, the ranges
 it keeps, and the quantizer the NumPy reference and the greedy search apply.
 
-The scheme is ``QuantizationSpec``'s, computed with the DS2 family's float32 primitives
-(``benchbase.families.ds2.quantization``): weight matrices per tensor by max|W|, each layer's
+The scheme is ``QuantizationSpec``'s, computed with its shared float32 functions
+(``benchbase.numerics.quantization``): weight matrices per tensor by max|W|, each layer's
 input activation by a moving-average range, h(t-1) of every recurrent matmul by the fixed
 ``recurrent_state_range``. The family's tensors (``RNNTModelSpec.quantizable_tensors``):
 
@@ -33,10 +33,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from benchbase.families.ds2 import quantization as primitives
+from benchbase.families.parts import Weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
+from benchbase.numerics import quantization as primitives
 
-__all__ = ["Quantizer", "input_range_names", "quantizer_state_layout", "tensor_name"]
+__all__ = ["QUANTIZED_REFERENCE", "Quantizer", "RNNTQuantizedReference", "input_range_names", "quantized_kernels",
+           "quantizer_state_layout", "tensor_name"]
 
 JOINT_LAYERS = ("joint.encoder", "joint.prediction", "joint.output")
 
@@ -105,3 +107,22 @@ class Quantizer:
             return lambda h: h
         scale, qmax = primitives.recurrent_state_scale(self.spec), self.spec.qmax
         return lambda h: primitives.fake_quantize(h, scale, qmax).astype(h.dtype)
+
+
+def quantized_kernels(weights: Weights, model: RNNTModelSpec) -> dict[str, np.ndarray]:
+    """The weight matrices an int8-emulated ``model`` multiplies with, as float32 (the rest as they are)."""
+    kernels = Quantizer(weights, model, training=False)
+    return {name: kernels.kernel(name, value) if name.endswith("kernel") else value for name, value in weights.items()}
+
+
+class RNNTQuantizedReference:
+    """The transducer's part of the kit's int8-emulated rules (``benchbase.families.parts.QuantizedReference``)."""
+
+    def range_names(self, model: RNNTModelSpec) -> list[str]:
+        return input_range_names(model)
+
+    def quantized_kernels(self, weights: Weights, model: RNNTModelSpec) -> dict[str, np.ndarray]:
+        return quantized_kernels(weights, model)
+
+
+QUANTIZED_REFERENCE = RNNTQuantizedReference()

@@ -1,6 +1,6 @@
 """int8-emulated in JAX: fake quantization exactly as ``ModelSpec.quantization`` pins it.
 
-``benchbase.families.ds2.quantization`` is the NumPy reference these functions are tested against
+``benchbase.numerics.quantization`` is the NumPy reference these functions are tested against
 (tests/test_precision.py): the same float32 operations in the same order (jnp.round rounds
 half to even, as NumPy does). The straight-through gradient is ``x + stop_gradient(q(x) - x)``:
 the forward value is exactly q(x) (the difference of two nearby floats is exact), the backward

@@ -3,7 +3,7 @@
 These are the primitives both families' models build their int8-emulated passes from (the DS2
 model's ``_quantized_call``, the transducer's ``rnnt.quantization.TransducerQuantizer``).
 
-``benchbase.families.ds2.quantization`` is the NumPy reference these functions are tested against
+``benchbase.numerics.quantization`` is the NumPy reference these functions are tested against
 (tests/test_precision.py): the same float32 operations in the same order (tf.round rounds
 half to even, as NumPy does). The straight-through gradient is ``x + stop_gradient(q(x) - x)``:
 the forward value is exactly q(x), the backward pass sees the identity, of the clip to the

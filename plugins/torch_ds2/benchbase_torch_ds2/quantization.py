@@ -1,6 +1,6 @@
 """int8-emulated in PyTorch: fake quantization exactly as ``ModelSpec.quantization`` pins it.
 
-``benchbase.families.ds2.quantization`` is the NumPy reference these functions are tested against
+``benchbase.numerics.quantization`` is the NumPy reference these functions are tested against
 (tests/test_precision.py): the same float32 operations in the same order, so a weight
 quantizes to the very same grid values. The straight-through gradient is written as
 ``x + (q(x) - x).detach()``: the forward value is q(x), the backward pass sees the identity

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.ds2.weight_layout import BATCHNORM_PARTS, weight_layout
+from benchbase.numerics.quantization import is_quantized
 from benchbase.specs import ModelSpec
 from benchbase.specs.workload import QuantizationSpec
 from benchbase_jax_ds2.arithmetic import Arithmetic, arithmetic

@@ -38,11 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt import reference
 from benchbase.families.rnnt.quantization import tensor_name
 from benchbase.families.rnnt.spec import RNNTModelSpec, stacked_frames
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
+from benchbase.numerics.quantization import is_quantized
 from benchbase_jax_ds2.arithmetic import Arithmetic
 from benchbase_jax_ds2.dropout import counter_hash
 from benchbase_jax_ds2.quantization import quantize_activation, quantize_weight, updated_range

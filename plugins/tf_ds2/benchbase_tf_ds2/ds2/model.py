@@ -20,7 +20,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from benchbase.families.ds2.quantization import input_range_names, is_quantized
+from benchbase.families.ds2.quantization import input_range_names
+from benchbase.numerics.quantization import is_quantized
 from benchbase.specs import ModelSpec
 from benchbase_tf_ds2.cross_replica import CrossReplicaBatchNormalization, ReplicaDropout, cross_replica_max
 from benchbase_tf_ds2.family import keras_policy

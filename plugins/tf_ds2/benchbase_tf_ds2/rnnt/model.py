@@ -42,9 +42,9 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
+from benchbase.numerics.quantization import is_quantized
 from benchbase_tf_ds2.cross_replica import ReplicaDropout
 from benchbase_tf_ds2.family import MIXED_POLICIES
 from benchbase_tf_ds2.lstm import ForgetGateBias, SequenceLSTM

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from benchbase.families.ds2.quantization import is_quantized
+from benchbase.numerics.quantization import is_quantized
 from benchbase.specs import ModelSpec
 from benchbase_torch_ds2.mixed_lstm import lstm_outputs
 from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm

@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchbase.families.ds2.quantization import is_quantized
 from benchbase.families.rnnt.quantization import input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import encoder_layer_names, prediction_layer_names
+from benchbase.numerics.quantization import is_quantized
 from benchbase_torch_ds2.mixed_lstm import lstm_outputs
 from benchbase_torch_ds2.quantization import FakeQuantizer, quantized_lstm
 from benchbase_torch_ds2.rnnt.graphed_loss import LossGraphs
