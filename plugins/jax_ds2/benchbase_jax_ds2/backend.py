@@ -5,10 +5,10 @@ the old one), so predict() can never disturb training, and a checkpoint is that 
 written out.
 
 A model family is a folder (``ds2/``, ``rnnt/``) whose ``FAMILY`` supplies what differs by
-family (``family.ModelFamily``): the initial state, the jitted step and predict, the batch the
-step takes, what ``predict()`` returns and the neutral weight layout. build() picks the run's
-family once; everything here serves every family the same way, over the same state, optimizers,
-buckets and checkpoints.
+family (``family.ModelFamily``): the initial weights, the batch loss, the jitted predict, the
+batch the step takes, what ``predict()`` returns and the neutral weight layout. build() picks the
+run's family once; everything here serves every family the same way, over the same state, step
+(``training``), optimizers, buckets and checkpoints.
 """
 
 from __future__ import annotations
@@ -20,27 +20,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import benchbase_jax_ds2
 from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.folders import discover
 from benchbase_jax_ds2.checkpoint import read_state, write_state
-from benchbase_jax_ds2.families import all_precisions, discovered_families, family_named, narrower_precisions, summaries
 from benchbase_jax_ds2.family import ModelFamily, StepBatch
 from benchbase_jax_ds2.optimizers import make_optimizer, next_learning_rate
 from benchbase_jax_ds2.shapes import Buckets, synthetic_batches
 from benchbase_jax_ds2.state import TrainState, split_weights
 from benchbase_jax_ds2.threads import limit_cpu_threads
+from benchbase_jax_ds2.training import initial_state, make_train_step
 
 __all__ = ["JaxBackend"]
 
-_FAMILIES = discovered_families()
+FAMILIES = discover(benchbase_jax_ds2, "JAX", ModelFamily)
+"""The model families this package's folders hold: what the capabilities and the description name."""
 
 
 class JaxBackend(Backend):
     name = "jax"
-    description = f"JAX {jax.__version__}: {summaries(_FAMILIES)}, compiled with XLA"
-    capabilities = Capabilities(families=frozenset(_FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
+    description = f"JAX {jax.__version__}: {FAMILIES.summaries()}, compiled with XLA"
+    capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1,
-                                precisions=all_precisions(_FAMILIES), family_precisions=narrower_precisions(_FAMILIES),
+                                precisions=FAMILIES.all_precisions(), family_precisions=FAMILIES.narrower_precisions(),
                                 process_model="single_process")
 
     @classmethod
@@ -64,10 +67,11 @@ class JaxBackend(Backend):
         self.buckets = Buckets(rows=context.plan.batch_per_device * context.plan.count,
                                max_frames=context.max_frames, max_label_length=context.max_label_length)
         optimizer = make_optimizer(context.optimizer)
-        self._family = family = family_named(context.model.family)
-        self._state = family.initial_state(context.model, context.feature_dimension, optimizer, context.seed,
-                                           self.device)
-        self._train_step = family.make_train_step(context.model, optimizer, self.device.platform)
+        self._family = family = FAMILIES.for_model(context.model)
+        self._state = initial_state(family.initial_weights(context.model, context.feature_dimension, context.seed),
+                                    context.model, optimizer, context.seed, self.device)
+        self._train_step = make_train_step(context.model, optimizer,
+                                           family.make_batch_loss(context.model, self.device.platform))
         self._predict = family.make_predict(context.model, self.device.platform)
 
     def train_step(self, batch: Batch) -> float:

@@ -1,10 +1,13 @@
 """What ``JaxBackend`` asks of a model family: the protocol each family folder's ``FAMILY`` meets.
 
 The backend keeps everything that does not depend on the family: the device and its threads,
-the training state's pytree and its checkpoints, the optimizers and their schedule, the padded
-shapes and the warm-up over them. A family supplies the rest as pure functions: its initial
-state, its jitted training step and predict, the batch its step takes, and its weights' neutral
-layout. ``benchbase_jax_ds2.families`` finds the families; a new one is one new folder.
+the training state's pytree and its checkpoints, the training step around the loss
+(``benchbase_jax_ds2.training``), the optimizers and their schedule, the padded shapes and the
+warm-up over them. A family supplies the rest as pure functions: its initial weights, its batch
+loss, its jitted predict, the batch its step takes, and its weights' neutral layout. A family's
+``FAMILY`` is the module that defines them (``ds2/family.py``): nothing forwards to them.
+``benchbase.families.folders.discover`` finds the families (and checks each against this
+protocol); a new one is one new folder.
 """
 
 from __future__ import annotations
@@ -15,14 +18,13 @@ from typing import Any, Protocol
 
 import jax
 import numpy as np
-import optax
 
 from benchbase.backend import Batch, Inputs
 from benchbase.specs import ModelSpec
 from benchbase_jax_ds2.shapes import Buckets
 from benchbase_jax_ds2.state import TrainState
 
-__all__ = ["ModelFamily", "Predict", "StepBatch", "TrainStep"]
+__all__ = ["BatchLoss", "ModelFamily", "Predict", "StepBatch", "TrainStep"]
 
 StepBatch = tuple
 """The NamedTuple of arrays a family's training step takes (DS2's ``PaddedBatch``, the transducer's
@@ -30,6 +32,11 @@ StepBatch = tuple
 
 TrainStep = Callable[[TrainState, Any, np.float32], tuple[TrainState, jax.Array]]
 """A jitted (state, padded batch, learning rate) -> (state, loss) that donates the state it is given."""
+
+BatchLoss = Callable[[dict, dict, Any, jax.Array], tuple[jax.Array, dict]]
+"""A family's traced (parameters, statistics, padded batch, dropout key) -> (the batch's mean loss
+over the harness's rows, the statistics this training pass leaves: BatchNorm's running moments,
+int8-emulated's ranges); ``benchbase_jax_ds2.training.make_train_step`` steps on it."""
 
 Predict = Callable[[dict, dict, jax.Array, np.int32, np.int32 | np.ndarray], jax.Array]
 """A jitted (parameters, statistics, padded features, rows, frames) -> what ``Backend.predict()``
@@ -50,14 +57,12 @@ class ModelFamily(Protocol):
     layout: ModuleType
     """``benchbase.families.<name>.weight_layout``: the neutral names, shapes and ``validate_weights``."""
 
-    def initial_state(self, spec: ModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation,
-                      seed: int, device: jax.Device) -> TrainState:
-        """The state before the first step, committed to ``device``."""
+    def initial_weights(self, spec: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
+        """The weights before the first step by their neutral names (statistics included), from ``seed``."""
         ...
 
-    def make_train_step(self, spec: ModelSpec, optimizer: optax.GradientTransformationExtraArgs,
-                        platform: str) -> TrainStep:
-        """The training step for a device of ``platform`` ("cpu", "gpu")."""
+    def make_batch_loss(self, spec: ModelSpec, platform: str) -> BatchLoss:
+        """The loss the training step differentiates, for a device of ``platform`` ("cpu", "gpu")."""
         ...
 
     def make_predict(self, spec: ModelSpec, platform: str) -> Predict:

@@ -20,7 +20,7 @@ import numpy as np
 from benchbase.backend import Batch, BatchShape, Inputs
 from benchbase.specs import ModelSpec
 
-__all__ = ["Buckets", "pad_rows", "synthetic_batches"]
+__all__ = ["Buckets", "pad_rows", "padded_labels", "synthetic_batches"]
 
 FRAME_STEP = 64
 LABEL_STEP = 16
@@ -82,3 +82,11 @@ def pad_rows(values: np.ndarray, rows: int, fill: int) -> np.ndarray:
     padded = np.full(rows, fill, np.int32)
     padded[: len(values)] = values
     return padded
+
+
+def padded_labels(buckets: Buckets, batch: Batch, blank: int) -> np.ndarray:
+    """The batch's labels (int32) in its bucket's rows and label length; every other position the blank."""
+    rows = batch.size
+    labels = np.full((buckets.row_count(rows), buckets.label_length(batch.labels.shape[1])), blank, np.int32)
+    labels[:rows, : batch.labels.shape[1]] = batch.labels
+    return labels

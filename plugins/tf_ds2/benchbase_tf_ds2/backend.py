@@ -45,10 +45,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import benchbase_tf_ds2
 from benchbase.backend import Backend, Batch, BatchShape, BuildContext, Capabilities, DeviceKind, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
-from benchbase_tf_ds2 import families
+from benchbase.families.folders import discover
 from benchbase_tf_ds2.devices import check_gpus, logical_cpus
+from benchbase_tf_ds2.family import ModelFamily
 from benchbase_tf_ds2.optimizers import keras_optimizer, schedule_learning_rate
 
 __all__ = ["TensorFlowBackend"]
@@ -56,17 +58,17 @@ __all__ = ["TensorFlowBackend"]
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
 """What a cross-worker collective raises when another worker ends or cannot be reached."""
 
-FAMILIES = families.discovered_families()
+FAMILIES = discover(benchbase_tf_ds2, "tf", ModelFamily)
 """The model families this package's folders hold: what the capabilities and the description name."""
 
 
 class TensorFlowBackend(Backend):
     name = "tf"
-    description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: {families.summaries(FAMILIES)}"
+    description = f"TensorFlow {tf.__version__} + Keras {keras.__version__}: {FAMILIES.summaries()}"
     capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=8,
-                                precisions=families.all_precisions(FAMILIES),
-                                family_precisions=families.narrower_precisions(FAMILIES),
+                                precisions=FAMILIES.all_precisions(),
+                                family_precisions=FAMILIES.narrower_precisions(),
                                 process_model="process_per_machine")
 
     def __init__(self, *, fused_lstm: bool | None = None) -> None:
@@ -89,7 +91,7 @@ class TensorFlowBackend(Backend):
         return 1 if _launched_as_one_of_several() else None
 
     def build(self, context: BuildContext) -> None:
-        self.family = families.family_of(context.model)
+        self.family = FAMILIES.for_model(context.model)
         _configure_threads(context.plan.threads)
         # The spec's fp32 is IEEE float32; TensorFlow would use TF32 matmuls on Ampere and later.
         # Only tf32 allows them (the float32 parts of bf16, fp16 and int8-emulated are IEEE too).

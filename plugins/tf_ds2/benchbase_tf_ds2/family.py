@@ -4,8 +4,8 @@ The backend keeps everything that does not depend on the family (devices, thread
 tf.distribute and its replica step, the optimizer and its schedule, fp16's loss scaling,
 gradient clipping, checkpoints, the profiler). A family supplies the rest: its Keras model,
 each utterance's loss inside the training step, what ``predict()`` returns, and which variables
-hold its weights in benchbase's neutral layout. ``benchbase_tf_ds2.families`` finds the
-families; a new one is one new folder.
+hold its weights in benchbase's neutral layout. ``benchbase.families.folders.discover``
+finds the families (and checks each against this protocol); a new one is one new folder.
 """
 
 from __future__ import annotations

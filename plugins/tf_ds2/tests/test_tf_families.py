@@ -10,37 +10,43 @@ from types import SimpleNamespace
 import pytest
 
 from benchbase.errors import BenchbaseError
+from benchbase.specs.model import model_families
 
 pytest.importorskip("tensorflow")
 benchbase_tf_ds2 = pytest.importorskip("benchbase_tf_ds2")
 
-from benchbase_tf_ds2 import families  # noqa: E402
-from benchbase_tf_ds2.backend import TensorFlowBackend  # noqa: E402
+from benchbase_tf_ds2.backend import FAMILIES, TensorFlowBackend  # noqa: E402
+from benchbase_tf_ds2.family import ModelFamily  # noqa: E402
+
+from benchbase.families.folders import BackendFamilies, discover  # noqa: E402
 
 PACKAGE = Path(benchbase_tf_ds2.__file__).parent
 
 
 def test_the_folders_are_the_families_and_give_the_capabilities():
-    assert list(families.discovered_families()) == ["conformer", "ds2", "rnnt"]
+    found = FAMILIES
+    assert list(found) == [name for name in model_families() if (PACKAGE / name / "__init__.py").is_file()]
     capabilities = TensorFlowBackend.capabilities
-    assert capabilities.families == {"conformer", "ds2", "rnnt"}
+    assert capabilities.families == set(found)
     assert capabilities.precisions == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
-    assert capabilities.family_precisions == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),)
-    assert ": Conformer (CTC), DS2 (CTC) and RNN-T (transducer loss)" in \
-        TensorFlowBackend.description
+    assert capabilities.family_precisions == found.narrower_precisions()
+    assert dict(capabilities.family_precisions)["conformer"] == {"fp32", "tf32", "bf16", "fp16"}
+    assert f": {found.summaries()}" in TensorFlowBackend.description
 
 
 def test_an_unknown_family_is_a_one_line_error():
-    with pytest.raises(BenchbaseError, match="no model family 'w2v' \\(it has conformer, ds2, rnnt\\)") as raised:
-        families.family_of(SimpleNamespace(family="w2v", precision="fp32"))
+    known = ", ".join(FAMILIES)
+    with pytest.raises(BenchbaseError, match=re.escape(f"no model family 'w2v' (it has {known})")) as raised:
+        FAMILIES.for_model(SimpleNamespace(family="w2v", precision="fp32"))
     assert "\n" not in str(raised.value)
 
 
 def _write_family(root: Path, folder: str, name: str) -> None:
     (root / folder).mkdir()
     (root / folder / "__init__.py").write_text(
-        "from benchbase.families.ds2 import weight_layout\n\n\n"
-        "class Family:\n"
+        "from benchbase.families.ds2 import weight_layout\n"
+        "from benchbase_tf_ds2.ds2.family import DS2Family\n\n\n"
+        "class Family(DS2Family):\n"
         f"    name = {name!r}\n"
         "    summary = 'a test family'\n"
         "    precisions = frozenset({'fp32'})\n"
@@ -48,10 +54,10 @@ def _write_family(root: Path, folder: str, name: str) -> None:
         "FAMILY = Family()\n")
 
 
-def _discover_with(folder: Path, monkeypatch) -> dict:
+def _discover_with(folder: Path, monkeypatch) -> BackendFamilies:
     monkeypatch.setattr(benchbase_tf_ds2, "__path__", [*benchbase_tf_ds2.__path__, str(folder)])
     try:
-        return dict(families.discovered_families.__wrapped__())  # past the cache of the real package
+        return discover(benchbase_tf_ds2, "tf", ModelFamily)  # anew, past the backend's
     finally:
         for module in [name for name in sys.modules if name.startswith("benchbase_tf_ds2.extra")]:
             del sys.modules[module]
@@ -59,12 +65,14 @@ def _discover_with(folder: Path, monkeypatch) -> dict:
 
 
 def test_a_new_family_is_one_new_folder(tmp_path, monkeypatch):
+    own = list(FAMILIES)
     _write_family(tmp_path, "extra", "extra")
     found = _discover_with(tmp_path, monkeypatch)
-    assert list(found) == ["conformer", "ds2", "extra", "rnnt"]
-    assert families.narrower_precisions(found) == (("conformer", frozenset({"fp32", "tf32", "bf16", "fp16"})),
-                                                   ("extra", frozenset({"fp32"})))
-    assert families.summaries(found) == "Conformer (CTC), DS2 (CTC), a test family and RNN-T (transducer loss)"
+    assert list(found) == sorted([*own, "extra"])
+    assert dict(found.narrower_precisions())["extra"] == {"fp32"}
+    summaries = found.summaries()
+    assert [summaries.index(family.summary) for family in found.values()] == sorted(
+        summaries.index(family.summary) for family in found.values())  # each family's, in name order
 
 
 def test_a_family_in_a_folder_of_another_name_is_refused(tmp_path, monkeypatch):

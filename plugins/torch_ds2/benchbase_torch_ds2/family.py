@@ -4,7 +4,8 @@ The backend keeps everything that does not depend on the family (devices, thread
 the training strategy and its all-reduce, the optimizer and its schedule, mixed precision and
 loss scaling, checkpoints, the profiler). A family supplies the rest: its network, the loss of
 a training batch, what ``predict()`` returns, and its weights in benchbase's neutral layout.
-``benchbase_torch_ds2.families`` finds the families; a new one is one new folder.
+``benchbase.families.folders.discover`` finds the families (and checks each against this protocol);
+a new one is one new folder.
 """
 
 from __future__ import annotations

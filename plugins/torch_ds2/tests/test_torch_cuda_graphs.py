@@ -44,7 +44,7 @@ def context(workload_name: str, plan: DevicePlan, precision: str = "fp32", dropo
 ])
 def test_where_graphs_serve(workload, plan, precision, serves):
     ctx = context(workload, plan, precision)
-    family = torch_backend.families.family_named(ctx.model.family)
+    family = torch_backend.FAMILIES.named(ctx.model.family)
     assert torch_backend._graphs_serve(ctx, family, torch.device("cuda", 0)) is serves
     assert torch_backend._graphs_serve(ctx, family, torch.device("cpu")) is False
 

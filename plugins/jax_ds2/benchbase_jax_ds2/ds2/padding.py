@@ -7,7 +7,7 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.specs import ModelSpec
 from benchbase_jax_ds2.ds2.training import PaddedBatch
-from benchbase_jax_ds2.shapes import Buckets, pad_rows
+from benchbase_jax_ds2.shapes import Buckets, pad_rows, padded_labels
 
 __all__ = ["padded_batch"]
 
@@ -16,12 +16,10 @@ def padded_batch(buckets: Buckets, batch: Batch, spec: ModelSpec) -> PaddedBatch
     """Every array of a ``PaddedBatch``, on the host; padded rows have no labels and one frame."""
     rows = batch.size
     padded_rows = buckets.row_count(rows)
-    labels = np.full((padded_rows, buckets.label_length(batch.labels.shape[1])), spec.ctc_blank_index, np.int32)
-    labels[:rows, : batch.labels.shape[1]] = batch.labels
     return PaddedBatch(
         features=buckets.features(batch),
         output_lengths=pad_rows(batch.output_lengths, padded_rows, 1),
-        labels=labels,
+        labels=padded_labels(buckets, batch, spec.ctc_blank_index),
         label_lengths=pad_rows(batch.label_lengths, padded_rows, 0),
         rows=np.int32(rows),
         frames=np.int32(spec.output_frames(batch.features.shape[1])),

@@ -1,10 +1,10 @@
-"""DS2's CTC loss, its initial training state and its jitted steps.
+"""DS2's batch loss (CTC) and its jitted predict.
 
 optax's CTC returns a large finite loss (not infinity) for an utterance whose labels cannot
 be aligned within its frames, with gradients that are meaningless; the spec pins zero loss
 and zero gradient for those (PyTorch's zero_infinity), so they are found and masked here.
-fp16 scales the loss dynamically (``benchbase_jax_ds2.loss_scaling``). The optimizers are every
-family's (``benchbase_jax_ds2.optimizers``).
+The step around the loss, fp16's dynamic loss scale and the optimizers are every family's
+(``benchbase_jax_ds2.training``).
 """
 
 from __future__ import annotations
@@ -13,22 +13,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from benchbase.specs import ModelSpec
 from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
-from benchbase_jax_ds2.ctc import ctc_per_utterance
-from benchbase_jax_ds2.dropout import DROPOUT_RNG
-from benchbase_jax_ds2.ds2.model import forward, initial_weights
-from benchbase_jax_ds2.loss_scaling import guarded_update, initial_loss_scale, scaled_gradients
-from benchbase_jax_ds2.state import TrainState, initial_train_state
+from benchbase_jax_ds2.ctc import mean_over_rows
+from benchbase_jax_ds2.ds2.model import forward
+from benchbase_jax_ds2.family import BatchLoss
 
-__all__ = [
-    "PaddedBatch",
-    "initial_state",
-    "make_predict",
-    "make_train_step",
-]
+__all__ = ["PaddedBatch", "make_batch_loss", "make_predict"]
 
 
 class PaddedBatch(NamedTuple):
@@ -46,37 +38,18 @@ class PaddedBatch(NamedTuple):
     frames: jax.Array
 
 
-def initial_state(spec: ModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
-                  device: jax.Device) -> TrainState:
-    """The state before the first step, on ``device``; fp16's starts its loss scale."""
-    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device,
-                               initial_loss_scale(spec.precision))
-
-
-def make_train_step(spec: ModelSpec, optimizer: optax.GradientTransformation, platform: str = "cpu"):
-    """A jitted (state, batch, learning_rate) -> (state, loss) that donates the old state, for a device of
-    ``platform``; ``learning_rate``: see ``benchbase_jax_ds2.optimizers.make_optimizer``."""
+def make_batch_loss(spec: ModelSpec, platform: str = "cpu") -> BatchLoss:
+    """The mean CTC loss over the harness's rows, an impossible alignment zero, and BatchNorm's
+    statistics after it (``family.BatchLoss``), for a device of ``platform``."""
     math = arithmetic(spec, platform)
 
-    def loss_and_statistics(parameters, state: TrainState, batch: PaddedBatch, dropout_key):
+    def batch_loss(parameters: dict, statistics: dict, batch: PaddedBatch, dropout_key: jax.Array):
         mask = _frame_mask(spec, batch)
-        log_probs, statistics = forward(spec, parameters, state.statistics, batch.features, frame_mask=mask,
+        log_probs, statistics = forward(spec, parameters, statistics, batch.features, frame_mask=mask,
                                         dropout_key=dropout_key, math=math)
-        losses = ctc_per_utterance(spec, log_probs, batch.output_lengths, batch.labels, batch.label_lengths)
-        real = jnp.arange(losses.shape[0]) < batch.rows
-        return jnp.sum(jnp.where(real, losses, 0.0)) / batch.rows, statistics
+        return mean_over_rows(spec, log_probs, batch), statistics
 
-    def step(state: TrainState, batch: PaddedBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
-        next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
-        loss, statistics, grads = scaled_gradients(
-            lambda parameters: loss_and_statistics(parameters, state, batch, key), state)
-        updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
-                                                    learning_rate=learning_rate)
-        parameters, optimizer_state, loss_scale = guarded_update(
-            state, grads, optax.apply_updates(state.parameters, updates), optimizer_state)
-        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
-
-    return jax.jit(in_precision(spec, step), donate_argnums=0)
+    return batch_loss
 
 
 def make_predict(spec: ModelSpec, platform: str = "cpu"):

@@ -1,9 +1,8 @@
-"""The JAX backend's RNN-T family: the transducer as pure functions, its loss, and its jitted steps."""
+"""The JAX backend's RNN-T family: the transducer as pure functions, its loss and its jitted predict;
+``family`` is its ``FAMILY``."""
 
 from __future__ import annotations
 
-from benchbase_jax_ds2.rnnt.family import RNNTFamily
+from benchbase_jax_ds2.rnnt import family as FAMILY
 
 __all__ = ["FAMILY"]
-
-FAMILY = RNNTFamily()

@@ -16,7 +16,7 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase_jax_ds2.rnnt.training import TransducerBatch
-from benchbase_jax_ds2.shapes import Buckets, pad_rows
+from benchbase_jax_ds2.shapes import Buckets, pad_rows, padded_labels
 
 __all__ = ["CELL_CAPACITY_STEPS", "padded_batch", "transducer_cells", "warm_up_label_lengths"]
 
@@ -30,8 +30,7 @@ def padded_batch(buckets: Buckets, batch: Batch, spec: RNNTModelSpec) -> Transdu
     lists the lattice cells the joint computes (``transducer_cells``)."""
     rows = batch.size
     padded_rows = buckets.row_count(rows)
-    labels = np.full((padded_rows, buckets.label_length(batch.labels.shape[1])), spec.blank_index, np.int32)
-    labels[:rows, : batch.labels.shape[1]] = batch.labels
+    labels = padded_labels(buckets, batch, spec.blank_index)
     features = buckets.features(batch)
     frames = spec.output_frames(features.shape[1])
     return TransducerBatch(

@@ -1,7 +1,7 @@
-"""The transducer's training state, jitted training step and jitted predict, in parallel with DS2's
-(``benchbase_jax_ds2.ds2.training``): the same ``TrainState`` pytree (``benchbase_jax_ds2.state``;
-without running statistics but int8-emulated's ranges), the same optimizers, the same precision
-and donation rules.
+"""The transducer's batch loss and jitted predict, in parallel with DS2's
+(``benchbase_jax_ds2.ds2.training``): the same step around the loss (``benchbase_jax_ds2.training``)
+over the same ``TrainState`` pytree (``benchbase_jax_ds2.state``; without running statistics but
+int8-emulated's ranges), the same optimizers, the same precision and donation rules.
 
 The batch loss is ``loss_reduction`` "mean_over_batch": each utterance's negative log-likelihood
 summed, divided by the harness's batch size. Rows the backend pads on have no output frame, so
@@ -20,14 +20,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
 
-from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase_jax_ds2.arithmetic import arithmetic, in_precision
-from benchbase_jax_ds2.dropout import DROPOUT_RNG
-from benchbase_jax_ds2.loss_scaling import guarded_update, initial_loss_scale, scaled_gradients
+from benchbase_jax_ds2.family import BatchLoss
 from benchbase_jax_ds2.rnnt.loss import transducer_losses
 from benchbase_jax_ds2.rnnt.model import (
     Extent,
@@ -35,14 +31,11 @@ from benchbase_jax_ds2.rnnt.model import (
     Quantizer,
     dropout_keys,
     encode,
-    initial_weights,
     lattice,
     predict_labels,
 )
-from benchbase_jax_ds2.state import TrainState, initial_train_state
 
-__all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "initial_state", "make_predict",
-           "make_train_step"]
+__all__ = ["TRANSDUCER_PRECISIONS", "TransducerBatch", "batch_loss", "make_batch_loss", "make_predict"]
 
 TRANSDUCER_PRECISIONS = frozenset({"fp32", "tf32", "bf16", "fp16", "int8-emulated"})
 """What the JAX backend implements for rnnt: IEEE float32, TF32 matmuls on GPUs (the model's
@@ -69,21 +62,6 @@ class TransducerBatch(NamedTuple):
     """U of the harness's padded labels."""
 
 
-def check_precision(spec: RNNTModelSpec) -> None:
-    if spec.precision not in TRANSDUCER_PRECISIONS:
-        raise BenchbaseError(f"the JAX backend trains rnnt in {' or '.join(sorted(TRANSDUCER_PRECISIONS))} only, "
-                             f"not {spec.precision}")
-
-
-def initial_state(spec: RNNTModelSpec, feature_dimension: int, optimizer: optax.GradientTransformation, seed: int,
-                  device: jax.Device) -> TrainState:
-    """The state before the first step, on ``device``: the parameters, as statistics int8-emulated's
-    ranges (0: the first step sets them; none in another precision), fp16's loss scale."""
-    check_precision(spec)
-    return initial_train_state(initial_weights(spec, feature_dimension, seed), optimizer, seed, device,
-                               initial_loss_scale(spec.precision))
-
-
 def batch_loss(spec: RNNTModelSpec, parameters: Parameters, statistics: Parameters, batch: TransducerBatch,
                dropout_key: jax.Array | None = None, platform: str = "cpu") -> tuple[jax.Array, Parameters]:
     """(the mean transducer loss of ``batch``, the statistics after it: int8-emulated's ranges as
@@ -100,26 +78,10 @@ def batch_loss(spec: RNNTModelSpec, parameters: Parameters, statistics: Paramete
     return loss, quantizer.updated
 
 
-def make_train_step(spec: RNNTModelSpec, optimizer: optax.GradientTransformationExtraArgs,
-                    platform: str = "cpu") -> Callable[[TrainState, TransducerBatch, np.float32],
-                                                       tuple[TrainState, jax.Array]]:
-    """A jitted (state, batch, learning_rate) -> (state, loss) that donates the old state.
-
-    ``learning_rate``: the schedule's rate for this step (``OptimizerSpec.learning_rate_at``),
-    computed by the caller; see ``benchbase_jax_ds2.optimizers.make_optimizer``.
-    """
-
-    def step(state: TrainState, batch: TransducerBatch, learning_rate: jax.Array) -> tuple[TrainState, jax.Array]:
-        next_key, key = jax.random.split(jax.random.wrap_key_data(state.dropout_key, impl=DROPOUT_RNG))
-        loss, statistics, grads = scaled_gradients(
-            lambda parameters: batch_loss(spec, parameters, state.statistics, batch, key, platform), state)
-        updates, optimizer_state = optimizer.update(grads, state.optimizer, state.parameters,
-                                                    learning_rate=learning_rate)
-        parameters, optimizer_state, loss_scale = guarded_update(
-            state, grads, optax.apply_updates(state.parameters, updates), optimizer_state)
-        return TrainState(parameters, statistics, optimizer_state, jax.random.key_data(next_key), loss_scale), loss
-
-    return jax.jit(in_precision(spec, step), donate_argnums=0)
+def make_batch_loss(spec: RNNTModelSpec, platform: str = "cpu") -> BatchLoss:
+    """``batch_loss`` with dropout on, as the training step differentiates it (``family.BatchLoss``)."""
+    return lambda parameters, statistics, batch, dropout_key: batch_loss(spec, parameters, statistics, batch,
+                                                                         dropout_key, platform)
 
 
 def make_predict(spec: RNNTModelSpec, platform: str = "cpu") -> Callable[..., jax.Array]:

@@ -36,8 +36,6 @@ class ConformerFamily:
 
     def build_model(self, context: BuildContext, fused_lstm: bool | None) -> Conformer:
         spec = context.model  # no LSTM: fused_lstm does not apply
-        if not isinstance(spec, ConformerModelSpec):
-            raise TypeError(f"a conformer model needs a ConformerModelSpec, not {type(spec).__name__}")
         if spec.precision == "bf16" and context.plan.kind == "cpu" and not cpu_has_bfloat16_units():
             raise BenchbaseError("the tf backend trains conformer in bf16 on a CPU only where oneDNN has bfloat16 "
                                  "kernels (AVX-512 BF16 or AMX): on this CPU its convolutions abort the process; "

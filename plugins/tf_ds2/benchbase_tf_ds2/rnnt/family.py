@@ -36,10 +36,7 @@ class RNNTFamily:
 
     def build_model(self, context: BuildContext, fused_lstm: bool | None) -> RNNTransducer:
         # By default Keras's LSTM, on a CPU too: the faster at the family's widths (benchbase_tf_ds2.rnnt.model).
-        spec = context.model
-        if not isinstance(spec, RNNTModelSpec):
-            raise TypeError(f"an rnnt model needs an RNNTModelSpec, not {type(spec).__name__}")
-        model = RNNTransducer(spec, context.feature_dimension, fused_lstm=bool(fused_lstm))
+        model = RNNTransducer(context.model, context.feature_dimension, fused_lstm=bool(fused_lstm))
         model.build_weights()
         return model
 

@@ -15,9 +15,7 @@ import numpy as np
 import torch
 
 from benchbase.backend import Batch, BuildContext
-from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt import weight_layout
-from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.specs import ModelSpec
 from benchbase_torch_ds2.family import Autocast, ToDevice
 from benchbase_torch_ds2.rnnt import model as transducer
@@ -41,13 +39,7 @@ class RNNTFamily:
     layout = weight_layout
 
     def build_network(self, context: BuildContext) -> RNNTransducer:
-        spec, precision = context.model, context.model.precision
-        if not isinstance(spec, RNNTModelSpec):
-            raise TypeError(f"an rnnt network needs an RNNTModelSpec, not {type(spec).__name__}")
-        if precision not in self.precisions:
-            raise BenchbaseError(f"the torch backend trains rnnt in {' or '.join(sorted(self.precisions))} only, "
-                                 f"not {precision}")
-        network = RNNTransducer(spec, context.feature_dimension, distributed=synchronizes_statistics(context))
+        network = RNNTransducer(context.model, context.feature_dimension, distributed=synchronizes_statistics(context))
         graphs = context.plan.kind == "cuda" and context.plan.cuda_graphs  # the hardware profile's switch
         network.loss_graphs = LossGraphs(context.max_label_length) if graphs else None
         return network
