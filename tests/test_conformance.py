@@ -23,7 +23,7 @@ from busy_threads import busy_threads, spare_cores
 from cli_helpers import run_benchbase
 from threadpoolctl import threadpool_limits
 
-from benchbase.backend import Backend, Batch, BuildContext, Inputs
+from benchbase.backend import Backend, Batch, BuildContext, Capabilities, Inputs
 from benchbase.errors import BenchbaseError, InputError
 from benchbase.families.ds2.reference import random_weights, reference_forward
 from benchbase.families.ds2.weight_layout import validate_weights, weight_layout
@@ -56,6 +56,8 @@ class ReferenceBackend(Backend):
     see losses, statistics, checkpoints and predictions)."""
 
     name = "numpy-reference"
+    # No optimizer the spec language has: with no gradient step, optimizer_update has nothing to read.
+    capabilities = Capabilities(optimizers=frozenset())
 
     def build(self, context: BuildContext) -> None:
         self.context = context
@@ -221,6 +223,15 @@ class CheckpointWithoutOptimizer(TorchBackend):
         torch.set_rng_state(state["rng"])
 
 
+class AdaDeltaWithFrameworkDefaults(TorchBackend):
+    """PyTorch's AdaDelta as it comes (rho 0.9, eps 1e-6), whatever the spec pins."""
+
+    def build(self, context):
+        super().build(context)
+        if context.optimizer.name == "adadelta":
+            self.optimizer = torch.optim.Adadelta(self.network.parameters(), lr=context.optimizer.learning_rate)
+
+
 class RemembersLabels(TorchBackend):
     """Remembers the labels of the batches it trained on and nudges predictions toward them."""
 
@@ -311,6 +322,7 @@ BROKEN = [
     ("forward_parity", PlainRelu),
     ("loss", MeanOverLabelLengths),
     ("batchnorm_statistics", UnbiasedRunningVariance),
+    ("optimizer_update", AdaDeltaWithFrameworkDefaults),
     ("checkpoint_round_trip", CheckpointWithoutOptimizer),
     ("predict_sees_only_features", RemembersLabels),
     ("prediction_matches_weights", BoostsASymbolOnceTrained),

@@ -1,5 +1,5 @@
-"""The conformance kit's RNN-T rules (benchbase.kit.rnnt_rules): the PyTorch backend passes them,
-a backend broken in one way fails the rule that names it, and `benchbase backend-test --family`."""
+"""The conformance kit on the RNN-T family: a backend broken in one way fails the rule that names it
+(every backend passes the kit in its own tests), and `benchbase backend-test --family`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,13 +22,13 @@ from benchbase.families.rnnt.bounds import bounded_transducer_loss
 from benchbase.families.rnnt.loss import mean_transducer_loss
 from benchbase.kit.conformance import (
     families_to_test,
-    resolve_backend,
     rules_by_family,
     run_conformance,
     select_rules,
 )
 from benchbase.kit.core import Kit
 from benchbase.kit.data import IMPOSSIBLE_ROW, load_kit_data
+from benchbase.testing import BackendConformance
 
 torch = pytest.importorskip("torch")
 TorchBackend = pytest.importorskip("benchbase_torch_ds2.backend").TorchBackend
@@ -65,13 +66,6 @@ def test_the_loss_rule_compares_with_the_references_mean_transducer_loss(rnnt_da
     bounded = bounded_transducer_loss(weights, model, batch)
     assert bounded.loss == pytest.approx(expected, rel=1e-12) and np.isinf(bounded.losses[IMPOSSIBLE_ROW])
     assert 0 < bounded.bound < 1e-4 * expected  # float32's roundings, far below a wrong reduction's factor
-
-
-def test_the_torch_backend_passes_every_rnnt_rule(rnnt_data):
-    results = run_conformance(resolve_backend("torch"), family="rnnt", data=rnnt_data)
-    assert [result.name for result in results] == RNNT_RULE_NAMES
-    assert {result.family for result in results} == {"rnnt"}
-    assert [(result.name, result.message) for result in results if not result.passed] == []
 
 
 # ---------------------------------------------------------------- the PyTorch backend, broken
@@ -162,6 +156,18 @@ class SpinsHelperThreads(TorchBackend):
             return super().train_step(batch)
 
 
+class AdamWWithTheFrameworksBeta2(TorchBackend):
+    """AdamW at every framework's default beta2 (0.999), whatever the spec pins."""
+
+    def build(self, context):
+        super().build(context)
+        spec = context.optimizer
+        if spec.name == "adamw":
+            self.optimizer = torch.optim.AdamW(self.network.parameters(), lr=spec.learning_rate,
+                                               betas=(spec.beta1, 0.999), eps=spec.epsilon,
+                                               weight_decay=spec.weight_decay)
+
+
 class CheckpointWithoutOptimizer(TorchBackend):
     def save_checkpoint(self, path):
         torch.save({"model": self.network.state_dict(), "rng": torch.get_rng_state()}, path)
@@ -192,6 +198,7 @@ BROKEN = [
     ("predict_shapes", PredictDrawsRandomNumbers),
     ("forward_parity", EncoderOffByAHundredth),
     ("loss", LossScaled),
+    ("optimizer_update", AdamWWithTheFrameworksBeta2),
     ("checkpoint_round_trip", CheckpointWithoutOptimizer),
     ("predict_sees_only_features", RemembersBatches),
     ("prediction_matches_weights", OffOnceTrained),
@@ -256,7 +263,7 @@ class DeclaresDs2Only(Backend):
 
 
 def test_the_families_to_test_are_those_the_backend_declares_or_the_one_asked_for():
-    assert families_to_test(TorchBackend) == ["conformer", "ds2", "rnnt"]
+    assert families_to_test(TorchBackend) == sorted(TorchBackend.capabilities.families)
     assert families_to_test(TorchBackend, "rnnt") == ["rnnt"]
     assert families_to_test(DeclaresDs2Only) == ["ds2"]
     with pytest.raises(InputError, match=r"^backend 'ds2-only' does not implement the rnnt model family \(it "
@@ -284,6 +291,43 @@ def test_every_rule_runs_for_every_family_unless_it_needs_what_the_family_lacks(
         rules_by_family(["loss", "no_such_rule"], ["ds2", "rnnt"])
 
 
+def conformance_cases(suite: type[BackendConformance]) -> list:
+    """``suite``'s test_conformance cases (pytest.param), as pytest would collect them."""
+    found: list = []
+    metafunc = SimpleNamespace(function=suite.test_conformance, parametrize=lambda names, cases: found.extend(cases))
+    suite().pytest_generate_tests(metafunc)
+    return found
+
+
+def conformance_test_ids(suite: type[BackendConformance]) -> list[str]:
+    return [case.id for case in conformance_cases(suite)]
+
+
+def test_a_backends_suite_runs_each_rule_of_each_family_it_declares_or_of_the_one_it_names():
+    class TestTorch(BackendConformance):
+        backend_class = TorchBackend
+
+    class TestTorchOnRnnt(TestTorch):
+        family = "rnnt"
+
+    declared = sorted(TorchBackend.capabilities.families)
+    assert len(declared) > 1
+    assert conformance_test_ids(TestTorch) == [f"{family}-{rule.name}" for family in declared
+                                               for rule in select_rules(None, family)]
+    assert conformance_test_ids(TestTorchOnRnnt) == [f"rnnt-{name}" for name in RNNT_RULE_NAMES]
+    assert conformance_test_ids(type("TestDs2Only", (BackendConformance,), {"backend_class": DeclaresDs2Only})) == [
+        f"ds2-{rule.name}" for rule in select_rules(None, "ds2")]
+
+
+def test_a_backends_suite_marks_slow_the_families_and_cases_it_names():
+    class TestTorch(BackendConformance):
+        backend_class = TorchBackend
+        slow = ("rnnt", "ds2-loss")
+
+    slow = {case.id for case in conformance_cases(TestTorch) if any(mark.name == "slow" for mark in case.marks)}
+    assert slow == {f"rnnt-{name}" for name in RNNT_RULE_NAMES} | {"ds2-loss"}
+
+
 def test_a_kit_of_another_family_is_refused(rnnt_data):
     with pytest.raises(ValueError, match="the kit's data is the rnnt family's, not ds2's"):
         run_conformance(TorchBackend, ["parameter_count"], kit=Kit(TorchBackend, rnnt_data))
@@ -293,9 +337,10 @@ def test_the_command_runs_each_declared_familys_rules_labelled_by_family():
     done = run_benchbase("backend-test", "torch", "--rule", "parameter_count", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["passed"] and report["families"] == ["conformer", "ds2", "rnnt"]
+    declared = sorted(TorchBackend.capabilities.families)
+    assert report["passed"] and report["families"] == declared
     assert [(rule["family"], rule["rule"]) for rule in report["rules"]] == [
-        ("conformer", "parameter_count"), ("ds2", "parameter_count"), ("rnnt", "parameter_count")]
+        (family, "parameter_count") for family in declared]
 
 
 def test_the_command_with_family_runs_that_familys_rules_only():

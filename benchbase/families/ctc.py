@@ -61,6 +61,13 @@ def bounded_ctc_step(forward: ForwardPass, batch: Batch, blank: int, momentum: f
     return ReferenceStep(loss, losses, loss_bound, exact, {name: bound[name] for name in exact}, momentum)
 
 
+def ctc_step_loss(log_probs: np.ndarray, batch: Batch, blank: int) -> float:
+    """The spec's mean CTC loss of a training pass's ``log_probs`` on ``batch`` (an impossible
+    alignment counted zero), without bounds: what the kit differentiates."""
+    losses = ctc_loss(log_probs, batch.output_lengths, batch.labels, batch.label_lengths, blank)
+    return float(np.where(np.isfinite(losses), losses, 0.0).mean())
+
+
 def ctc_impossible_frames(model: ModelSpec, labels: int) -> int:
     """Feature frames that leave CTC half as many output frames as ``labels`` (at least one)."""
     frames = model.input_frames_for(max(labels // 2, 1))
@@ -85,3 +92,7 @@ class CTCParts:
 
     def impossible_frames(self, model: ModelSpec, labels: int) -> int:
         return ctc_impossible_frames(model, labels)
+
+    def without_dropout(self, model: ModelSpec) -> ModelSpec:
+        """A family whose dropout is not one field called ``dropout`` overrides this."""
+        return model.model_copy(update={"dropout": 0.0})

@@ -16,7 +16,8 @@ The conformance kit (``benchbase.kit``) proves a backend of any family through t
 the family's small model for the kit (``kit_model``), random weights in its layout, the
 reference's training step with its float32 bounds (``reference_step``), and how to cut an
 utterance so that its labels cannot be aligned (``impossible_frames``). So a family that a plugin
-brings is proven by ``benchbase backend-test NAME --family F`` with no edit to benchbase.
+brings is proven by ``benchbase backend-test NAME --family F`` with no edit to benchbase; a family
+with int8-emulated adds its ``quantized_reference`` and is proven in it by ``--precision int8-emulated``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from benchbase.backend import Batch
     from benchbase.decode.factory import Decoder
 
-__all__ = ["EvaluationHead", "FamilyParts", "KitModel", "ReferenceStep", "Weights", "family_parts", "parts_of_family"]
+__all__ = ["CheckedParts", "EvaluationHead", "FamilyParts", "KitModel", "MissingPart", "QuantizedReference",
+           "ReferenceStep", "Weights", "family_parts", "parts_of_family", "quantized_reference_of"]
 
 Weights = Mapping[str, np.ndarray]
 
@@ -66,7 +68,8 @@ class ReferenceStep:
     loss_bound: float
     running: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Running statistics the step leaves, float64, by weight name: each normalization layer's
-    "<layer>.mean" and "<layer>.variance" (``FamilyParts.normalization_layers``); empty without any."""
+    "<layer>.mean" and "<layer>.variance" (``FamilyParts.normalization_layers``), and an
+    int8-emulated model's activation ranges (``QuantizedReference.range_names``); empty without any."""
     running_bound: Mapping[str, np.ndarray] = field(default_factory=dict)
     running_momentum: float = 0.0
     """The share of a running statistic's old value that the step keeps."""
@@ -81,6 +84,25 @@ class KitModel:
     optimizer: OptimizerSpec
 
 
+class QuantizedReference(Protocol):
+    """What the conformance kit needs of a family's ``precision: int8-emulated`` beside the parts
+    every family has: the scheme is ``QuantizationSpec``'s (``benchbase.numerics.quantization``),
+    where a family quantizes and which ranges it keeps are its own. On an int8-emulated model the
+    family's ``bounded_outputs`` and ``reference_step`` are its quantized reference: fake-quantized
+    at every point ``model.quantization`` names, the step updating each range by its layer's input
+    before quantizing with it and leaving the ranges in ``ReferenceStep.running``, their bounds
+    those of the rounding model run through the quantized computation (a grid step it flips
+    moves what follows)."""
+
+    def range_names(self, model: ModelSpec) -> list[str]:
+        """The activation ranges int8-emulated ``model`` keeps in its weight layout, in layer order
+        ("<layer>.input_range", float32 scalars)."""
+
+    def quantized_kernels(self, weights: Weights, model: ModelSpec) -> dict[str, np.ndarray]:
+        """``weights`` (int8-emulated ``model``'s layout) with each weight matrix ``model.quantization``
+        names fake-quantized, float32, the rest as they are: what the quantized model multiplies with."""
+
+
 class FamilyParts(Protocol):
     loss_name: str
     """What the loss is called in a message ("CTC loss", "transducer loss")."""
@@ -88,6 +110,10 @@ class FamilyParts(Protocol):
     """What ``predict()`` returns, in a message ("log-probabilities", "encoder projection")."""
     log_probability_outputs: bool
     """Whether ``predict()`` returns a log-softmax over its last axis on every valid frame."""
+    quantized_reference: QuantizedReference | None
+    """The family's int8-emulated reference, which the kit proves a backend's int8-emulated
+    against; optional: a family without int8-emulated (``ModelSpec.quantizable_tensors`` empty)
+    sets None or leaves it out (``quantized_reference_of``)."""
 
     def evaluation_head(self, model: ModelSpec, decoder: Decoder, weights: Callable[[], Weights]) -> EvaluationHead:
         """The head of one evaluation. ``decoder``: the workload's CTC-style decoder, for a family
@@ -120,6 +146,15 @@ class FamilyParts(Protocol):
         """One training pass of the reference on ``batch`` (no dropout): the loss and the running
         statistics it leaves, each with its float32 bound."""
 
+    def reference_loss(self, weights: Weights, model: ModelSpec, batch: Batch) -> float:
+        """``reference_step``'s loss alone, float64, without its bounds (one pass of the reference
+        instead of one per rounding draw): the conformance kit differentiates it numerically to
+        check the gradient a backend applies. Optional: without it the kit calls ``reference_step``."""
+
+    def without_dropout(self, model: ModelSpec) -> ModelSpec:
+        """``model`` with every dropout off, whatever its fields are called: the model of the kit's
+        reference checks (the reference has no dropout)."""
+
     def normalization_layers(self, model: ModelSpec) -> list[str]:
         """The layers that keep running statistics ("<layer>.mean", "<layer>.variance"), in order."""
 
@@ -128,6 +163,18 @@ class FamilyParts(Protocol):
 
     def kit_model(self) -> KitModel:
         """The conformance kit's model of the family, with its optimizer."""
+
+    def batch_flops(self, model: ModelSpec, feature_dimension: int, padded_frames: int, feature_lengths: np.ndarray,
+                    label_lengths: np.ndarray) -> tuple[int, int]:
+        """A training batch's (padded, valid) FLOPs by the family's cost model: every row at the
+        batch's ``padded_frames`` and longest label, and every row at its own lengths; training is
+        the forward count times the family's ``TRAINING_FACTOR``. Optional: without it a run's
+        FLOPs and MFU are "not known"."""
+
+
+def quantized_reference_of(parts: FamilyParts) -> QuantizedReference | None:
+    """The family's int8-emulated reference; None for a family without int8-emulated."""
+    return getattr(parts, "quantized_reference", None)
 
 
 def family_parts(model: ModelSpec) -> FamilyParts:
@@ -143,6 +190,26 @@ def parts_of_family(family: str) -> FamilyParts:
     except ValueError as error:
         raise BenchbaseError(str(error)) from None
     return _parts(spec_class.parts_module or f"benchbase.families.{family}.parts", family)
+
+
+class MissingPart(BenchbaseError, AttributeError):
+    """A family's parts lack a member that the caller needs: one line naming it (an AttributeError
+    too, so that ``getattr(parts, name, default)`` still finds an optional member absent)."""
+
+
+class CheckedParts:
+    """A family's parts whose missing member is a ``MissingPart`` naming it and the family, not an
+    AttributeError from deep inside the caller (the conformance kit reads the parts through this)."""
+
+    def __init__(self, parts: FamilyParts, family: str) -> None:
+        self._parts, self._family = parts, family
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._parts, name)
+        except AttributeError:
+            raise MissingPart(f"model family {self._family!r}: its parts ({type(self._parts).__name__}) have no "
+                              f"{name}, which FamilyParts requires") from None
 
 
 def _parts(name: str, family: str) -> FamilyParts:

@@ -7,8 +7,8 @@
 or `benchbase backend-test NAME` on the command line, or, in a backend's own test suite, the
 pytest base class ``benchbase.testing.BackendConformance``. Every rule is written once against
 the model family's parts (``benchbase.families.parts``), so it proves a backend of any family,
-a plugin's included; the rules and their reasons are in ``model_rules``, ``training_rules`` and
-``precision_rules``.
+a plugin's included; the rules and their reasons are in ``model_rules``, ``training_rules``,
+``optimizer_rules`` and ``precision_rules``.
 
 Nothing that decides a score imports this package: the harness and the families use
 ``benchbase.numerics`` and the families' own references, and the kit builds on them.

@@ -4,7 +4,8 @@ Each rule is a small function that builds backends of the class under test on th
 data (``benchbase.kit.data``), compares what they do with the contract and with the model
 family's NumPy reference (``benchbase.families.parts``: the layout, the reference and its
 float32 bounds), and raises ``ConformanceFailure`` saying what it expected and what it found.
-The reasons for each rule are in ``model_rules``, ``step_rules`` and ``training_rules``.
+The reasons for each rule are in ``model_rules``, ``step_rules``, ``training_rules`` and
+``optimizer_rules``.
 
 Every rule is written once, for every family (``RULES``); a rule that needs what only some
 families have (running statistics) says when it applies. A backend is proven for every family
@@ -21,7 +22,7 @@ labels drawn from them (``benchbase.kit.data``).
 
 The rules run in fp32, which every backend implements. A precision the backend declares for a
 family (``Capabilities.precisions_of``) has rules of its own where a reference fixes its numbers
-(``PRECISION_RULE_SETS``: int8-emulated, whose quantized references are each family's own;
+(``PRECISION_RULE_SETS``: int8-emulated, for every family whose parts have a quantized reference;
 reasons in ``precision_rules``).
 
 A rule failure never raises out of ``run_conformance``: an exception inside the backend is a
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 from benchbase.backend import Backend, DeviceKind
 from benchbase.errors import BenchbaseError, InputError
-from benchbase.families.parts import FamilyParts, parts_of_family
+from benchbase.families.parts import CheckedParts, FamilyParts, parts_of_family, quantized_reference_of
 from benchbase.kit.core import ConformanceFailure, Kit, describe_error
 from benchbase.kit.data import KitData, load_kit_data
 from benchbase.kit.model_rules import (
@@ -46,13 +47,9 @@ from benchbase.kit.model_rules import (
     check_predict_shapes,
     check_weight_round_trip,
 )
-from benchbase.kit.precision_rules import (
-    check_int8_checkpoint,
-    check_int8_forward,
-    check_int8_ranges,
-    check_int8_training_step,
-    check_rnnt_int8_forward,
-)
+from benchbase.kit.optimizer_rules import STEPS as OPTIMIZER_STEPS
+from benchbase.kit.optimizer_rules import check_optimizer_update
+from benchbase.kit.precision_rules import check_int8_checkpoint, check_int8_forward, check_int8_training_step
 from benchbase.kit.step_rules import check_batchnorm_statistics, check_loss
 from benchbase.kit.training_rules import (
     THREAD_RATIO_BOUND,
@@ -63,6 +60,7 @@ from benchbase.kit.training_rules import (
     check_thread_budget,
     check_warm_up,
 )
+from benchbase.numerics.quantization import INT8_EMULATED
 from benchbase.specs import ModelSpec
 
 __all__ = [
@@ -125,6 +123,9 @@ RULES: tuple[Rule, ...] = (
          "float32's rounding bound", check_loss),
     Rule("batchnorm_statistics", "running BatchNorm mean/variance after a step are the reference's within float32's "
          "rounding bound", check_batchnorm_statistics, _has_running_statistics),
+    Rule("optimizer_update", f"the weights after each of {OPTIMIZER_STEPS} steps are the spec's optimizer (every "
+         "one the backend declares, its schedule and clip) applied to the gradient, which central differences of "
+         "the reference's loss confirm", check_optimizer_update),
     Rule("checkpoint_round_trip", "a checkpoint loaded by another seed's backend predicts and trains on "
          "identically (the same kernels)", check_checkpoint_round_trip),
     Rule("predict_sees_only_features", "predictions depend on features and weights only, never on labels seen",
@@ -140,23 +141,22 @@ RULES: tuple[Rule, ...] = (
 )
 """Every family's rules, in the kit's order (each family runs those that apply to it)."""
 
-PRECISION_RULE_SETS: dict[tuple[str, str], tuple[Rule, ...]] = {
-    ("ds2", "int8-emulated"): (
-        Rule("int8_forward", "an int8-emulated model's predict matches the quantized reference within the "
-             "error model's grid-flip bound", check_int8_forward),
-        Rule("int8_ranges", "the activation ranges a training step leaves are the reference's", check_int8_ranges),
-    ),
-    ("rnnt", "int8-emulated"): (
-        Rule("int8_forward", "an int8-emulated transducer's encoder projection matches the quantized "
-             "reference within the error model's grid-flip bound", check_rnnt_int8_forward),
-        Rule("int8_training_step", "the loss of an int8 training step and the ranges it leaves are the "
-             "reference's", check_int8_training_step),
+def _has_quantized_reference(parts: FamilyParts, model: ModelSpec) -> bool:
+    return quantized_reference_of(parts) is not None
+
+
+PRECISION_RULE_SETS: dict[str, tuple[Rule, ...]] = {
+    INT8_EMULATED: (
+        Rule("int8_forward", "an int8-emulated model's predict matches the family's quantized reference within the "
+             "error model's grid-flip bound", check_int8_forward, _has_quantized_reference),
+        Rule("int8_training_step", "the loss of an int8-emulated training step and the activation ranges it leaves "
+             "are the quantized reference's", check_int8_training_step, _has_quantized_reference),
         Rule("int8_checkpoint", "a checkpoint keeps every activation range and the predictions",
-             check_int8_checkpoint),
+             check_int8_checkpoint, _has_quantized_reference),
     ),
 }
-"""(family, precision) -> the rules that prove a backend in that precision (on the family's kit data):
-each family's quantized reference is its own, so these are the one place the kit lists families."""
+"""precision -> the rules that prove a backend in it, written once for every family (each family runs
+those that apply to it: int8-emulated's, a family whose parts have a ``quantized_reference``)."""
 
 
 def select_rules(names: Iterable[str] | None = None, family: str = "ds2", precision: str = "fp32") -> list[Rule]:
@@ -199,7 +199,7 @@ def families_to_test(backend_class: type[Backend], family: str | None = None, pr
     (in ``precision``, where the kit has rules for it), in name order; an InputError when there is none."""
     capabilities = backend_class.capabilities
     declared = sorted(capabilities.families)
-    proved = sorted({name for _, name in PRECISION_RULE_SETS})
+    proved = sorted(PRECISION_RULE_SETS)
     if precision != "fp32" and precision not in proved:
         raise InputError(f"the conformance kit has no {precision} rules; it proves fp32 and {', '.join(proved)}")
     if family is not None:
@@ -214,7 +214,7 @@ def families_to_test(backend_class: type[Backend], family: str | None = None, pr
     if precision == "fp32":
         return declared
     families = [known for known in declared
-                if (known, precision) in PRECISION_RULE_SETS and precision in capabilities.precisions_of(known)]
+                if precision in capabilities.precisions_of(known) and _proves(known, precision)]
     if not families:
         raise InputError(f"backend {backend_class.name!r} declares {precision} for none of the families the kit "
                          f"has {precision} rules for (it declares {', '.join(declared)})")
@@ -268,17 +268,25 @@ def _rule_set(family: str, precision: str = "fp32") -> tuple[Rule, ...]:
     """The rules that apply to ``family`` in ``precision``; an InputError for a family the kit cannot
     prove (no parts) or a precision it has no rules for."""
     try:
-        parts = parts_of_family(family)
+        parts = CheckedParts(parts_of_family(family), family)
+        model = parts.kit_model().model
     except BenchbaseError as error:
         raise InputError(f"the conformance kit cannot prove model family {family!r}: {error}") from None
     if precision == "fp32":
-        model = parts.kit_model().model
         return tuple(rule for rule in RULES if rule.applies(parts, model))
-    if (family, precision) not in PRECISION_RULE_SETS:
-        known = ", ".join(sorted({name for _, name in PRECISION_RULE_SETS}))
-        raise InputError(f"the conformance kit has no {precision} rules for the {family} family (it proves fp32 and "
-                         f"{known})")
-    return PRECISION_RULE_SETS[(family, precision)]
+    rules = tuple(rule for rule in PRECISION_RULE_SETS.get(precision, ()) if rule.applies(parts, model))
+    if not rules:
+        raise InputError(f"the conformance kit has no {precision} rules for the {family} family (it proves fp32 and, "
+                         f"for a family with a quantized reference, {', '.join(sorted(PRECISION_RULE_SETS))})")
+    return rules
+
+
+def _proves(family: str, precision: str) -> bool:
+    """Whether the kit has ``precision`` rules for ``family``."""
+    try:
+        return bool(_rule_set(family, precision))
+    except InputError:
+        return False
 
 
 def resolve_backend(name: str) -> type[Backend]:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchbase.backend import Backend, DeviceKind
-from benchbase.families.parts import FamilyParts, ReferenceStep, family_parts
+from benchbase.families.parts import CheckedParts, FamilyParts, ReferenceStep, family_parts
 from benchbase.kit.data import KitData
-from benchbase.specs import ModelSpec
+from benchbase.specs import ModelSpec, OptimizerSpec
 
 __all__ = ["ConformanceFailure", "FirstStep", "Kit", "describe_difference", "describe_error"]
 
@@ -56,8 +56,9 @@ class Kit:
 
     @property
     def parts(self) -> FamilyParts:
-        """The parts of the kit's model family: its layout, reference and bounds."""
-        return family_parts(self.data.model)
+        """The parts of the kit's model family: its layout, reference and bounds (a member they lack
+        fails the rule that needs it in one line naming it)."""
+        return CheckedParts(family_parts(self.data.model), self.family)  # type: ignore[return-value]
 
     @property
     def family(self) -> str:
@@ -65,18 +66,20 @@ class Kit:
 
     @property
     def model(self) -> ModelSpec:
-        """The reference checks' model: the workload's with dropout 0."""
+        """The reference checks' model: the workload's without dropout (``FamilyParts.without_dropout``)."""
         return self.data.model
 
     @contextmanager
-    def backend(self, seed: int | None = None, model: ModelSpec | None = None) -> Iterator[Backend]:
-        """A built backend (the kit's seed and model unless given), closed when the block ends.
+    def backend(self, seed: int | None = None, model: ModelSpec | None = None,
+                optimizer: OptimizerSpec | None = None) -> Iterator[Backend]:
+        """A built backend (the kit's seed, model and optimizer unless given), closed when the block ends.
 
         An exception from any of its methods carries the method's name (see ``describe_error``).
         """
         instance = _Traced(self.backend_class())
         try:
-            instance.build(self.data.context(self.seed if seed is None else seed, model, device=self.device))
+            instance.build(self.data.context(self.seed if seed is None else seed, model, device=self.device,
+                                             optimizer=optimizer))
             yield instance  # a Backend by duck typing: every call is forwarded
         finally:
             instance.close()

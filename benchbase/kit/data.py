@@ -48,7 +48,7 @@ from benchbase.data.pipeline import pad_batch
 from benchbase.data.store import FeatureStore, Utterance
 from benchbase.data.workload_data import default_cache, store_key
 from benchbase.errors import BenchbaseError, InputError
-from benchbase.families.parts import parts_of_family
+from benchbase.families.parts import CheckedParts, parts_of_family
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs import ModelSpec, OptimizerSpec, WorkloadSpec
 
@@ -81,7 +81,8 @@ class KitData:
     spec_model: ModelSpec
     """The workload's model as the spec has it (dropout included)."""
     model: ModelSpec
-    """The model the reference checks use: the spec's with dropout 0 (the reference has none)."""
+    """The model the reference checks use: the spec's without dropout (``FamilyParts.without_dropout``;
+    the reference has none)."""
     optimizer: OptimizerSpec
     feature_dimension: int
     batches: tuple[Batch, ...]
@@ -100,11 +101,11 @@ class KitData:
         return max(int(batch.labels.shape[1]) for batch in self.batches)
 
     def context(self, seed: int, model: ModelSpec | None = None, threads: int | None = 1,
-                device: DeviceKind = "cpu") -> BuildContext:
+                device: DeviceKind = "cpu", optimizer: OptimizerSpec | None = None) -> BuildContext:
         """What ``build()`` receives: one device (a CPU unless ``device`` says cuda), the kit's batch
         size, a thread budget of one."""
         plan = DevicePlan(kind=device, count=1, batch_per_device=KIT_BATCH_SIZE, threads=threads)
-        return BuildContext(model=model or self.model, optimizer=self.optimizer,
+        return BuildContext(model=model or self.model, optimizer=optimizer or self.optimizer,
                             feature_dimension=self.feature_dimension, plan=plan, seed=seed,
                             max_frames=self.max_frames, max_label_length=self.max_label_length)
 
@@ -123,7 +124,7 @@ def kit_model(family: str, symbols: int | None = None) -> ModelSpec:
     """``family``'s kit model (``FamilyParts.kit_model``) predicting ``symbols`` output symbols (None:
     its own), validated by its spec; an InputError for an unknown family or symbols out of bounds."""
     try:
-        model = parts_of_family(family).kit_model().model
+        model = CheckedParts(parts_of_family(family), family).kit_model().model
     except BenchbaseError as error:
         raise InputError(f"the conformance kit cannot prove model family {family!r}: {error}") from None
     if symbols is None or symbols == model.symbols:
@@ -139,7 +140,7 @@ def kit_model(family: str, symbols: int | None = None) -> ModelSpec:
 @lru_cache(maxsize=8)
 def _kit_data(store_root: Path, family: str = "ds2", symbols: int | None = None) -> KitData:
     workload = builtin_workload(KIT_WORKLOAD)
-    parts = parts_of_family(family)
+    parts = CheckedParts(parts_of_family(family), family)
     model, optimizer = kit_model(family, symbols), parts.kit_model().optimizer
     store = FeatureStore(store_root)
     utterances = [u for shard in store.shards(workload.data.train) for u in store.read(shard)]
@@ -157,7 +158,7 @@ def _kit_data(store_root: Path, family: str = "ds2", symbols: int | None = None)
     small = utterances[KIT_BATCHES * KIT_BATCH_SIZE : needed]
     return KitData(
         spec_model=model,
-        model=model.model_copy(update={"dropout": 0.0}),
+        model=parts.without_dropout(model),
         optimizer=optimizer,
         feature_dimension=store.feature_dimension,
         batches=tuple(pad_batch(group, model) for group in groups),

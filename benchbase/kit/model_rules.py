@@ -90,8 +90,9 @@ def check_predict_shapes(kit: Kit) -> None:
         loss = fresh.train_step(batch)
     if not np.array_equal(first, again):
         worst, where = describe_difference(again, first)
-        raise ConformanceFailure("predict_shapes", f"predicting the same inputs twice gave {kit.parts.outputs_name} "
-                                 f"up to {worst:.3g} apart ({where}); predict must not change state")
+        raise ConformanceFailure("predict_shapes", f"predict() is not deterministic (dropout on?): the same inputs "
+                                 f"twice gave {kit.parts.outputs_name} up to {worst:.3g} apart ({where}); predict "
+                                 "must run the model in inference mode, without dropout")
     if changed:
         raise ConformanceFailure("predict_shapes", f"predict() changed the weights {', '.join(changed[:6])}; "
                                  "inference must use BatchNorm's running statistics and leave them as they are")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from benchbase.backend import Batch
+from benchbase.families.batch_cost import batch_training_flops
+from benchbase.families.conformer.cost import training_flops
 from benchbase.families.conformer.reference import random_weights, reference_forward
 from benchbase.families.conformer.spec import ConformerModelSpec
 from benchbase.families.conformer.weight_layout import batchnorm_names, validate_weights, weight_layout
-from benchbase.families.ctc import CTCParts, bounded_ctc_step
+from benchbase.families.ctc import CTCParts, bounded_ctc_step, ctc_step_loss
 from benchbase.families.parts import KitModel, ReferenceStep, Weights
 from benchbase.numerics.tolerances import RoundingModel, rounding_bound
 from benchbase.specs.optimizer import AdamWSpec
@@ -26,6 +30,8 @@ half the frame rate), small enough for the float64 reference to take about a sec
 
 
 class ConformerParts(CTCParts):
+    quantized_reference = None  # no int8-emulated (quantizable_tensors is empty)
+
     def weight_layout(self, model, feature_dimension: int) -> dict[str, tuple[int, ...]]:
         return weight_layout(model, feature_dimension)
 
@@ -55,11 +61,20 @@ class ConformerParts(CTCParts):
 
         return bounded_ctc_step(forward, batch, model.blank_index, model.batchnorm_momentum)
 
+    def reference_loss(self, weights: Weights, model, batch: Batch) -> float:
+        log_probs, _ = reference_forward(weights, model, batch.features, batch.feature_lengths, True)
+        return ctc_step_loss(log_probs, batch, model.blank_index)
+
     def normalization_layers(self, model) -> list[str]:
         return batchnorm_names(model)
 
     def kit_model(self) -> KitModel:
         return KIT_MODEL
+
+    def batch_flops(self, model, feature_dimension: int, padded_frames: int, feature_lengths, label_lengths
+                    ) -> tuple[int, int]:
+        return batch_training_flops(partial(training_flops, model, feature_dimension), padded_frames, feature_lengths,
+                                    label_lengths)
 
 
 PARTS = ConformerParts()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from benchbase.backend import Batch
-from benchbase.families.ctc import CTCParts
+from benchbase.families.batch_cost import batch_training_flops
+from benchbase.families.ctc import CTCParts, ctc_step_loss
+from benchbase.families.ds2.cost import training_flops
+from benchbase.families.ds2.quantization import QUANTIZED_REFERENCE
 from benchbase.families.ds2.reference import (
     batchnorm_names,
     bounded_reference,
@@ -29,6 +34,8 @@ that what passes between layers is checked too, small enough for the float64 ref
 
 
 class DS2Parts(CTCParts):
+    quantized_reference = QUANTIZED_REFERENCE
+
     def weight_layout(self, model, feature_dimension: int) -> dict[str, tuple[int, ...]]:
         return weight_layout(model, feature_dimension)
 
@@ -52,11 +59,20 @@ class DS2Parts(CTCParts):
     def reference_step(self, weights: Weights, model, batch: Batch) -> ReferenceStep:
         return bounded_step(weights, model, batch)
 
+    def reference_loss(self, weights: Weights, model, batch: Batch) -> float:
+        log_probs, _ = reference_forward(weights, model, batch.features, batch.feature_lengths, True)
+        return ctc_step_loss(log_probs, batch, model.ctc_blank_index)
+
     def normalization_layers(self, model) -> list[str]:
         return batchnorm_names(model)
 
     def kit_model(self) -> KitModel:
         return KIT_MODEL
+
+    def batch_flops(self, model, feature_dimension: int, padded_frames: int, feature_lengths, label_lengths
+                    ) -> tuple[int, int]:
+        return batch_training_flops(partial(training_flops, model, feature_dimension), padded_frames, feature_lengths,
+                                    label_lengths)
 
 
 PARTS = DS2Parts()

@@ -8,22 +8,26 @@ what it does not compute (the search) is benchbase's: a backend decides no part 
 
 The error model's bound of the encoder projection (``bounded_outputs``) is DS2's: the same
 LSTM with every accumulation and vector function moved by its float32 rounding bound
-(``benchbase.families.ds2.reference.lstm_layer``, ``benchbase.numerics.tolerances``).
+(``benchbase.numerics.rounded.lstm_layer``, ``benchbase.numerics.tolerances``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
 from benchbase.backend import Batch
 from benchbase.data.vocabulary import CharacterVocabulary, Vocabulary
 from benchbase.decode.factory import Decoder
+from benchbase.families.batch_cost import batch_training_flops
 from benchbase.families.parts import KitModel, ReferenceStep, Weights
 from benchbase.families.rnnt.bounds import bounded_transducer_loss, rounded_encoder
+from benchbase.families.rnnt.cost import training_flops
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import transducer_loss
+from benchbase.families.rnnt.quantization import QUANTIZED_REFERENCE
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, random_weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
@@ -74,6 +78,7 @@ class RNNTParts:
     loss_name = "transducer loss"
     outputs_name = "encoder projection"
     log_probability_outputs = False  # the joint's encoder projection; the harness runs the joint
+    quantized_reference = QUANTIZED_REFERENCE
 
     def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> TransducerHead:
         # The search needs the prediction network and joint; the decoder's vocabulary spells its labels.
@@ -107,11 +112,22 @@ class RNNTParts:
         return random_weights(model, feature_dimension, np.random.default_rng(seed))
 
     def reference_step(self, weights: Weights, model, batch: Batch) -> ReferenceStep:
-        bounded = bounded_transducer_loss(weights, model, batch)  # no running statistics: no BatchNorm
-        return ReferenceStep(bounded.loss, bounded.losses, bounded.bound)
+        bounded = bounded_transducer_loss(weights, model, batch)  # no BatchNorm: int8-emulated's ranges only
+        return ReferenceStep(bounded.loss, bounded.losses, bounded.bound, bounded.ranges, bounded.range_bounds)
+
+    def reference_loss(self, weights: Weights, model, batch: Batch) -> float:
+        encoded, _ = encoder_forward(weights, model, batch.features, batch.feature_lengths)
+        predicted = prediction_forward(weights, model, batch.labels, batch.label_lengths)
+        frames = int(batch.output_lengths.max(initial=0))
+        losses = transducer_loss(joint(weights, model, encoded[:, :frames], predicted), batch.labels,
+                                 batch.output_lengths, batch.label_lengths, model.blank_index)
+        return float(np.where(np.isinf(losses), 0.0, losses).mean())
 
     def normalization_layers(self, model) -> list[str]:
         return []
+
+    def without_dropout(self, model: RNNTModelSpec) -> RNNTModelSpec:
+        return model.model_copy(update={"dropout": 0.0})
 
     def impossible_frames(self, model, labels: int) -> int:
         """A transducer aligns any labels to one encoder frame: the most frames that give none."""
@@ -121,6 +137,11 @@ class RNNTParts:
 
     def kit_model(self) -> KitModel:
         return KIT_MODEL
+
+    def batch_flops(self, model, feature_dimension: int, padded_frames: int, feature_lengths, label_lengths
+                    ) -> tuple[int, int]:
+        return batch_training_flops(partial(training_flops, model, feature_dimension), padded_frames, feature_lengths,
+                                    label_lengths)
 
 
 PARTS = RNNTParts()
