@@ -41,19 +41,11 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from benchbase.specs import ModelSpec, OptimizerSpec
+from benchbase.specs.result import STEP_STAGES
 from benchbase.specs.strategy import StrategySpec, SyncSpec
 
-__all__ = [
-    "CONTRACT_VERSION",
-    "Backend",
-    "BackendReference",
-    "Batch",
-    "BatchShape",
-    "BuildContext",
-    "Capabilities",
-    "DevicePlan",
-    "Inputs",
-]
+__all__ = ["CONTRACT_VERSION", "STEP_STAGES", "Backend", "BackendReference", "Batch", "BatchShape", "BuildContext",
+           "Capabilities", "DevicePlan", "Inputs"]
 
 CONTRACT_VERSION = 3
 
@@ -219,9 +211,9 @@ class Capabilities:
     harness refuses them on a CPU plan before the clock starts, whatever a backend declares);
     bf16 and fp16 are the framework's automatic mixed precision (float32 master weights, fp16
     with dynamic loss scaling); int8-emulated fake-quantizes exactly as ``ModelSpec.quantization``
-    says (``benchbase.families.ds2.quantization`` is the reference), keeps its activation ranges as model
-    state (in the family's weight layout and the checkpoint, like BatchNorm's statistics), and evaluates
-    quantized too. ``predict`` returns float32 outputs, ``export_weights`` float32 master weights."""
+    says (``benchbase.numerics.quantization``), keeps its activation ranges as model state (in the
+    weight layout and the checkpoint, like BatchNorm's statistics), and evaluates quantized too.
+    ``predict`` returns float32 outputs, ``export_weights`` float32 master weights."""
     family_precisions: tuple[tuple[str, frozenset[str]], ...] = ()
     """(family, its precisions) where a family has fewer than ``precisions``: ``(("rnnt", frozenset({"fp32"})),)``."""
     strategies: frozenset[str] = frozenset({"sync"})  # training strategies (benchbase.specs.strategy)
@@ -357,7 +349,10 @@ class Backend(ABC):
         """Where the last ``train_step`` spent its time, as the backend measures it: "communication"
         (seconds of a DDP hook's all-reduce), "communication_bytes" (this learner's payload), any
         other number under "backend" (a CUDA graph's capture). The harness writes them per batch
-        beside its data-wait and step times. Empty (the default): nothing measured."""
+        beside its data-wait and step times. Empty (the default): nothing measured. Optionally the
+        step's phases (``STEP_STAGES``), seconds each, timed without changing the step (plain timers
+        on a CPU; CUDA events read after the step's own synchronization on a GPU); a compiled step
+        reports what it can tell apart, the rest counts as "step", none at all as "not reported"."""
         return {}
 
     def start_profiler(self, directory: Path) -> None:

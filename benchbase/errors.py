@@ -6,8 +6,8 @@ import os
 
 from pydantic import ValidationError
 
-__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "PredictionMismatch", "Terminated", "UnreadableFile",
-           "describe_validation_error", "why_unreadable"]
+__all__ = ["BenchbaseError", "InputError", "NonFiniteError", "OptimizerMismatch", "PredictionMismatch", "Terminated",
+           "UnreadableFile", "describe_validation_error", "why_unreadable"]
 
 
 class BenchbaseError(Exception):
@@ -40,6 +40,11 @@ def why_unreadable(error: OSError | UnicodeDecodeError) -> str:
 
 class NonFiniteError(BenchbaseError):
     """A loss or log-probability that is NaN or infinite: the run stops at once, status aborted."""
+
+
+class OptimizerMismatch(BenchbaseError):
+    """The run's first step did not update the weights as the workload's optimizer does (the
+    harness's replay of it): the run stops at once, status aborted, before its first evaluation."""
 
 
 class PredictionMismatch(BenchbaseError):

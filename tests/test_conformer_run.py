@@ -48,7 +48,7 @@ def test_the_log_passes_check_and_the_official_common_rules(finished, tmp_path):
     out, _ = finished
     checked = run_benchbase("check", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "1/1 log(s) pass rule set 1.8" in " ".join(checked.stdout.split())
+    assert "1/1 log(s) pass rule set 1.9" in " ".join(checked.stdout.split())
     logged = (out / "mllog.log").read_text()
     assert '"key": "opt_learning_rate_decay_schedule", "value": "exponential"' in logged
     passed, messages = check_common_rules(out / "mllog.log", tmp_path)

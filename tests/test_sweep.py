@@ -269,7 +269,7 @@ def test_the_sweep_folder_reports_as_one_experiment(finished_sweep, tmp_path):
     # `check` reads the sweep's folder as score and report do: every run's log, against the default rule set.
     checked = run_benchbase("check", str(out))
     assert checked.returncode == 0, checked.stdout[-2000:]
-    assert "4/4 log(s) pass rule set 1.8" in " ".join(checked.stdout.split())
+    assert "4/4 log(s) pass rule set 1.9" in " ".join(checked.stdout.split())
 
 
 @pytest.mark.slow

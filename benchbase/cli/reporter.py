@@ -23,7 +23,7 @@ from benchbase.cli.titled import titled
 from benchbase.harness.hook_payloads import BatchProgress, Evaluation
 from benchbase.specs import RunResult
 
-__all__ = ["DecodeSweepReporter", "RunReporter", "final_evaluation_table", "result_table"]
+__all__ = ["DecodeSweepReporter", "RunReporter", "compute_line", "final_evaluation_table", "result_table"]
 
 REFRESH_SECONDS = 0.25
 
@@ -107,6 +107,10 @@ class RunReporter:
         self.close()
         self.console.print()
         self.console.print(result_table(result))
+        if result.time_breakdown:
+            self.console.print(time_breakdown_line(result.time_breakdown), markup=False, highlight=False)
+        if result.compute:
+            self.console.print(compute_line(result.compute), markup=False, highlight=False)
         if result.final_evaluation:
             self.console.print(final_evaluation_table(result.final_evaluation))
 
@@ -145,6 +149,23 @@ def result_table(result: RunResult) -> Group:
             table.add_row(label, f"{reached['minutes']:.2f}", f"{reached['seconds']:.1f}", str(reached["epoch"]))
     return titled(f"time to accuracy: [{style}]{result.status}[/] ({result.stop_reason}), "
                   f"{result.epochs} epochs, {result.run_seconds / 60:.2f} min", table)
+
+
+def time_breakdown_line(breakdown: dict) -> str:
+    """Where the wall time went, in percent of it, the parts nothing took left out."""
+    parts = ", ".join(f"{part.replace('_', ' ')} {fraction:.1%}" for part, fraction in breakdown["fractions"].items()
+                      if fraction > 0)
+    phases = "" if breakdown["stages"] == "reported" else f" (step phases {breakdown['stages']})"
+    return f"wall time {breakdown['wall_s']:.1f} s: {parts}{phases}"
+
+
+def compute_line(compute: dict) -> str:
+    """The run's training FLOPs, padding and MFU; "not known" where the devices' peak is not."""
+    mfu = ("MFU not known (" + compute["peak_source"] + ")" if compute.get("mfu_hardware") is None else
+           f"MFU {compute['mfu_hardware']:.3%} hardware, {compute['mfu_useful']:.3%} useful "
+           f"of {compute['peak_flops'] / 1e12:.4g} TFLOP/s ({compute['peak_source']})")
+    return (f"training {compute['flops_padded'] / 1e12:.4g} TFLOP padded, {compute['flops_valid'] / 1e12:.4g} "
+            f"valid (padding {compute['padding_fraction']:.1%}): {mfu}")
 
 
 def final_evaluation_table(final: dict) -> Group:

@@ -1,7 +1,7 @@
 """A table under a title of its own line, which wraps at the terminal's width, not the table's.
 
 rich wraps a table's title within the table's width, so a title longer than a few narrow columns
-("PASS runs/ds2-mini-torch-cpu-20261127-135822/mllog.log (rules 1.8)" over "all rules | pass")
+("PASS runs/ds2-mini-torch-cpu-20261127-135822/mllog.log (rules 1.9)" over "all rules | pass")
 breaks mid-path even on a terminal wide enough for it.
 """
 

@@ -7,7 +7,8 @@ Each check registers itself with ``@check`` (check_registry.py) in the module of
   hyperparameters, subsets, division);
 - result_checks: result.json and a resumed run's account against the log;
 - cross_examination: the log against the other evidence in its run folder;
-- independence_checks: the score re-checked without trusting the backend.
+- independence_checks: the score re-checked without trusting the backend;
+- compute_check: result.json's FLOPs and MFU against the log's totals, run clock and the profile's peak.
 
 Importing this module imports them all, so CHECKS is whole; the checker reads it from here.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 # Imported for their @check registrations.
 from benchbase.compliance import (  # noqa: F401
+    compute_check,
     cross_examination,
     independence_checks,
     log_checks,

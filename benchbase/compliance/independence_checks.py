@@ -21,7 +21,7 @@ from benchbase.compliance.keys import StopReason, constants
 from benchbase.compliance.parse import LogEvent
 from benchbase.specs.overrides import field_at
 
-__all__ = ["independent_scoring"]
+__all__ = ["independent_scoring", "optimizer_replay"]
 
 
 @check(r.IndependentScoringRule)
@@ -62,6 +62,31 @@ def independent_scoring(rule: r.IndependentScoringRule, evidence: Evidence) -> l
         error = stop.metadata.get(keys.ERROR, "predict() disagreed with the exported weights")
         messages.append(f"line {stop.line}: the run stopped because {error}")
     return messages + _exported_weights(evidence)
+
+
+@check(r.OptimizerReplayRule)
+def optimizer_replay(rule: r.OptimizerReplayRule, evidence: Evidence) -> list[str]:
+    """The first step's replay (benchbase.harness.optimizer_replay) is on the record and agreed, or
+    was skipped for a reason the replay states; a resumed segment's log carries its first one."""
+    log = evidence.log
+    if log.first(constants.RUN_START) is None:
+        return []
+    replays = log.keyed(keys.OPTIMIZER_REPLAY)
+    if not replays:
+        return ["the log has no benchbase_optimizer_replay: the run's first step was not replayed with the "
+                "workload's optimizer"]
+    value = replays[0].value if isinstance(replays[0].value, dict) else {}
+    where = f"line {replays[0].line}"
+    if "skipped" in value:
+        skipped = str(value["skipped"])
+        # Weights the reference cannot read: an open run's own model may (independent scoring is off there too).
+        accepted = skipped in keys.REPLAY_SKIP_REASONS or (skipped.startswith(keys.REPLAY_NOT_THE_LAYOUT)
+                                                           and evidence.is_open())
+        return [] if accepted else [f"{where}: the first step's replay was skipped for a reason the rule does "
+                                    f"not accept: {skipped}"]
+    if value.get("agree") is not True:
+        return [f"{where}: {value.get('error', 'the first step did not agree with the workload optimizer')}"]
+    return []
 
 
 def _judged(score: LogEvent, required: int, source: str) -> list[str]:

@@ -25,6 +25,7 @@ __all__ = [
     "DEVICES",
     "DEVICE_PLAN",
     "ENVIRONMENT",
+    "EPOCH_FLOPS",
     "ERROR",
     "EVAL_BEAM_WIDTH",
     "EVAL_DECODER",
@@ -38,6 +39,9 @@ __all__ = [
     "FINAL_ACCURACY_FP32",
     "INDEPENDENT_SCORE",
     "OFF_CLOCK",
+    "OPTIMIZER_REPLAY",
+    "REPLAY_NOT_THE_LAYOUT",
+    "REPLAY_SKIP_REASONS",
     "OPT_ADADELTA_EPSILON",
     "OPT_ADADELTA_RHO",
     "OPTIMIZER_KEYS",
@@ -127,6 +131,17 @@ benchbase's reference model re-scored a sample of the subset from the backend's 
 and compared with predict(). Value: {utterances, seed (of the sample, drawn after the backend
 was built and kept from it), disagreeing (utterance ids), worst_ratio (largest difference over
 its tolerance), texts_differ, seconds, agree}."""
+OPTIMIZER_REPLAY = "benchbase_optimizer_replay"
+"""Once per fresh run, after its first step (metadata epoch_num): the step replayed from the exported
+weights with the workload's optimizer in float64 (benchbase.harness.optimizer_replay). Value:
+{optimizer, probe, worst_ratio (largest difference over its bound), seconds, agree}, or {agree:
+false, error} before the run stopped for it, or {skipped: reason} where it cannot be exact: one of
+REPLAY_SKIP_REASONS, or REPLAY_NOT_THE_LAYOUT (with the layout's error after it) for weights the
+reference cannot read, which only an open run may log."""
+REPLAY_SKIP_REASONS = ("multi-process", "a strategy other than sync", "a precision below fp32",
+                       "no sgd or adadelta to probe with", "dropout masks differ from the twin's")
+"""Every reason a closed run may log for not replaying its first step (OPTIMIZER_REPLAY)."""
+REPLAY_NOT_THE_LAYOUT = "the exported weights are not the family's layout"
 OFF_CLOCK = "benchbase_off_clock"
 """An interval (INTERVAL_START, INTERVAL_END) inside the timed run that the run clock leaves out,
 the independent scoring's (metadata epoch_num, why). The checker subtracts each one from the
@@ -156,6 +171,11 @@ COMMUNICATION = "benchbase_communication"
 """At each epoch_stop of a distributed run: what rank 0's learner communicated in that epoch's steps,
 as its backend measured it: value {bytes_per_step (payload handed to collectives and point-to-point
 sends), seconds_per_step (waiting for them), steps}."""
+EPOCH_FLOPS = "benchbase_epoch_flops"
+"""At each epoch_stop: the training FLOPs of that epoch's steps (on every device together) by the
+model family's cost model (``FamilyParts.batch_flops``): value {padded (the padded batches the
+steps computed), valid (the utterances' own frames and labels), steps}; metadata epoch_num. Absent
+where the family has no cost model."""
 
 # What the run was made of and how it behaved.
 ENVIRONMENT = "benchbase_environment"

@@ -12,10 +12,12 @@ from benchbase.compliance.check_registry import MESSAGES_PER_RULE, check
 from benchbase.compliance.evidence import Evidence, Skip, short
 from benchbase.compliance.keys import constants
 from benchbase.compliance.parse import LogEvent
+from benchbase.compliance.precision_keys import lowest_numerical_precisions
 from benchbase.specs.numbers import is_number
+from benchbase.specs.strategy import DEFAULT_STRATEGY
 
 __all__ = ["accuracy_value", "device_plan", "event_metadata", "init_duration", "key_counts", "lines_parse",
-           "monotonic_time", "numeric_health", "order", "run_stop_status", "thread_budget"]
+           "monotonic_time", "numeric_health", "order", "precision_keys", "run_stop_status", "thread_budget"]
 
 
 @check(r.LinesParseRule)
@@ -161,6 +163,24 @@ def device_plan(rule: r.DevicePlanRule, evidence: Evidence) -> list[str]:
     elif isinstance(devices.value, list) and devices.value and len(devices.value) != plan.get("count"):
         messages.append(f"line {devices.line}: the backends reported {len(devices.value)} device(s) "
                         f"({short(devices.value)}), the plan has {plan.get('count')}")
+    return messages
+
+
+@check(r.PrecisionKeysRule)
+def precision_keys(rule: r.PrecisionKeysRule, evidence: Evidence) -> list[str]:
+    precision = evidence.log.first(keys.PRECISION)
+    if precision is None:
+        return [f"no {keys.PRECISION} event: the lowest numerical precisions cannot be held to the run's"]
+    logged = evidence.log.first(keys.STRATEGY)
+    strategy = logged.value.get("name") if logged is not None and isinstance(logged.value, dict) else DEFAULT_STRATEGY
+    messages = []
+    for key, expected in lowest_numerical_precisions(str(precision.value), str(strategy)).items():
+        stated = evidence.log.first(key)
+        if stated is None:
+            messages.append(f"no {key} event: the log does not state the lowest precision it computed in")
+        elif expected is not None and stated.value != expected:
+            messages.append(f"line {stated.line}: {key} is {short(stated.value)}, but a run in {precision.value} "
+                            f"(line {precision.line}) under strategy {strategy} states {expected}")
     return messages
 
 

@@ -25,18 +25,21 @@ from benchbase.specs.yaml_files import load_spec_file, load_spec_text
 
 __all__ = [
     "AccuracyValueRule",
+    "ComputeRule",
     "DevicePlanRule",
     "DivisionRule",
     "EvalCadenceRule",
     "EventMetadataRule",
     "FixedHyperparametersRule",
     "IndependentScoringRule",
+    "OptimizerReplayRule",
     "InitDurationRule",
     "KeyCount",
     "KeyCountsRule",
     "LinesParseRule",
     "MonotonicTimeRule",
     "OrderRule",
+    "PrecisionKeysRule",
     "ResultConsistencyRule",
     "ResultTTARule",
     "ResumesRule",
@@ -50,7 +53,7 @@ __all__ = [
     "load_ruleset",
 ]
 
-DEFAULT_RULESET = "1.8"
+DEFAULT_RULESET = "1.9"
 _KEY = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.]+$", description="An MLLOG key.")
 _PATH = Field(min_length=1, max_length=200, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$",
               description="A dotted field path inside the workload spec.")
@@ -263,6 +266,25 @@ class IndependentScoringRule(_RuleBase):
         description="Every evaluation's predictions agreed with the backend's exported weights, re-scored by "
         "benchbase's reference model on a sample of the workload's size; the exported weights are the file "
         "the log names.")
+
+
+class OptimizerReplayRule(_RuleBase):
+    check: Literal["optimizer_replay"] = Field(
+        description="A fresh run's first training step, replayed from the exported weights with the workload's "
+        "optimizer in float64, landed where the backend's did, or the log names an accepted reason it could not "
+        "be replayed exactly.")
+
+
+class PrecisionKeysRule(_RuleBase):
+    check: Literal["precision_keys"] = Field(
+        description="MLPerf's lowest_numerical_precision_in_linear, _in_attn and _in_comm are in the log and agree "
+        "with its precision and training strategy (benchbase.compliance.precision_keys).")
+
+
+class ComputeRule(_ClockToleranceRule):
+    check: Literal["compute"] = Field(
+        description="result.json's FLOPs, padding fraction and MFU agree with the log's benchbase_epoch_flops, its "
+        "run clock and the dense peak of the run's own hardware profile in its precision.")
 
 
 Rule = Annotated[Union[tuple(RULE_KINDS.values())], Field(discriminator="check")]  # noqa: UP007 (a computed union)

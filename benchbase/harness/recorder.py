@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.atomic import atomic_write_bytes, atomic_write_text, naming_the_file
+from benchbase.backend import STEP_STAGES
 from benchbase.errors import BenchbaseError
 from benchbase.harness.disk_space import disk_full_error
 from benchbase.harness.hook_payloads import BatchProgress
@@ -37,22 +38,33 @@ class RunRecorder:
         self._sentences.close()
 
     def batch(self, progress: BatchProgress, step: float, utterances: int,
-              timings: Mapping[str, float] | None = None) -> None:
-        """One line per batch; ``timings`` are the backend's own (step_timings), e.g. communication -> comm_s."""
+              timings: Mapping[str, float] | None = None, flops: tuple[int, int] | None = None) -> None:
+        """One line per batch; ``timings`` are the backend's own (step_timings), e.g. communication -> comm_s;
+        ``flops`` the batch's (padded, valid) training FLOPs by the family's cost model."""
         record = {
             "kind": "batch", "epoch": progress.epoch, "batch": progress.batch_index, "t": round(progress.seconds, 4),
             "loss": progress.loss, "step_s": round(step, 5), "wait_s": round(progress.data_wait, 5),
             "throughput": round(progress.throughput, 3), "utterances": utterances,
         }
+        if flops is not None:
+            record["flops_padded"], record["flops_valid"] = flops
         if timings and timings.get("communication") is not None:
             record["comm_s"] = round(float(timings["communication"]), 5)
         if timings and timings.get("communication_bytes") is not None:
             record["comm_bytes"] = int(timings["communication_bytes"])
+        stages = {name: round(float(value), 6) for name, value in (timings or {}).items() if name in STEP_STAGES}
+        if stages:
+            record["stages"] = stages
         others = {name: value for name, value in (timings or {}).items()
-                  if name not in ("communication", "communication_bytes")}
+                  if name not in ("communication", "communication_bytes", *STEP_STAGES)}
         if others:
             record["backend"] = others
         write_json_line(self._metrics, record)
+
+    def checkpoint_time(self, batch_index: int, seconds: float, clock_seconds: float) -> None:
+        """How long a periodic checkpoint took on the clock (the run's time breakdown counts it)."""
+        write_json_line(self._metrics, {"kind": "checkpoint", "batch": batch_index, "t": round(clock_seconds, 4),
+                                        "checkpoint_s": round(seconds, 5)})
 
     def evaluation(self, epoch: int, seconds: float, scored_subset: str, subsets: dict[str, dict],
                    eval_seconds: float) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchbase.backend import DevicePlan
+from benchbase.harness.compute import compute_record
 from benchbase.harness.devices import plan_record, thread_budget
 from benchbase.harness.lifecycle import TimedRun
 from benchbase.harness.progress import TrainingProgress
 from benchbase.harness.statistics import THREAD_BUDGET_ALLOWANCE
+from benchbase.harness.time_breakdown import time_breakdown
 from benchbase.metrics import TargetTracker
 from benchbase.specs import RunConfig, RunResult, TTARule
+from benchbase.telemetry.peak_flops import device_peak
 
 __all__ = ["Footprint", "run_result", "time_to_accuracy"]
 
@@ -44,6 +47,10 @@ def run_result(config: RunConfig, environment: dict, plan: DevicePlan, timed: Ti
         telemetry=timed.telemetry, device=footprint.device_description,
         devices=footprint.devices, world_size=plan.world_size, resumes=progress.resumes, division=config.division,
         device_plan=plan_record(plan, config.hardware), step_breakdown=statistics.step_breakdown(),
+        time_breakdown=time_breakdown(statistics, run_seconds),
+        # The run time result.json states, so that its MFU is re-derivable from the file alone.
+        compute=compute_record(statistics.flops_padded, statistics.flops_valid, round(run_seconds, 3),
+                               device_peak(config.hardware, config.workload.model.precision)),
         environment=environment,
         cpu={"cores_in_steps": cores, "thread_budget": budget,
              "within_budget": cores <= budget + THREAD_BUDGET_ALLOWANCE, **environment["cpu"]},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,18 +24,34 @@ class TrainingStatistics:
     step_cpu_seconds: float = 0.0
     communication_seconds: list[float] = field(default_factory=list)
     """Per batch, the backend's measured gradient all-reduce time (step_timings), where it measures one."""
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    """The backend's step phases (``STEP_STAGES``), summed over the batches that reported them."""
+    staged_steps: int = 0
+    """Batches whose backend reported at least one phase."""
+    evaluation_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0
+    flops_padded: int = 0
+    """Training FLOPs of the padded batches, by the family's cost model (0: it has none)."""
+    flops_valid: int = 0
+    """Training FLOPs of the same batches' valid frames and labels alone."""
 
     @classmethod
     def from_metrics(cls, metrics: Path, step_cpu_seconds: float) -> TrainingStatistics:
         """The statistics of the batches metrics.jsonl records (a resumed run's first segment)."""
         statistics = cls(step_cpu_seconds=step_cpu_seconds)
         for record in read_json_lines(metrics):
+            if record.get("kind") == "eval":
+                statistics.evaluation_seconds += record.get("eval_s", 0.0)
+            if record.get("kind") == "checkpoint":
+                statistics.checkpoint_seconds += record.get("checkpoint_s", 0.0)
             if record.get("kind") != "batch":
                 continue
+            statistics.record_stages(record.get("stages") or {})
             statistics.throughputs.append(record["throughput"])
             statistics.data_waits.append(record["wait_s"])
             statistics.step_seconds.append(record["step_s"])
             statistics.record_communication(record.get("comm_s"))
+            statistics.record_flops(record.get("flops_padded", 0), record.get("flops_valid", 0))
         return statistics
 
     def record(self, utterances: int, wait: float, step: float, cpu: float) -> float:
@@ -49,6 +66,18 @@ class TrainingStatistics:
     def record_communication(self, seconds: float | None) -> None:
         if seconds is not None:
             self.communication_seconds.append(float(seconds))
+
+    def record_flops(self, padded: int, valid: int) -> None:
+        self.flops_padded += int(padded)
+        self.flops_valid += int(valid)
+
+    def record_stages(self, stages: Mapping[str, float]) -> None:
+        """One batch's step phases, as the backend timed them (none: it reports no split)."""
+        if not stages:
+            return
+        self.staged_steps += 1
+        for stage, seconds in stages.items():
+            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + float(seconds)
 
     def step_breakdown(self) -> dict[str, float]:
         """Where the steps' time went: data wait and step time (the harness's clock), and of the step

@@ -13,6 +13,7 @@ from benchbase.backend import CONTRACT_VERSION, DevicePlan
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import constants
+from benchbase.compliance.precision_keys import lowest_numerical_precisions
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.registered import store_data_record
 from benchbase.harness.devices import plan_record
@@ -50,6 +51,7 @@ def submission_record(config: RunConfig, environment: dict, plan: DevicePlan, tr
         *[(key, getattr(optimizer, field)) for key, field in own_keys.OPTIMIZER_KEYS[optimizer.name].items()],
         (constants.OPT_GRADIENT_CLIP_NORM, optimizer.gradient_clip_norm),
         (own_keys.PRECISION, workload.model.precision),
+        *lowest_numerical_precisions(workload.model.precision, config.strategy.name).items(),
         (own_keys.EVAL_DECODER, evaluation.decoder),
         (own_keys.EVAL_BEAM_WIDTH, evaluation.beam_width),
         (own_keys.EVAL_LM_MODE, evaluation.lm_mode),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
@@ -12,20 +13,22 @@ from pathlib import Path
 import numpy as np
 import pluggy
 
-from benchbase.backend import Backend, Batch
+from benchbase.backend import STEP_STAGES, Backend, Batch
 from benchbase.compliance import ComplianceLog
 from benchbase.compliance import keys as own_keys
 from benchbase.compliance.keys import StopReason, constants
 from benchbase.data.augmentation import training_batch
 from benchbase.data.pipeline import EpochBatches, RunEpochs
-from benchbase.errors import BenchbaseError, NonFiniteError, PredictionMismatch, Terminated
+from benchbase.errors import BenchbaseError, NonFiniteError, OptimizerMismatch, PredictionMismatch, Terminated
 from benchbase.families.parts import EvaluationHead, family_parts
 from benchbase.harness.clock import RunClock
+from benchbase.harness.compute import EpochFlops, batch_flops_of
 from benchbase.harness.devices import own_slice
 from benchbase.harness.evaluation import evaluate_subsets, predicted_log_probs, subset_records
 from benchbase.harness.hook_payloads import BatchProgress, Evaluation, SubsetScore
 from benchbase.harness.independent_scoring import UtteranceSample, score_sample
 from benchbase.harness.initialization import RunInputs
+from benchbase.harness.optimizer_replay import replay_first_step, why_not_replayed
 from benchbase.harness.profiling import StepProfiler
 from benchbase.harness.progress import TrainingProgress
 from benchbase.harness.rank_checkpoints import collect_rank_checkpoints
@@ -82,6 +85,9 @@ class TrainingLoop:
         self.started_up = False
         """Whether this process's first training step is on the record (benchbase_startup)."""
         self.epoch_communication = EpochCommunication()
+        self.batch_flops = batch_flops_of(config.workload.model)
+        """The family's cost of a global batch; None where the family has no cost model."""
+        self.epoch_flops = EpochFlops()
 
     def train(self) -> tuple[StopReason, int]:
         """Train until a stop; returns why and the last epoch. On SIGTERM, checkpoints before raising Terminated."""
@@ -112,6 +118,7 @@ class TrainingLoop:
                     epochs.start(epoch + 1)
                 self.log.end(constants.EPOCH_STOP, metadata={constants.EPOCH_NUM: epoch})
                 self._log_communication(epoch)
+                self._log_flops(epoch)
                 if not finished_epoch:
                     return StopReason.MAX_MINUTES, epoch
                 if epoch % self.workload.evaluation.every_epochs == 0:
@@ -141,6 +148,7 @@ class TrainingLoop:
                 on_last_batch()
             # Masked here, inside the data wait, and before slicing: every rank masks the global batch alike.
             trained = training_batch(batch, self.workload.augmentation, self.config.seed, epoch, batch_in_epoch)
+            before = self._weights_before_first_step(epoch)
             step_from, cpu_from = time.perf_counter(), time.process_time()
             with deferred_termination(), self.profiler.around(self.progress.batch_index + 1):
                 # SIGTERM waits for the update to complete
@@ -153,6 +161,8 @@ class TrainingLoop:
                 # Training on from here would measure garbage; the batch is named so it can be inspected.
                 raise NonFiniteError(f"batch {self.progress.batch_index + 1} (epoch {epoch}): train_step returned a "
                                      f"loss of {loss} on utterances {_named(batch.utterance_ids)}")
+            if before is not None:
+                self._replay_first_step(epoch, before, trained)
             self._after_batch(epoch, batch_in_epoch, batch, loss, step_from - waited_from, step, cpu)
             verdict = self.coordinator.agree(Verdict.TERMINATED if termination_requested() else
                                              Verdict.STOP if self._out_of_time() else Verdict.CONTINUE)
@@ -161,6 +171,43 @@ class TrainingLoop:
             if verdict == Verdict.STOP:
                 return False
         return True
+
+    def _weights_before_first_step(self, epoch: int) -> dict[str, np.ndarray] | None:
+        """Before a fresh run's first step, off the clock: the weights its replay starts from (None on
+        any other step, and where the replay cannot be exact: the reason goes into the log)."""
+        if self.resumed or self.progress.batch_index > 0:
+            return None
+        with self._off_clock(epoch, "optimizer_replay"):
+            weights = {name: np.array(value, copy=True) for name, value in self.backend.export_weights().items()}
+            reason = why_not_replayed(self.inputs.context, type(self.backend).capabilities.optimizers, weights)
+        if reason is None:
+            return weights
+        self.log.event(own_keys.OPTIMIZER_REPLAY, value={"skipped": reason}, metadata={constants.EPOCH_NUM: epoch})
+        return None
+
+    def _replay_first_step(self, epoch: int, before: dict[str, np.ndarray], batch: Batch) -> None:
+        """After the first step, off the clock: the workload's optimizer must land where the step did."""
+        metadata = {constants.EPOCH_NUM: epoch}
+        with self._off_clock(epoch, "optimizer_replay"):
+            try:
+                record = replay_first_step(type(self.backend), self.inputs.context, before, batch,
+                                           self.backend.export_weights())
+            except OptimizerMismatch as error:
+                self.log.event(own_keys.OPTIMIZER_REPLAY, value={"agree": False, "error": str(error)},
+                               metadata=metadata)
+                raise
+            self.log.event(own_keys.OPTIMIZER_REPLAY, value=record, metadata=metadata)
+
+    @contextmanager
+    def _off_clock(self, epoch: int, why: str) -> Iterator[None]:
+        """Work the run clock leaves out, as an interval in the log that `benchbase check` subtracts."""
+        metadata = {constants.EPOCH_NUM: epoch, "why": why}
+        self.log.start(own_keys.OFF_CLOCK, metadata=metadata)
+        try:
+            with self.clock.paused():
+                yield
+        finally:
+            self.log.end(own_keys.OFF_CLOCK, metadata=metadata)
 
     def _after_batch(self, epoch: int, batch_in_epoch: int, batch: Batch, loss: float, wait: float, step: float,
                      cpu: float) -> None:
@@ -173,9 +220,15 @@ class TrainingLoop:
                                self.clock.seconds(), loss, throughput, wait)
         timings = self.backend.step_timings()
         progress.statistics.record_communication(timings.get("communication"))
+        progress.statistics.record_stages({stage: timings[stage] for stage in STEP_STAGES if stage in timings})
         if "communication_bytes" in timings:
             self.epoch_communication.add(timings["communication_bytes"], timings.get("communication", 0.0))
-        self.recorder.batch(report, step, batch.size, timings)
+        # The global batch: every rank's step together computes it, on every device of the run.
+        flops = None if self.batch_flops is None else self.batch_flops(batch)
+        if flops is not None:
+            progress.statistics.record_flops(*flops)
+            self.epoch_flops.add(*flops)
+        self.recorder.batch(report, step, batch.size, timings, flops)
         evaluation = self.workload.evaluation
         if progress.batch_index % evaluation.log_sentences_every == 0:
             self._log_sentences(epoch, batch)
@@ -189,6 +242,12 @@ class TrainingLoop:
         if epoch_total.steps:
             self.log.event(own_keys.COMMUNICATION, metadata={constants.EPOCH_NUM: epoch}, value=epoch_total.per_step())
 
+    def _log_flops(self, epoch: int) -> None:
+        """The epoch's training FLOPs by the family's cost model (`benchbase check` sums them)."""
+        epoch_total, self.epoch_flops = self.epoch_flops, EpochFlops()
+        if epoch_total.steps:
+            self.log.event(own_keys.EPOCH_FLOPS, metadata={constants.EPOCH_NUM: epoch}, value=epoch_total.record())
+
     def _log_startup(self, wait: float, step: float) -> None:
         """Where the clock went between run_start (or a resume) and the end of the first step."""
         self.started_up = True
@@ -198,9 +257,13 @@ class TrainingLoop:
 
     def _checkpoint(self, metadata: dict) -> None:
         """A periodic checkpoint, with every other rank's beside it in a run of several processes."""
+        started = self.clock.seconds()
         path = self.recorder.checkpoint(self.progress.batch_index, self.backend.save_checkpoint,
                                         self.progress.resume_state(self.clock.seconds()),
                                         ranks=lambda: collect_rank_checkpoints(self.coordinator))
+        seconds = self.clock.seconds() - started
+        self.progress.statistics.checkpoint_seconds += seconds
+        self.recorder.checkpoint_time(self.progress.batch_index, seconds, self.clock.seconds())
         world = self.coordinator.world
         if world.distributed:
             metadata = {**metadata, own_keys.RANK_CHECKPOINTS: [
@@ -287,6 +350,7 @@ class TrainingLoop:
                                 targets=tuple(target.label for target in self.workload.tta.targets),
                                 subsets={subset: result.rates() for subset, result in results.items()})
         self.recorder.evaluation(epoch, finished, scored.subset, subset_records(results), finished - started)
+        self.progress.statistics.evaluation_seconds += finished - started
         self.progress.last_evaluation = evaluation
         self.hook.eval_completed(evaluation=evaluation)
         return evaluation

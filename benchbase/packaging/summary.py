@@ -34,10 +34,12 @@ __all__ = ["SUMMARY_COLUMNS", "summarize_package", "summary_csv", "summary_json"
 
 SYSTEM_COLUMNS = ("division", "availability", "submitter", "system", "number_of_nodes", "host_processor_model_name",
                   "host_processors_count", "accelerator_model_name", "accelerators_count", "framework", "notes")
-SCORE_COLUMNS = ("benchmark", "target", "runs", "converged", "olympic_minutes", "rcp", "rcp_norm_factor", "score")
+SCORE_COLUMNS = ("benchmark", "target", "runs", "converged", "epochs_to_converge", "samples_to_converge",
+                 "olympic_minutes", "rcp", "rcp_norm_factor", "score")
 SUMMARY_COLUMNS = (*SYSTEM_COLUMNS, *SCORE_COLUMNS, "details_url", "code_url")
 """score: olympic_minutes x rcp_norm_factor (1 where none applies); empty where the score is invalid (too few
-runs converged, or the set fails the RCP)."""
+runs converged, or the set fails the RCP). epochs_to_converge and samples_to_converge (MLPerf Training 6.0's:
+the epochs times the log's train_samples): the mean over the runs that reached the target, empty where none did."""
 
 
 def summarize_package(path: Path, workloads: Mapping[str, WorkloadSpec]) -> list[dict[str, Any]]:
@@ -79,7 +81,9 @@ def _set_rows(org: OrgFolder, result_set: ResultSet, workloads: Mapping[str, Wor
     rows = []
     for target in workload.tta.targets:
         seconds = [None if (found := run[target.label]) is None else found[0] for run in reached]
-        rows.append({**system, **_score(result_set.workload, target.label, seconds, judged), **links})
+        converged = [(found[1], log) for (_, log), run in zip(logs, reached) if (found := run[target.label])]
+        rows.append({**system, **_score(result_set.workload, target.label, seconds, judged), **links,
+                     **_to_converge(converged)})
     return rows
 
 
@@ -108,6 +112,21 @@ def _score(workload: str, label: str, seconds: list[float | None], judged: SetVe
     return {"benchmark": workload, "target": label, "runs": score.runs, "converged": score.converged,
             "olympic_minutes": _rounded(minutes), "rcp": rcp, "rcp_norm_factor": _rounded(factor),
             "score": _rounded(minutes * (factor or 1.0)) if valid else None}
+
+
+def _to_converge(converged: list[tuple[int, ParsedLog]]) -> dict[str, float | None]:
+    """The mean epochs and samples (epochs x the log's train_samples) of the runs that reached a target."""
+    if not converged:
+        return {"epochs_to_converge": None, "samples_to_converge": None}
+    samples = [epoch * _train_samples(log) for epoch, log in converged]
+    known = [count for count in samples if count is not None]
+    return {"epochs_to_converge": _rounded(sum(epoch for epoch, _ in converged) / len(converged)),
+            "samples_to_converge": _rounded(sum(known) / len(known)) if len(known) == len(samples) else None}
+
+
+def _train_samples(log: ParsedLog) -> int | None:
+    stated = log.first(constants.TRAIN_SAMPLES)
+    return stated.value if stated is not None and isinstance(stated.value, int) else None
 
 
 def _system_columns(description: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 
 from benchbase.errors import InputError
+from benchbase.report.compute import compute_table
 from benchbase.report.cost import CostModel, energy_kwh
 from benchbase.report.paper import FINAL_WER, PLATFORMS
 from benchbase.report.profile_table import across_workloads, profile_tables
@@ -16,6 +17,7 @@ from benchbase.report.report_table import ReportTable
 from benchbase.report.runs import RunGroup, groups_by_shared_batch, groups_by_workload, loss_name
 from benchbase.report.scoring import OlympicScore, score_group
 from benchbase.report.throughput import THROUGHPUT_DIGITS, WARMUP_BATCHES, group_throughput
+from benchbase.report.time_breakdown import time_breakdown_table
 from benchbase.specs import RunResult
 
 __all__ = ["OPEN_NOTE", "Scored", "pick_baseline", "report_tables", "score_table", "scored_groups", "workload_groups"]
@@ -102,7 +104,9 @@ def report_tables(scored: list[Scored], baseline: Scored, cost: CostModel) -> li
         # A group alone compares with nothing: its "TTA (% of itself)" would be a column of 100s.
         percent = [tta_percent_table(items, labels, own)] if len(items) > 1 else []
         part = [tta_minutes_table(items, labels), same_batch_table(items, labels), *percent, accuracy_table(items),
-                final_evaluation_table(items), throughput_table(items), score_table(items),
+                final_evaluation_table(items), throughput_table(items),
+                time_breakdown_table([item.group for item in items]), compute_table([item.group for item in items]),
+                score_table(items),
                 cost_table(items, labels, cost)]
         if own is not baseline and percent:
             percent[0].notes.append(f"{baseline.group.name} is a {baseline.group.workload_name} group: a "

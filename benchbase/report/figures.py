@@ -58,6 +58,8 @@ from benchbase.report.profile_figure import performance_profile_figure
 from benchbase.report.profile_table import across_workloads
 from benchbase.report.runs import Run, RunGroup, groups_by_shared_batch, groups_by_workload, loss_name
 from benchbase.report.throughput import group_throughput, throughput_text
+from benchbase.report.time_breakdown import FIGURE_STEM as TIME_FIGURE
+from benchbase.report.time_breakdown import any_breakdown, time_breakdown_figure
 from benchbase.report.utilization_figure import (
     SMOOTHING_SECONDS,
     UTILIZATION_WINDOW_SECONDS,
@@ -87,6 +89,8 @@ def write_figures(groups: list[RunGroup], out: Path, window: tuple[float, float]
         paths += [accuracy_figure(members, out / f"accuracy-over-time{suffix}.png"),
                   utilization_figure(members, out / f"utilization{suffix}.png", window),
                   throughput_figure(members, out / f"throughput-over-time{suffix}.png")]
+        if any_breakdown(members):  # runs recorded before the breakdown existed have none to draw
+            paths.append(time_breakdown_figure(members, out / f"{TIME_FIGURE}{suffix}.png"))
         shared = same_batch_groups(members)
         if shared:  # a bar chart of one group compares nothing
             paths.append(same_batch_figure(shared, out / f"throughput-same-batch{suffix}.png"))

@@ -32,7 +32,7 @@ class _Cell:
 
 FIGURE_TABLES = {"accuracy-over-time": "last-evaluation", "utilization": "throughput-utilization",
                  "throughput-over-time": "throughput-utilization", "throughput-same-batch": "tta-same-batch",
-                 "performance-profile": "performance-profile"}
+                 "performance-profile": "performance-profile", "time-breakdown": "time-breakdown"}
 """A figure's file stem -> the table (its CSV name) that holds its numbers: the figure is shown
 under it. A report of several workloads suffixes both with the workload's name, but for the
 performance profile, the one figure and table across workloads."""

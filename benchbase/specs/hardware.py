@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -20,6 +20,10 @@ class DeviceSpec(Spec):
     cuda_graphs: bool = Field(True, description="Let a backend replay its training step's kernels from CUDA graphs "
                               "where it can (a launch-overhead lever on GPUs; the numerics stay within the error "
                               "model). false: every step eager.")
+    dense_peak_tflops: dict[Literal["fp32", "tf32", "bf16", "fp16"], Annotated[float, Field(gt=0, le=100_000)]] = Field(
+        default_factory=dict, max_length=4, description="One device's dense (not sparse) peak in TFLOPS per precision, "
+        "for MFU; where absent, benchbase's table of known GPUs or, on a CPU, an estimate from its cores, clock and "
+        "vector width (benchbase.telemetry.peak_flops), else MFU is not known.")
 
 
 class CPUSpec(Spec):

@@ -25,7 +25,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError
 from typing_extensions import TypedDict
 
-__all__ = ["ResultProblem", "RunResult", "TargetReached", "read_run_result"]
+__all__ = ["STAGES_NOT_REPORTED", "STEP_STAGES", "TIME_PARTS", "ResultProblem", "RunResult", "TargetReached",
+           "read_run_result"]
+
+STEP_STAGES = ("host_to_device", "forward", "backward", "optimizer")
+"""The phases of a training step a backend may time in ``Backend.step_timings()`` (seconds, each optional)."""
+TIME_PARTS = ("data_wait", *STEP_STAGES, "step", "evaluation", "checkpoint", "other")
+"""The parts of ``time_breakdown``, in the order a figure stacks them: "step" is the steps' wall time
+the backend did not split into phases (all of it for a backend that reports none), "other" what no
+part covers."""
+STAGES_NOT_REPORTED = "not reported"
 
 
 class TargetReached(TypedDict):
@@ -79,6 +88,18 @@ class RunResult(BaseModel):
     step_breakdown: dict[str, float] = Field(
         default_factory=dict, description="data_wait_s, step_s and, where the backend measures it, communication_s "
         "and its share.")
+    time_breakdown: dict[str, Any] = Field(
+        default_factory=dict, description="Where the wall time went (benchbase.harness.time_breakdown): wall_s, "
+        "seconds and fractions (adding up to one) of data_wait, the backend's step phases (host_to_device, forward, "
+        "backward, optimizer), the rest of the steps (step), evaluation, checkpoint and other; stages: whether the "
+        "backend reported its phases ('not reported' when not).")
+    compute: dict[str, Any] = Field(
+        default_factory=dict, description="What the run computed (benchbase.harness.compute): flops_padded and "
+        "flops_valid (training FLOPs of the padded batches and of their valid frames, by the family's cost model), "
+        "padding_fraction (1 - valid / padded), peak_flops and peak_source (the devices' dense peak in the run's "
+        "precision; None and 'not known: ...' where no peak is known), mfu_hardware and mfu_useful (padded and "
+        "valid FLOPs / (run seconds x peak); None where the peak is not known). Empty where the family has no "
+        "cost model.")
     environment: dict[str, Any] = Field(
         default_factory=dict, description="The software environment and CPU the run measured: benchbase version and "
         "commit, Python, OS, host (hashed unless BENCHBASE_SHOW_HOST=1), package versions, the backend's distribution, "

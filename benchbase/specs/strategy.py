@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -40,6 +40,7 @@ __all__ = [
     "SyncSpec",
     "UnknownStrategySpec",
     "check_strategy_fields",
+    "communication_precision_of",
     "register_strategy_spec",
     "validate_strategy",
 ]
@@ -51,6 +52,9 @@ class StrategySpec(Spec):
     """What every strategy's spec has: its name. Subclasses add the strategy's parameters."""
 
     name: str = Field(min_length=1, max_length=64, description="The strategy (sync: the paper's, the default).")
+    communication_precision: ClassVar[str | None] = "fp32"
+    """The lowest precision its learners communicate in (MLPerf's lowest_numerical_precision_in_comm):
+    float32 gradients or weights unless the strategy casts them; None where unknown."""
 
     def parameters(self) -> dict[str, Any]:
         """The strategy's settings without its name, as the log and config.json record them."""
@@ -62,6 +66,7 @@ class UnknownStrategySpec(StrategySpec):
     `benchbase check` still sees its name and parameters), but no run can use it."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
+    communication_precision: ClassVar[str | None] = None
 
 
 class SyncSpec(StrategySpec):
@@ -105,12 +110,14 @@ class FP16CompressSpec(StrategySpec):
     """Synchronous, with the gradients cast to float16 for the all-reduce (half the bytes)."""
 
     name: Literal["fp16_compress"] = Field("fp16_compress", description="float16 gradient all-reduce.")
+    communication_precision: ClassVar[str | None] = "fp16"
 
 
 class BF16CompressSpec(StrategySpec):
     """Synchronous, with the gradients cast to bfloat16 for the all-reduce (half the bytes)."""
 
     name: Literal["bf16_compress"] = Field("bf16_compress", description="bfloat16 gradient all-reduce.")
+    communication_precision: ClassVar[str | None] = "bf16"
 
 
 class ADPSGDSpec(StrategySpec):
@@ -169,6 +176,11 @@ _SPECS: dict[str, type[StrategySpec]] = {definition.name: definition.spec for de
 def register_strategy_spec(definition: StrategyDefinition) -> None:
     """Make a plugin's strategy readable wherever a spec names it (config.json, a resumed run)."""
     _SPECS.setdefault(definition.name, definition.spec)
+
+
+def communication_precision_of(name: str) -> str | None:
+    """The lowest precision strategy ``name`` communicates in; None for a strategy not installed here."""
+    return _SPECS.get(name, UnknownStrategySpec).communication_precision
 
 
 def validate_strategy(value: Any) -> Any:

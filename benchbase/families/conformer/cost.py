@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from benchbase.families.conformer.spec import ConformerModelSpec, subsampled_frames
 
-__all__ = ["TRAINING_FACTOR", "attention_bytes", "forward_flops", "total_forward_flops"]
+__all__ = ["TRAINING_FACTOR", "attention_bytes", "forward_flops", "total_forward_flops", "training_flops"]
 
 TRAINING_FACTOR = 3
 """Forward + backward, the backward pass counted as twice the forward."""
@@ -53,6 +53,11 @@ def forward_flops(model: ConformerModelSpec, feature_dimension: int, feature_fra
 def total_forward_flops(parts: dict[str, int]) -> int:
     return sum(parts.values())
 
+
+def training_flops(model: ConformerModelSpec, feature_dimension: int, feature_frames: int, labels: int = 0) -> int:
+    """Training FLOPs of one utterance: ``TRAINING_FACTOR`` x its forward count (CTC's cost does not
+    depend on ``labels``)."""
+    return TRAINING_FACTOR * total_forward_flops(forward_flops(model, feature_dimension, feature_frames))
 
 def attention_bytes(model: ConformerModelSpec, feature_frames: int, bytes_per_value: int = 4) -> int:
     """The attention probabilities every block keeps for the backward pass: heads x T'^2 each."""

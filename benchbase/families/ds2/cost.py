@@ -17,7 +17,7 @@ from __future__ import annotations
 from benchbase.families.ds2.spec import DS2ModelSpec
 
 __all__ = ["LSTM_ELEMENTWISE_PER_UNIT", "TRAINING_FACTOR", "forward_flops", "forward_flops_per_frame",
-           "total_forward_flops"]
+           "total_forward_flops", "training_flops"]
 
 LSTM_ELEMENTWISE_PER_UNIT = 13
 """Gate bias (4), three sigmoids and two tanh (5, one FLOP each), c = f*c + i*g (3), h = o*tanh(c) (1)."""
@@ -52,3 +52,9 @@ def forward_flops(model: DS2ModelSpec, feature_dimension: int, feature_frames: i
 def total_forward_flops(parts: dict[str, int]) -> int:
     """The sum of the parts (``lstm_matmul`` is inside ``lstm`` already)."""
     return sum(value for name, value in parts.items() if not name.endswith("_matmul"))
+
+
+def training_flops(model: DS2ModelSpec, feature_dimension: int, feature_frames: int, labels: int = 0) -> int:
+    """Training FLOPs of one utterance: ``TRAINING_FACTOR`` x its forward count (CTC's cost does not
+    depend on ``labels``)."""
+    return TRAINING_FACTOR * total_forward_flops(forward_flops(model, feature_dimension, feature_frames))

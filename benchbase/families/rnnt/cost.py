@@ -17,7 +17,7 @@ from __future__ import annotations
 from benchbase.families.rnnt.spec import RNNTModelSpec, stacked_frames
 
 __all__ = ["LSTM_ELEMENTWISE_PER_UNIT", "TRAINING_FACTOR", "forward_flops", "joint_bytes", "lattice_frames",
-           "total_forward_flops"]
+           "total_forward_flops", "training_flops"]
 
 LSTM_ELEMENTWISE_PER_UNIT = 13
 """Gate bias (4), three sigmoids and two tanh (5, one FLOP each), c = f*c + i*g (3), h = o*tanh(c) (1)."""
@@ -70,6 +70,11 @@ def total_forward_flops(parts: dict[str, int]) -> int:
     """The sum of ``forward_flops``' parts (its ``*_matmul`` shares are inside them already)."""
     return sum(value for name, value in parts.items() if not name.endswith("_matmul"))
 
+
+def training_flops(model: RNNTModelSpec, feature_dimension: int, feature_frames: int, labels: int) -> int:
+    """Training FLOPs of one utterance: ``TRAINING_FACTOR`` x its forward count, the joint's over its
+    own (T', U + 1) lattice."""
+    return TRAINING_FACTOR * total_forward_flops(forward_flops(model, feature_dimension, feature_frames, labels))
 
 def joint_bytes(model: RNNTModelSpec, batch: int, frames: int, labels: int, bytes_per_value: int = 4) -> dict[str, int]:
     """The joint's two largest tensors over a padded batch of ``frames`` encoder frames (T') and
