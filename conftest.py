@@ -19,8 +19,10 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,6 +73,30 @@ def _jax_cache_settings(folder: Path) -> dict[str, str]:
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # every program, not only those over 1 s
         "JAX_COMPILATION_CACHE_MAX_SIZE": str(2**31),  # a bound turns on JAX's file lock between processes
     }
+
+
+# The conformance kit's tests (``BackendConformance``) are one per backend, family and rule; the
+# log of a parallel run names only failures, so the session ends with a line per backend suite and
+# family saying how many of the kit's rules it ran and how they went.
+KIT_CASE = re.compile(r"::(?P<suite>\w+)::test_conformance\[(?P<case>[^\]]+)\]$")
+_kit_outcomes: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    match = KIT_CASE.search(report.nodeid)
+    if match is None or not (report.when == "call" or report.outcome != "passed"):
+        return
+    family = match.group("case").split("-", 1)[0]
+    _kit_outcomes[(match.group("suite"), family)][report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _kit_outcomes:
+        return
+    terminalreporter.write_sep("-", "conformance kit rules run, by backend suite and family")
+    for (suite, family), outcomes in sorted(_kit_outcomes.items()):
+        counts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
+        terminalreporter.write_line(f"{suite} {family}: {counts}")
 
 
 @pytest.fixture

@@ -62,11 +62,11 @@ def measure(backend: str, family: str, draws: int) -> dict[str, float]:
 
 def int8_rnnt(backend: str, draws: int) -> dict[str, float]:
     """The RNN-T int8 encoder rule's flip and median bounds at ``draws``, and the backend's differences."""
-    import benchbase.kit.rnnt_int8 as rnnt_int8
-    from benchbase.kit.int8 import flip_bound, median_bound
+    import benchbase.kit.int8 as int8
 
-    rnnt_int8.INJECTION_DRAWS = draws  # read by name when the rule computes its bounds
-    result = rnnt_int8.quantized_encoder(resolve_backend(backend), load_kit_data(family="rnnt"))
+    int8.INJECTION_DRAWS = draws  # read by name when the rule computes its bounds
+    result = int8.quantized_forward(resolve_backend(backend), load_kit_data(family="rnnt"))
+    flip_bound, median_bound = int8.flip_bound, int8.median_bound
     difference = np.abs(result.found - result.expected)[np.broadcast_to(result.mask, result.bound.shape)]
     return {"flip_bound": flip_bound(result), "median_bound": median_bound(result),
             "largest": float(difference.max()), "median": float(np.median(difference))}
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--ulps", type=float, default=tolerances.ELEMENTWISE_ULPS, help="the elementwise term, in u")
     parser.add_argument("--draws", type=int, default=tolerances.INJECTION_DRAWS)
     parser.add_argument("--backends", nargs="+", default=["torch", "jax", "tf"])
-    parser.add_argument("--families", nargs="+", default=["ds2", "rnnt", "conformer"])
+    parser.add_argument("--families", nargs="+", help="default: every family the backend declares")
     parser.add_argument("--int8", metavar="BACKEND", help="the RNN-T int8 encoder rule's bounds instead")
     args = parser.parse_args()
     if args.int8:
@@ -95,7 +95,7 @@ def main() -> None:
           "frame's median | largest difference / frame's median |")
     print("|---|---|---:|---:|---:|")
     for backend in args.backends:
-        for family in args.families:
+        for family in args.families or sorted(resolve_backend(backend).capabilities.families):
             r = measure(backend, family, args.draws)
             print(f"| {backend} {family} | {r['closest']:.3f} ({r['its_bound_of_median']:.3f}) "
                   f"| {100 * r['small_bounds']:.2f}% | {r['bound_quantile']:.3f} "

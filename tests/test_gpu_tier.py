@@ -16,6 +16,13 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_benchbase
 
+from benchbase.plugin_host.builtins.workloads import builtin_workload
+from benchbase.specs.model import model_families
+
+MINI_WORKLOADS = sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "benchbase" / "workloads").glob(
+    "*-mini.yaml"))
+"""The workloads the tier trains end to end: every family's small one, found, not listed."""
+
 
 def gpus_of(backend: str) -> int:
     """How many CUDA devices ``backend`` sees here (0 where it is not installed)."""
@@ -54,19 +61,18 @@ def test_the_kit_on_a_gpu_that_is_not_there_is_one_line():
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "family", "precision"), [
-    pytest.param("torch", "ds2", "fp32", marks=needs_gpu("torch")),
-    pytest.param("torch", "conformer", "fp32", marks=needs_gpu("torch")),
-    pytest.param("torch", "rnnt", "fp32", marks=needs_gpu("torch")),
-    pytest.param("jax", "ds2", "fp32", marks=needs_gpu("jax")),
-    pytest.param("jax", "conformer", "fp32", marks=needs_gpu("jax")),
-    pytest.param("jax", "rnnt", "fp32", marks=needs_gpu("jax")),
-    pytest.param("torch", "ds2", "int8-emulated", marks=needs_gpu("torch")),
-    pytest.param("torch", "rnnt", "int8-emulated", marks=needs_gpu("torch")),
-])
+@pytest.mark.parametrize("family", model_families())
+@pytest.mark.parametrize(("backend", "precision"), [pytest.param("torch", "fp32", marks=needs_gpu("torch")),
+                                                    pytest.param("jax", "fp32", marks=needs_gpu("jax")),
+                                                    pytest.param("torch", "int8-emulated", marks=needs_gpu("torch"))])
 def test_the_kit_passes_on_the_gpu(backend, family, precision):
     """Every rule, with the CPU's bounds: the spec's fp32 is IEEE float32 on the GPU too (TF32 off),
-    and int8-emulated's rules hold its fake quantization to the quantized reference."""
+    and int8-emulated's rules hold its fake quantization to the quantized reference. Every family
+    the backend declares in the precision."""
+    from benchbase.kit.conformance import resolve_backend
+
+    if precision not in resolve_backend(backend).capabilities.precisions_of(family):
+        pytest.skip(f"backend {backend!r} does not declare {precision} for {family}")
     result = run_benchbase("backend-test", backend, "--family", family, "--precision", precision, "--device", "cuda",
                            "--json", timeout=900)
     assert result.stdout.startswith("{"), result.stderr[-3000:]
@@ -76,6 +82,15 @@ def test_the_kit_passes_on_the_gpu(backend, family, precision):
     assert report["device"] == "cuda"
 
 
+def store_of(request: pytest.FixtureRequest, workload: str) -> Path:
+    """The small corpus prepared with ``workload``'s features: a store of conftest.py's."""
+    features = builtin_workload(workload).features
+    for fixture, prepared_for in (("small_store", "ds2-mini"), ("conformer_store", "conformer-mini")):
+        if builtin_workload(prepared_for).features == features:
+            return request.getfixturevalue(fixture)
+    pytest.fail(f"{workload}: no store of conftest.py has its features; add one there", pytrace=False)
+
+
 def _gpu_run(backend: str, workload: str, store: Path, out: Path, *extra: str):
     return run_benchbase("run", "--workload", workload, "--backend", backend, "--hw", "cpu", "--device", "cuda",
                          "--data", str(store), "--out", str(out), *extra, timeout=900)
@@ -83,20 +98,15 @@ def _gpu_run(backend: str, workload: str, store: Path, out: Path, *extra: str):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "workload", "store"), [
-    pytest.param("torch", "ds2-mini", "small_store", marks=needs_gpu("torch")),
-    pytest.param("jax", "ds2-mini", "small_store", marks=needs_gpu("jax")),
-    pytest.param("torch", "conformer-mini", "conformer_store", marks=needs_gpu("torch")),
-    pytest.param("jax", "conformer-mini", "conformer_store", marks=needs_gpu("jax")),
-    pytest.param("torch", "rnnt-mini", "small_store", marks=needs_gpu("torch")),  # ds2-mini's features
-    pytest.param("jax", "rnnt-mini", "small_store", marks=needs_gpu("jax")),
-])
-def test_a_mini_workload_trains_on_the_gpu(request, tmp_path, backend, workload, store):
+@pytest.mark.parametrize("workload", MINI_WORKLOADS)
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=needs_gpu("torch")),
+                                     pytest.param("jax", marks=needs_gpu("jax"))])
+def test_a_mini_workload_trains_on_the_gpu(request, tmp_path, backend, workload):
     """`benchbase run --device cuda` end to end: the run ends as planned (a loose target reached,
     or its epoch limit: an RNN-T that has not learned to emit scores CER 100 for a while) with its
     dev loss falling, the log passes `check`, and NVML's telemetry sampled the GPU it trained on."""
     folder = tmp_path / "run"
-    result = _gpu_run(backend, workload, request.getfixturevalue(store), folder, "--target", "paper_cer=99",
+    result = _gpu_run(backend, workload, store_of(request, workload), folder, "--target", "paper_cer=99",
                       "--max-epochs", "6")
     summary = json.loads((folder / "result.json").read_text()) if (folder / "result.json").exists() else {}
     assert (result.returncode, summary.get("status")) in ((0, "success"), (3, "aborted")), result.stderr[-2000:]
@@ -162,7 +172,7 @@ def mixed_precision_against_float32(name: str, family: str, precision: str, devi
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", ["ds2", "rnnt", "conformer"])
+@pytest.mark.parametrize("family", model_families())
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "tf32"])
 @pytest.mark.parametrize("name", [pytest.param("torch", marks=needs_gpu("torch")),
                                   pytest.param("jax", marks=needs_gpu("jax"))])

@@ -25,7 +25,8 @@ TorchBackend = pytest.importorskip("benchbase_torch_ds2.backend").TorchBackend
 
 pytestmark = pytest.mark.numerics
 
-FAMILIES = ("ds2", "rnnt", "conformer")
+FAMILIES = sorted(TorchBackend.capabilities.families)
+"""The families the PyTorch backend declares: the kit proves each at a subword vocabulary's width."""
 PIECES = 1024
 """The rnnt and conformer workloads' symbols: 1023 pieces and the blank."""
 

@@ -18,6 +18,7 @@ from benchbase.families.parts import family_parts
 from benchbase.kit.data import load_kit_data
 from benchbase.kit.outputs import valid_frames
 from benchbase.numerics.tolerances import INJECTION_DRAWS
+from benchbase.specs.model import model_families
 
 pytestmark = pytest.mark.numerics
 
@@ -38,7 +39,7 @@ def small_bound_share(family: str, draws: int) -> float:
     return float(np.mean(relative[np.broadcast_to(valid_frames(inputs, frames), bound.shape)] < SMALL_SHARE))
 
 
-@pytest.mark.parametrize("family", ["ds2", "rnnt", "conformer"])
+@pytest.mark.parametrize("family", model_families())
 def test_at_most_one_output_in_a_thousand_has_a_bound_small_by_chance(family):
     assert small_bound_share(family, INJECTION_DRAWS) <= 1e-3
 

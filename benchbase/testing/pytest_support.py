@@ -1,24 +1,27 @@
-"""``BackendConformance``: the conformance kit as pytest tests, one per rule.
+"""``BackendConformance``: the conformance kit as pytest tests, one per family and rule.
 
     class TestMyBackend(BackendConformance):
         backend = "mine"               # a registered backend name ...
         # backend_class = MyBackend    # ... or the class itself
-        # family = "rnnt"              # the model family to prove (default ds2)
+        # family = "rnnt"              # one model family to prove (default: every family it declares)
         # symbols = 1024               # its kit model's output symbols (default: its own, 30)
+        # slow = ("conformer",)        # families or FAMILY-RULE cases to mark slow (`make test-quick` skips them)
 
-A failing rule fails its test with the rule's message; a rule that does not apply to the family
-is skipped. The kit's data and what several rules share (the first training step) are made
-once per test class.
+Each family the backend declares (``Capabilities.families``) gets a test for each rule that applies
+to it, named ``test_conformance[FAMILY-RULE]``. A failing rule fails its test with the rule's
+message. The kit's data and what several rules share (the first training step) are made once per
+test class and family: one ``Kit`` per (backend, family).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import ClassVar
 
 import pytest
 
 from benchbase.backend import Backend
-from benchbase.kit.conformance import RULES, Kit, resolve_backend, run_conformance, select_rules
+from benchbase.kit.conformance import Kit, families_to_test, resolve_backend, run_conformance, select_rules
 from benchbase.kit.data import load_kit_data
 
 __all__ = ["BackendConformance"]
@@ -30,20 +33,39 @@ class BackendConformance:
     backend: ClassVar[str | None] = None
     backend_class: ClassVar[type[Backend] | None] = None
     conformance_seed: ClassVar[int] = 0
-    family: ClassVar[str] = "ds2"
+    family: ClassVar[str | None] = None
     symbols: ClassVar[int | None] = None
+    slow: ClassVar[Collection[str]] = ()
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        # Called by pytest for each test of the class: the families come from the backend, so
+        # the cases are known only once the subclass names it.
+        if metafunc.function.__name__ != "test_conformance":
+            return
+        families = families_to_test(_backend_under_test(type(self)), self.family)
+        cases = [(family, rule.name) for family in families for rule in select_rules(None, family)]
+        metafunc.parametrize(("family", "rule"), [
+            pytest.param(family, rule, id=f"{family}-{rule}",
+                         marks=[pytest.mark.slow] if {family, f"{family}-{rule}"} & set(self.slow) else [])
+            for family, rule in cases])
 
     @pytest.fixture(scope="class")
     @classmethod
-    def conformance_kit(cls) -> Kit:
-        data = load_kit_data(family=cls.family, symbols=cls.symbols)
-        return Kit(_backend_under_test(cls), data, seed=cls.conformance_seed)
+    def conformance_kits(cls) -> dict[str, Kit]:
+        """The class's kits by family, each made when its family's first rule runs."""
+        return {}
 
-    @pytest.mark.parametrize("rule", [rule.name for rule in RULES])
+    @pytest.fixture
+    @classmethod
+    def conformance_kit(cls, conformance_kits: dict[str, Kit], family: str) -> Kit:
+        if family not in conformance_kits:
+            data = load_kit_data(family=family, symbols=cls.symbols)
+            conformance_kits[family] = Kit(_backend_under_test(cls), data, seed=cls.conformance_seed)
+        return conformance_kits[family]
+
     def test_conformance(self, conformance_kit: Kit, rule: str) -> None:
-        if rule not in {applying.name for applying in select_rules(None, self.family)}:
-            pytest.skip(f"{rule} does not apply to the {self.family} family")
-        [result] = run_conformance(conformance_kit.backend_class, [rule], family=self.family, kit=conformance_kit)
+        [result] = run_conformance(conformance_kit.backend_class, [rule], family=conformance_kit.family,
+                                   kit=conformance_kit)
         if not result.passed:
             pytest.fail(f"{rule}: {result.message}", pytrace=False)
 

@@ -1,4 +1,5 @@
-"""The JAX backend against the contract, on real batches, and against a NumPy model written here.
+"""The JAX backend on real batches, beyond the conformance kit's rules (its own tests run those:
+test_jax_conformance.py): initialization, training, checkpoints, the optimizer, the recurrence.
 
 Every build compiles its programs (seconds on two cores), so each test builds as few
 backends as it can and reuses one batch shape.
@@ -6,11 +7,8 @@ backends as it can and reuses one batch shape.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
-from numerics import assert_log_probs_agree, assert_normalized
 
 jax = pytest.importorskip("jax")
 jax_backend = pytest.importorskip("benchbase_jax_ds2.backend")
@@ -24,7 +22,6 @@ from benchbase.backend import BackendReference, BuildContext, DevicePlan  # noqa
 from benchbase.data.pipeline import BatchPipeline  # noqa: E402
 from benchbase.data.store import FeatureStore  # noqa: E402
 from benchbase.errors import BenchbaseError  # noqa: E402
-from benchbase.families.ds2.reference import bounded_step  # noqa: E402
 from benchbase.families.ds2.weight_layout import weight_layout  # noqa: E402
 from benchbase.numerics.tolerances import (  # noqa: E402
     BOTH_SIDES,
@@ -92,66 +89,6 @@ def test_weights_follow_the_layout_and_the_pinned_initialization(backend):
     assert limit * 0.9 < np.abs(weights["lstm.1.recurrent_kernel"]).max() <= limit
 
 
-def test_import_export_round_trip_and_a_bad_layout_is_refused(backend):
-    weights = random_weights(np.random.default_rng(1))
-    backend.import_weights(weights)
-    exported = backend.export_weights()
-    assert all(np.array_equal(exported[name], weights[name]) for name in weights)
-    with pytest.raises(BenchbaseError, match="output.bias"):
-        backend.import_weights(weights | {"output.bias": np.zeros(31, np.float32)})
-    with pytest.raises(BenchbaseError, match="missing"):
-        backend.import_weights({name: value for name, value in weights.items() if name != "conv.kernel"})
-
-
-def test_the_same_seed_gives_the_same_weights():
-    first, second = build(seed=3), build(seed=3)
-    try:
-        a, b = first.export_weights(), second.export_weights()
-        assert all(np.array_equal(a[name], b[name]) for name in a)
-    finally:
-        first.close()
-        second.close()
-
-
-def test_forward_loss_and_batchnorm_agree_with_numpy(batch):
-    """With dropout off, predict() and one step's loss and running statistics match the NumPy model.
-
-    The batch is padded further inside the backend (frames to a multiple of 64), and two of its
-    utterances cannot be aligned, so this also proves the masking of both.
-    """
-    model = MODEL.model_copy(update={"dropout": 0.0})
-    batch = with_impossible_alignments(batch)
-    weights = random_weights(np.random.default_rng(2))
-    backend = build(model)
-    try:
-        backend.import_weights(weights)
-        log_probs = backend.predict(batch.inputs())
-        expected, _ = numpy_forward(model, weights, batch.features, training=False)
-        assert log_probs.shape == expected.shape and log_probs.dtype == np.float32
-        # Bounds: benchbase.numerics.tolerances, one float32 side against float64.
-        assert_log_probs_agree(log_probs, expected, weights, model, batch.inputs(), sides=1)
-
-        loss = backend.train_step(batch)
-        training_log_probs, moments = numpy_forward(model, weights, batch.features, training=True)
-        losses = [numpy_ctc(training_log_probs[row, : batch.output_lengths[row]],
-                            batch.labels[row, : batch.label_lengths[row]]) for row in range(batch.size)]
-        assert losses[0] == losses[1] == 0.0
-        step = bounded_step(weights, model, batch)
-        assert abs(loss - np.mean(losses)) <= step.loss_bound
-        after = backend.export_weights()
-        assert all(np.isfinite(value).all() for value in after.values())
-        running_bound = step.running_bound
-        keep = model.batchnorm_momentum
-        for prefix, (mean, variance) in moments.items():
-            for stat, batch_value in (("mean", mean), ("variance", variance)):
-                expected = keep * weights[f"{prefix}.{stat}"] + (1 - keep) * batch_value
-                # The reference's bound, and the update's own roundings (two products, a sum, the store).
-                allowed = running_bound[f"{prefix}.{stat}"] + 4 * FLOAT32_UNIT_ROUNDOFF * np.abs(expected)
-                assert (np.abs(after[f"{prefix}.{stat}"] - expected) <= allowed).all(), f"{prefix}.{stat}"
-    finally:
-        backend.close()
-
-
 def test_training_lowers_the_loss_and_a_checkpoint_continues_exactly(batch, tmp_path):
     backend = build()
     restored = build(seed=99)
@@ -166,18 +103,6 @@ def test_training_lowers_the_loss_and_a_checkpoint_continues_exactly(batch, tmp_
     finally:
         backend.close()
         restored.close()
-
-
-def test_predict_returns_the_documented_arrays_and_changes_nothing(backend, batch):
-    small = dataclasses.replace(batch.inputs(), features=batch.features[:3], feature_lengths=batch.feature_lengths[:3],
-                                output_lengths=batch.output_lengths[:3])
-    log_probs = backend.predict(small)
-    assert log_probs.dtype == np.float32
-    assert log_probs.shape == (3, MODEL.output_frames(batch.features.shape[1]), MODEL.symbols)
-    assert log_probs.shape[1] >= small.output_lengths.max()
-    assert_normalized(log_probs)
-    full = backend.predict(batch.inputs())
-    np.testing.assert_array_equal(full[:3], log_probs)
 
 
 def test_a_checkpoint_that_does_not_fit_is_refused_with_its_path(backend, tmp_path):
@@ -306,92 +231,3 @@ def test_a_gpu_profile_without_a_gpu_says_so():
         jax_backend.JaxBackend().build(BuildContext(
             model=MODEL, optimizer=WORKLOAD.optimizer, feature_dimension=FEATURES,
             plan=DevicePlan(kind="cuda", count=1, batch_per_device=8), seed=0, max_frames=2000, max_label_length=400))
-
-
-# --- the NumPy model (float64) -------------------------------------------------------------------
-
-
-def random_weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Weights in the neutral layout, with BatchNorm statistics and offsets away from their initial values."""
-    weights = {}
-    for name, shape in weight_layout(MODEL, FEATURES).items():
-        part = name.rsplit(".", 1)[-1]
-        if part in ("scale", "variance"):
-            value = rng.uniform(0.5, 1.5, shape)
-        else:
-            value = rng.normal(0, 0.15, shape)
-        weights[name] = value.astype(np.float32)
-    return weights
-
-
-def with_impossible_alignments(batch):
-    """Row 0 gets more labels than frames; row 1 fewer, but too many repeats to fit."""
-    frames = batch.output_lengths
-    first = np.arange(frames[0] + 1) % 2 + 1
-    second = np.full(frames[1] // 2 + 2, 5)
-    width = max(batch.labels.shape[1], len(first), len(second))
-    labels = np.full((batch.size, width), MODEL.ctc_blank_index, np.int32)
-    labels[:, : batch.labels.shape[1]] = batch.labels
-    labels[0, : len(first)], labels[1, : len(second)] = first, second
-    labels[1, len(second):] = MODEL.ctc_blank_index
-    lengths = batch.label_lengths.copy()
-    lengths[0], lengths[1] = len(first), len(second)
-    return dataclasses.replace(batch, labels=labels, label_lengths=lengths)
-
-
-def numpy_forward(model, weights, features, training):
-    """Log-probs of the spec's model; in training, BatchNorm's batch moments too (dropout must be off)."""
-    w = {name: value.astype(np.float64) for name, value in weights.items()}
-    frames = model.output_frames(features.shape[1])
-    windows = np.stack([features[:, k : k + model.conv_stride * (frames - 1) + 1 : model.conv_stride]
-                        for k in range(model.conv_width)], axis=2)
-    x = np.einsum("btkf,kfc->btc", windows.astype(np.float64), w["conv.kernel"])
-    moments = {}
-    x = np.clip(batchnorm(x, w, "conv_norm", training, moments), 0, 20)
-    for layer in range(model.lstm_layers):
-        x = lstm(x, *(w[f"lstm.{layer}.{part}"] for part in ("input_kernel", "recurrent_kernel", "bias")))
-        x = batchnorm(x, w, f"lstm_norm.{layer}", training, moments)
-    logits = x @ w["output.kernel"] + w["output.bias"]
-    shifted = logits - logits.max(-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)), moments
-
-
-def batchnorm(x, w, prefix, training, moments):
-    mean, variance = w[f"{prefix}.mean"], w[f"{prefix}.variance"]
-    if training:
-        mean, variance = x.mean((0, 1)), x.var((0, 1))
-        moments[prefix] = (mean, variance)
-    return (x - mean) / np.sqrt(variance + MODEL.batchnorm_epsilon) * w[f"{prefix}.scale"] + w[f"{prefix}.offset"]
-
-
-def lstm(x, input_kernel, recurrent_kernel, bias):
-    units = recurrent_kernel.shape[0]
-    h, c = np.zeros((x.shape[0], units)), np.zeros((x.shape[0], units))
-    outputs = []
-    for t in range(x.shape[1]):
-        z = x[:, t] @ input_kernel + h @ recurrent_kernel + bias
-        i, f, g, o = (z[:, k * units : (k + 1) * units] for k in range(4))
-        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-        h = sigmoid(o) * np.tanh(c)
-        outputs.append(h)
-    return np.stack(outputs, axis=1)
-
-
-def sigmoid(x):
-    return 1 / (1 + np.exp(-x))
-
-
-def numpy_ctc(log_probs, labels, blank=0):
-    """CTC negative log-likelihood by the forward recursion; 0 where no alignment exists (the spec)."""
-    extended = np.full(2 * len(labels) + 1, blank)
-    extended[1::2] = labels
-    alpha = np.full(len(extended), -np.inf)
-    alpha[:2] = log_probs[0, extended[:2]]
-    for t in range(1, len(log_probs)):
-        previous = alpha.copy()
-        alpha[1:] = np.logaddexp(alpha[1:], previous[:-1])
-        skip = np.r_[False, False, (extended[2:] != blank) & (extended[2:] != extended[:-2])]
-        alpha[skip] = np.logaddexp(alpha[skip], previous[np.flatnonzero(skip) - 2])
-        alpha = alpha + log_probs[t, extended]
-    likelihood = np.logaddexp(alpha[-1], alpha[-2])
-    return 0.0 if likelihood == -np.inf else float(-likelihood)

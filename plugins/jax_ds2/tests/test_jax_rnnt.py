@@ -16,7 +16,6 @@ import pytest
 from benchbase.backend import Batch, BuildContext, DevicePlan, Inputs
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
-from benchbase.errors import BenchbaseError
 from benchbase.families.rnnt import loss as reference_loss
 from benchbase.families.rnnt import reference
 from benchbase.families.rnnt.bounds import (
@@ -25,17 +24,13 @@ from benchbase.families.rnnt.bounds import (
     rounded_prediction,
     transducer_gradient_bound,
 )
-from benchbase.families.rnnt.parts import PARTS
 from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase.families.rnnt.weight_layout import weight_layout
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import (
     FLOAT32_UNIT_ROUNDOFF,
     FLOAT64_UNIT_ROUNDOFF,
-    INJECTION_DRAWS,
     ctc_recursion_bounds,
     rounding_bound,
-    same_kernels,
 )
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs.optimizer import AdamWSpec
@@ -117,15 +112,6 @@ def joint_lattice(weights, batch, encoded, predicted, cells):
 
 
 # --- the forward pass against the reference -----------------------------------------------------
-
-
-def test_the_encoder_projection_equals_the_reference_within_its_rounding_bound(weights):
-    batch = random_batch()
-    encoded = np.asarray(encoded_and_predicted(weights, batch)[0], np.float64)
-    exact, bound = PARTS.bounded_outputs(weights, NO_DROPOUT, batch.features, batch.feature_lengths,
-                                         operand_roundoff=0.0, draws=INJECTION_DRAWS)
-    assert encoded.shape == exact.shape == (4, NO_DROPOUT.output_frames(47), NO_DROPOUT.joint_units)
-    assert np.all(np.abs(encoded - exact) <= bound)
 
 
 def test_the_prediction_network_equals_the_reference(weights):
@@ -234,13 +220,12 @@ def test_the_first_steps_loss_is_the_reference_mean_over_the_harness_batch(weigh
 # --- weights, optimizer, the backend contract ----------------------------------------------------
 
 
-def test_export_import_round_trip_and_init_are_the_specs(weights):
+def test_init_is_the_specs_and_the_seed_decides_it():
+    """(The layout and the round trip of export and import are the kit's parameter_count and
+    weight_round_trip rules.)"""
     first, again, other = (build(seed=seed) for seed in (0, 0, 1))
     try:
         initial = first.export_weights()
-        layout = weight_layout(TINY, FEATURES)
-        assert list(initial) == list(layout) and first.parameter_count() == TINY.parameter_count(FEATURES)
-        assert all(initial[name].shape == shape and initial[name].dtype == np.float32 for name, shape in layout.items())
         assert all(np.array_equal(initial[name], value) for name, value in again.export_weights().items())
         assert not np.array_equal(initial["encoder.lstm.0.input_kernel"],
                                   other.export_weights()["encoder.lstm.0.input_kernel"])
@@ -254,11 +239,6 @@ def test_export_import_round_trip_and_init_are_the_specs(weights):
                 assert not np.delete(value, np.s_[units : 2 * units]).any()
             else:
                 assert not value.any(), name
-        first.import_weights(weights)
-        exported = first.export_weights()
-        assert all(np.array_equal(exported[name], weights[name]) for name in layout)
-        with pytest.raises(BenchbaseError, match="missing"):
-            first.import_weights({name: value for name, value in weights.items() if name != "joint.output.bias"})
     finally:
         for backend in (first, again, other):
             backend.close()
@@ -266,7 +246,7 @@ def test_export_import_round_trip_and_init_are_the_specs(weights):
 
 def test_the_backend_declares_its_families_optimizers_and_rnnts_precisions():
     capabilities = jax_backend.JaxBackend.capabilities
-    assert capabilities.families == {"conformer", "ds2", "rnnt"} and capabilities.optimizers == {"adadelta", "adamw"}
+    assert {"ds2", "rnnt"} <= capabilities.families and capabilities.optimizers == {"adadelta", "adamw"}
     assert capabilities.precisions_of("rnnt") == {"fp32", "tf32", "bf16", "fp16", "int8-emulated"}
 
 
@@ -343,48 +323,12 @@ def test_training_lowers_the_loss_and_the_same_seed_repeats_it(small_store):
             again.close()
 
 
-def test_a_checkpoint_continues_training_exactly_schedule_included(tmp_path):
-    batch = random_batch(seed=1)
-    backend, restored = build(), build(seed=99)
-    try:
-        for _ in range(3):  # into the warm-up's fourth step: the schedule must resume too
-            backend.train_step(batch)
-        backend.save_checkpoint(tmp_path / "ckpt")
-        following = [backend.train_step(batch) for _ in range(3)]
-        restored.load_checkpoint(tmp_path / "ckpt")
-        assert next_learning_rate(ADAMW, restored._state.optimizer) == np.float32(ADAMW.learning_rate_at(3))
-        resumed = [restored.train_step(batch) for _ in range(3)]
-        assert np.abs(np.subtract(resumed, following)).max() <= same_kernels(following)
-        assert next_learning_rate(ADAMW, restored._state.optimizer) == np.float32(ADAMW.learning_rate_at(6))
-    finally:
-        backend.close()
-        restored.close()
-    other = build(TINY.model_copy(update={"joint_units": 8}))
-    try:
-        with pytest.raises(BenchbaseError, match="ckpt"):
-            other.load_checkpoint(tmp_path / "ckpt")
-    finally:
-        other.close()
-
-
-def test_predict_returns_the_encoder_projection_and_changes_no_state():
+def test_predict_of_fewer_rows_than_the_plan_or_no_encoder_frame_keeps_its_shape():
+    """(predict's outputs and that it changes no state are the kit's predict_shapes and forward_parity.)"""
     batch = random_batch(seed=2)
-    fresh = build()
-    try:
-        expected = fresh.train_step(batch)
-    finally:
-        fresh.close()
     backend = build()
     try:
         outputs = backend.predict(batch.inputs())
-        assert outputs.dtype == np.float32
-        assert outputs.shape == (4, TINY.output_frames(batch.features.shape[1]), TINY.joint_units)
-        with jax.default_matmul_precision("highest"):  # no dropout: the encoder as the model computes it
-            encoded = transducer.encode(TINY, backend._state.parameters, jnp.asarray(batch.features), FP32)
-        np.testing.assert_allclose(outputs, np.asarray(encoded), rtol=0, atol=same_kernels(np.abs(outputs).max()))
-        np.testing.assert_array_equal(backend.predict(batch.inputs()), outputs)
-        # Nothing a later step sees moved: not the weights, not the optimizer, not the dropout key.
-        assert backend.train_step(batch) == expected
         short = Inputs(batch.features[:, :4], np.full(4, 4, np.int32), np.zeros(4, np.int32))  # no encoder frame
         assert backend.predict(short).shape == (4, 0, TINY.joint_units)
         smaller = dataclasses.replace(batch.inputs(), features=batch.features[:3],

@@ -15,3 +15,6 @@ pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lo
 
 class TestTensorFlowConformance(BackendConformance):
     backend = "tf"
+    # Every Conformer build traces and compiles its attention blocks anew: its rules take 20 to 60 s
+    # each on two cores (ds2's and rnnt's under 20).
+    slow = ("conformer",)

@@ -16,7 +16,7 @@ pytest.importorskip("tensorflow")
 tf_backend = pytest.importorskip("benchbase_tf_ds2.backend")
 
 import keras  # noqa: E402
-from benchbase_tf_ds2 import families  # noqa: E402
+from benchbase_tf_ds2.backend import FAMILIES  # noqa: E402
 from benchbase_tf_ds2.conformer import FAMILY  # noqa: E402
 from benchbase_tf_ds2.conformer.family import cpu_has_bfloat16_units  # noqa: E402
 from benchbase_tf_ds2.conformer.model import Conformer, positions  # noqa: E402
@@ -27,7 +27,7 @@ from benchbase.errors import BenchbaseError  # noqa: E402
 from benchbase.families.conformer.parts import PARTS  # noqa: E402
 from benchbase.families.conformer.reference import positions as reference_positions  # noqa: E402
 from benchbase.families.conformer.spec import ConformerModelSpec  # noqa: E402
-from benchbase.families.conformer.weight_layout import batchnorm_names, weight_layout  # noqa: E402
+from benchbase.families.conformer.weight_layout import batchnorm_names  # noqa: E402
 from benchbase.kit.step_rules import largest_statistic_excess  # noqa: E402
 from benchbase.numerics.tolerances import BOTH_SIDES, FLOAT32_UNIT_ROUNDOFF, INJECTION_DRAWS  # noqa: E402
 from benchbase.specs.optimizer import AdamWSpec  # noqa: E402
@@ -37,7 +37,6 @@ pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lo
 FEATURES = 13
 TINY = ConformerModelSpec(symbols=30, encoder_dim=16, attention_heads=2, encoder_layers=2, feed_forward_expansion=2,
                           conv_kernel_size=5, subsampling_layers=2, dropout=0.0)
-SUBSAMPLINGS = [TINY.model_copy(update={"subsampling_layers": layers}) for layers in (1, 2)]
 ADAMW = AdamWSpec(learning_rate=3e-3, warmup_steps=2, hold_steps=1, decay_every_steps=1, decay_factor=0.5,
                   weight_decay=1e-3, gradient_clip_norm=1.0)
 REPLICAS = 2
@@ -73,26 +72,11 @@ def valid(batch, frames: int) -> np.ndarray:
 
 
 def test_the_folder_is_the_family_with_the_mixed_precisions():
-    assert families.discovered_families()["conformer"] is FAMILY
+    assert FAMILIES["conformer"] is FAMILY
     assert FAMILY.precisions == {"fp32", "tf32", "bf16", "fp16"}
     capabilities = tf_backend.TensorFlowBackend.capabilities
     assert "conformer" in capabilities.families
     assert capabilities.precisions_of("conformer") == FAMILY.precisions
-
-
-@pytest.mark.parametrize("model", SUBSAMPLINGS, ids=["1-subsampling", "2-subsampling"])
-def test_the_backend_builds_the_specs_parameters_in_the_neutral_layout(model):
-    backend = build(model)
-    try:
-        assert backend.parameter_count() == model.parameter_count(FEATURES)
-        exported = backend.export_weights()
-    finally:
-        backend.close()
-    layout = weight_layout(model, FEATURES)
-    assert list(exported) == list(layout)  # every name, in the layout's order
-    assert all(exported[name].shape == shape and exported[name].dtype == np.float32 for name, shape in layout.items())
-    assert all(not exported[f"{norm}.mean"].any() and (exported[f"{norm}.variance"] == 1).all()
-               for norm in batchnorm_names(model))
 
 
 def test_weights_go_in_and_come_back_exactly_in_kerass_own_orientation():
@@ -127,12 +111,13 @@ def test_init_is_xavier_uniform_with_the_specs_fans_and_zero_vectors():
         assert values.std() == pytest.approx(limit / np.sqrt(3.0), rel=0.1), name  # uniform, not a narrower law
     vectors = [name for name in weights if not name.endswith((".kernel", ".variance"))]
     assert vectors and all(not weights[name].any() for name in vectors)
+    assert all((weights[name] == 1).all() for name in weights if name.endswith(".variance"))
 
 
 # --- the forward pass and the first step against the reference ------------------------------------
 
 
-@pytest.mark.parametrize("model", SUBSAMPLINGS, ids=["1-subsampling", "2-subsampling"])
+@pytest.mark.parametrize("model", [TINY], ids=["2-subsampling"])  # one: the kit's forward_parity rule
 def test_predict_equals_the_reference_within_its_rounding_bound(model):
     """Random running statistics, scales and query scales, so that no part hides behind its init;
     frames enough (121) that float32 sinusoids' rounding would show if it exceeded the bound."""
@@ -175,26 +160,6 @@ def test_an_utterances_outputs_do_not_depend_on_the_padding_of_its_batch():
         frames = batch.output_lengths[row]
         assert own.shape[1] == frames
         assert np.abs(together[row, :frames] - own[0]).max() <= 64 * FLOAT32_UNIT_ROUNDOFF * np.abs(own).max(), row
-
-
-def test_the_first_step_gives_the_references_loss_and_running_statistics():
-    """From random weights, at momentum 0.5 (a batch statistic over every frame of the padded
-    batch, or an unbiased variance, would move the running ones far outside their bounds), with
-    an impossible alignment that must count zero."""
-    model = TINY.model_copy(update={"batchnorm_momentum": 0.5})
-    weights = PARTS.random_weights(model, FEATURES, seed=4)
-    batch = random_batch(model, frames=57)
-    backend = build(model)
-    try:
-        backend.import_weights(weights)
-        loss = backend.train_step(batch)
-        after = backend.export_weights()
-    finally:
-        backend.close()
-    reference = PARTS.reference_step(weights, model, batch)
-    assert np.isinf(reference.losses[-1]) and np.isfinite(reference.losses[:-1]).all()
-    assert abs(loss - reference.loss) <= reference.loss_bound
-    assert largest_statistic_excess(weights, after, batchnorm_names(model), reference) <= 0
 
 
 # --- precisions ------------------------------------------------------------------------------------

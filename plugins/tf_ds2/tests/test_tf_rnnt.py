@@ -26,7 +26,7 @@ from benchbase.families.rnnt.bounds import (
 from benchbase.families.rnnt.parts import PARTS
 from benchbase.families.rnnt.quantization import Quantizer, input_range_names
 from benchbase.families.rnnt.spec import RNNTModelSpec
-from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
+from benchbase.families.rnnt.weight_layout import validate_weights
 from benchbase.numerics.rounded import RoundedArithmetic
 from benchbase.numerics.tolerances import (
     BOTH_SIDES,
@@ -36,7 +36,6 @@ from benchbase.numerics.tolerances import (
     after_steps,
     ctc_recursion_bounds,
     rounding_bound,
-    same_kernels,
 )
 from benchbase.plugin_host.builtins.workloads import builtin_workload
 from benchbase.specs.optimizer import AdamWSpec
@@ -112,7 +111,7 @@ def weights():
 # --- the forward pass, the loss and its gradient against the reference -------------------------
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["keras-lstm", "fused-lstm"])
+@pytest.mark.parametrize("fused", [True], ids=["fused-lstm"])  # Keras's LSTM: the kit's forward_parity rule
 def test_the_encoder_projection_equals_the_reference_within_its_rounding_bound(weights, fused):
     batch = random_batch()
     encoded = network_on(weights, fused=fused).encode(tf.constant(batch.features)).numpy().astype(np.float64)
@@ -220,16 +219,6 @@ def test_the_loss_and_its_gradient_equal_the_reference(weights, dtype):
     assert np.abs(expected_gradient).max() > 0.1  # a gradient to compare, not zeros
 
 
-def test_the_mean_loss_is_summed_over_utterances_and_divided_by_the_batch(weights):
-    batch = random_batch()
-    encoded, _ = reference.encoder_forward(weights, NO_DROPOUT, batch.features, batch.feature_lengths)
-    predicted = reference.prediction_forward(weights, NO_DROPOUT, batch.labels, batch.label_lengths)
-    log_probs = reference.joint(weights, NO_DROPOUT, encoded, predicted)
-    arguments = (batch.labels, batch.output_lengths, batch.label_lengths)
-    mean = mean_over_batch(transducer_losses(tf.constant(log_probs), *arguments, 0))
-    assert mean.numpy() == pytest.approx(reference_loss.mean_transducer_loss(log_probs, *arguments, 0), rel=1e-12)
-
-
 def test_the_loss_gradient_against_finite_differences():
     """The custom backward against TensorFlow's numerical differentiation, in float64, through a log-softmax."""
     rng = np.random.default_rng(5)
@@ -294,19 +283,6 @@ def test_int8_ranges_count_the_lattice_cells_within_the_lengths_and_none_of_the_
 
 
 # --- weights: init, the neutral layout ----------------------------------------------------------
-
-
-def test_export_and_import_round_trip_exactly(weights):
-    exported = exported_weights(network_on(weights))
-    layout = weight_layout(NO_DROPOUT, FEATURES)
-    assert list(exported) == list(layout)
-    assert all(exported[name].shape == shape and exported[name].dtype == np.float32 for name, shape in layout.items())
-    assert all(np.array_equal(exported[name], weights[name]) for name in layout)
-    backend = build(NO_DROPOUT)
-    backend.import_weights(exported)
-    assert all(np.array_equal(value, exported[name]) for name, value in backend.export_weights().items())
-    with pytest.raises(BenchbaseError, match="missing"):
-        backend.import_weights({name: value for name, value in exported.items() if name != "joint.output.bias"})
 
 
 def test_init_is_the_specs_and_the_seed_decides_it():
@@ -388,33 +364,16 @@ def test_same_seed_same_first_losses_and_training_lowers_the_loss(small_store):
     assert losses[-1] < 0.8 * losses[0]
 
 
-def test_a_checkpoint_continues_training_exactly(tmp_path):
-    batch = random_batch(seed=1)
-    backend = build()
-    for _ in range(3):  # into the warm-up's fourth step: the schedule must resume too
-        backend.train_step(batch)
-    backend.save_checkpoint(tmp_path / "ckpt")
-    following = [backend.train_step(batch) for _ in range(3)]
-    restored = build(seed=99)
-    restored.load_checkpoint(tmp_path / "ckpt")
-    resumed = [restored.train_step(batch) for _ in range(3)]
-    assert np.abs(np.subtract(resumed, following)).max() <= same_kernels(following)
+def test_a_checkpoint_of_another_model_is_refused(tmp_path):
+    """(That one continues training exactly is the kit's checkpoint_round_trip rule.)"""
+    build().save_checkpoint(tmp_path / "ckpt")
     with pytest.raises(BenchbaseError, match="do not fit this model"):
         build(TINY.model_copy(update={"joint_units": 8})).load_checkpoint(tmp_path / "ckpt")
 
 
-def test_predict_returns_the_encoder_projection_and_changes_no_state():
-    batch = random_batch(seed=2)
-    expected = build().train_step(batch)
-    backend = build()
-    outputs = backend.predict(batch.inputs())
-    assert outputs.dtype == np.float32
-    assert outputs.shape == (4, TINY.output_frames(batch.features.shape[1]), TINY.joint_units)
-    # Inference: no dropout, so the same as the model's own encoder outside training.
-    assert np.array_equal(outputs, backend.model.encode(tf.constant(batch.features), training=False).numpy())
-    assert np.array_equal(backend.predict(batch.inputs()), outputs)
-    # Nothing a later step sees moved: not the weights, not the optimizer, not the dropout generator.
-    assert backend.train_step(batch) == expected
+def test_predict_of_utterances_without_an_encoder_frame_returns_no_frames():
+    """(predict's outputs and that it changes no state are the kit's predict_shapes and forward_parity.)"""
+    batch, backend = random_batch(seed=2), build()
     short = Inputs(batch.features[:, :4], np.full(4, 4, np.int32), np.zeros(4, np.int32))  # no encoder frame
     assert backend.predict(short).shape == (4, 0, TINY.joint_units)
 
