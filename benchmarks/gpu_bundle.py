@@ -1,7 +1,8 @@
 """What a bare GPU machine needs to run benchbase's GPU tier and its MFU table, and the runs themselves.
 
-A GPU machine lent for minutes has a CUDA torch and JAX but none of benchbase's other dependencies,
-no eSpeak NG and no network. `prepare` makes, here, one folder that carries everything else:
+A bare GPU machine (a cloud instance, a cluster node) often has a CUDA torch and JAX but none of
+benchbase's other dependencies, no eSpeak NG and no network. `prepare` makes, here, one folder that
+carries everything else:
 
 - ``whl/``: the wheels of what such a machine lacks (pydantic, jiwer, librosa, mlperf-logging, ...),
   for its Python (``--python-version``), at the versions installed here;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One call of a lent GPU machine, prepared: everything a session measures, in the order that matters
-# most if the device time runs out, each part under its own time limit, its output under $OUT.
+# The GPU measurements in one bounded call on a GPU machine with `gpu_bundle.py`'s folder: each part
+# under its own time limit, in the order that matters most if the time runs out, its output under $OUT.
 #
-#   python benchmarks/gpu_bundle.py prepare --dir .gpu              # here, from a committed tree
-#   OUT=... bash .gpu/src/benchmarks/gpu_session.sh [PART ...]      # there (the device tool's $OUT)
+#   python benchmarks/gpu_bundle.py prepare --dir .gpu              # on a machine with a committed tree
+#   OUT=... bash .gpu/src/benchmarks/gpu_session.sh [PART ...]      # on the GPU machine, the folder copied
 #
 # PARTs, run in the order given (default: machine ulps tier kit loss mfu):
 #   machine  the GPU, driver, CUDA, cuDNN, framework versions             -> machine.txt
@@ -20,13 +20,13 @@
 #            batch (64 of 512 on 8 GPUs, profiled too), the Conformer's subsampling layout
 #            (`:nchw` against the channels-last default), its largest batch that fits (`fit`,
 #            from the peaks at 32 and 256), then the compile and unroll levers
-# A device call runs at most 10 minutes: `machine ulps tier kit loss` in one (about 5 before the
-# tier's 18 mixed-precision checks, which no GPU has timed yet), `mfu` in a second.
-# Limits (seconds): TIER_LIMIT (400), KIT_LIMIT (120 each), MFU_DEADLINE (300), and SESSION_LIMIT
-# (570) for the whole call: each part's limit is cut to what is left of it, and a part with less
-# than a minute left is skipped and says so, so that the call ends, and its files come back, before
-# the device tool's 600 s end it. DEVICE=cpu runs the same parts on a CPU (the tier then skips): a
-# smoke test of the script before a GPU is lent.
+# Limits (seconds): TIER_LIMIT (400), KIT_LIMIT (120 each), MFU_DEADLINE (300), and SESSION_LIMIT,
+# which bounds the whole call, 570 s by default: each part's limit is cut to what is left of it, and
+# a part with less than a minute left is skipped and says so, so that the call ends, with every
+# file it wrote complete, within SESSION_LIMIT. Under the default, `machine ulps tier kit loss` fit
+# in one call (about 5 minutes before the tier's 18 mixed-precision checks, which no GPU has timed
+# yet) and `mfu` in a second. DEVICE=cpu runs the same parts on a CPU (the tier then skips): a smoke
+# test of the script before it runs on a GPU.
 set -u
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OUT:?set OUT to the folder whose files come back}"

@@ -10,9 +10,11 @@ or doc names a finding by its subject, never by a tracker's number.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import click
 import pytest
@@ -334,3 +336,280 @@ def _module_paths() -> list[str]:
 @pytest.mark.parametrize("path", _module_paths())
 def test_named_module_exists(path):
     assert (ROOT / path).is_file(), f"the docs or the code name {path}, which does not exist"
+
+
+# -------------------------------------------------------------------------------------------
+# What the prose names resolves: dotted names, repository paths, command options, numbers
+# -------------------------------------------------------------------------------------------
+
+PROSE_FILES = ["README.md", "CONTRIBUTING.md", *sorted(_relative(path) for path in (ROOT / "docs").glob("*.md")
+                                                       if _relative(path) not in HISTORY_FILES)]
+
+DOTTED_NAME = re.compile(r"(?<![\w./-])benchbase(?:\.[A-Za-z_]\w*)+")
+"""A dotted name from the top package down: `benchbase.families.parts.FamilyParts`."""
+
+
+def _has_attribute(owner: object, name: str) -> bool:
+    """Whether ``owner`` has ``name``, counting what a class declares without a class attribute
+    (a pydantic field, a dataclass field, a Protocol's annotated member)."""
+    if hasattr(owner, name):
+        return True
+    if not isinstance(owner, type):
+        return False
+    return any(name in getattr(base, "model_fields", {}) or name in getattr(base, "__dataclass_fields__", {})
+               or name in vars(base).get("__annotations__", {}) for base in owner.__mro__)
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module, or an attribute (a chain of them) of the longest module it
+    starts with, named where it lives (or is exported), not through a module that imports it."""
+    import importlib
+
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        module = ".".join(parts[:split])
+        try:
+            owner: object = importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name is not None and module.startswith(error.name):
+                continue  # no such module: the rest may be an attribute of a shorter one
+            raise  # the module exists and an import of its own failed: its traceback says where
+        if split < len(parts) and not _at_home(owner, parts[split]):
+            return False
+        for name in parts[split:]:
+            if not _has_attribute(owner, name):
+                return False
+            owner = getattr(owner, name, None)
+        return True
+    return False
+
+
+def _at_home(module: object, name: str) -> bool:
+    """Whether ``module`` is where a reader should find ``name``: it defines it or exports it in
+    ``__all__`` (`benchbase.specs.ModelSpec`), not merely imports it from its home."""
+    value = getattr(module, name, None)
+    home = getattr(value, "__module__", None)
+    return (name in getattr(module, "__all__", ()) or home in (None, getattr(module, "__name__", None))
+            or isinstance(value, ModuleType))
+
+
+def unresolved_names(text: str) -> list[str]:
+    """The dotted ``benchbase.`` names in ``text`` that do not resolve (a sentence's full stop is not part of one)."""
+    return sorted({match.group(0) for match in DOTTED_NAME.finditer(text) if not resolves(match.group(0))})
+
+
+@pytest.mark.parametrize("path", PROSE_FILES)
+def test_dotted_names_resolve(path):
+    missing = unresolved_names(_read(path))
+    assert not missing, f"{path} names what benchbase does not have: {missing}"
+
+
+def _repository_tops() -> frozenset[str]:
+    """The first component of every path the repository tracks (its folders and top-level files)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    return frozenset(line.split("/", 1)[0] for line in listed.stdout.splitlines() if "/" in line)
+
+
+BACKTICKED = re.compile(r"`([^`\s]+)`")
+PROSE_PATH = re.compile(r"(?<![\w./`-])((?:[\w-]+/)+[\w.-]*\w\.(?:md|py|yaml|toml|sh|sbatch|png))\b")
+"""A file named in prose, without backticks: docs/writing-a-workload.md, examples/slurm/benchbase.sbatch."""
+PLACEHOLDER = re.compile(r"\.\.\.|[*<>{}]|(?:^|/)(?:[A-Z][A-Z0-9_]*|X\.Y)(?:[./-]|$)|benchbase-X\.Y")
+"""A path that stands for many: `plugins/NAME/tests/`, `benchbase/workloads/WORKLOAD.yaml`, `runs/...`."""
+
+
+def missing_paths(text: str, tops: frozenset[str]) -> list[str]:
+    """The repository paths in ``text``, backticked or files in prose (their first folder one the
+    repository tracks), that do not exist; run-folder contents (`runs/...`, `result.json`) are not repository paths."""
+    missing = set()
+    for match in [*BACKTICKED.finditer(text), *PROSE_PATH.finditer(text)]:
+        path = re.sub(r"\[[^\]]*\]$", "", match.group(1))  # `plugins/tf_ds2[gpu]`: the folder, less its extra
+        path = re.sub(r":\w+$", "", path)  # `module.py:Class`
+        if "/" not in path or path.split("/", 1)[0] not in tops or PLACEHOLDER.search(path):
+            continue
+        if path.startswith(TUTORIAL):
+            continue
+        if not (ROOT / path).exists():
+            missing.add(path)
+    return sorted(missing)
+
+
+@pytest.mark.parametrize("path", PROSE_FILES)
+def test_named_paths_exist(path):
+    missing = missing_paths(_read(path), _repository_tops())
+    assert not missing, f"{path} names repository paths that do not exist: {missing}"
+
+
+def _usage_lines(text: str) -> Iterator[str]:
+    """Each `benchbase ...` command of a Markdown code block (indented four spaces), its continuation
+    lines joined to it and its comments cut."""
+    command: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        code = line.split("#", 1)[0].rstrip() if line.startswith("    ") else ""
+        if command and code.startswith("     ") and not code.lstrip().startswith("benchbase "):
+            command.append(code.strip().rstrip("\\"))
+            continue
+        if command:
+            yield " ".join(command)
+        command = [code.strip().rstrip("\\")] if code.lstrip().startswith("benchbase ") else []
+
+
+def unknown_options(text: str, group: click.Group = cli) -> list[str]:
+    """"COMMAND --option" for each option of a usage line in ``text`` that the command's ``--help`` lacks."""
+    unknown = []
+    for usage in _usage_lines(text):
+        words = usage.split()[1:]
+        command: click.Command = group
+        path = ["benchbase"]
+        while words and isinstance(command, click.Group) and words[0] in command.commands:
+            path.append(words[0])
+            command = command.commands[words.pop(0)]
+        known = {option for param in command.params for option in (*param.opts, *param.secondary_opts)}
+        known |= {option for param in group.params for option in param.opts} if len(path) == 1 else set()
+        for word in words:
+            option = re.match(r"\[?(--?[A-Za-z][\w-]*)", word)
+            if option and option.group(1) not in known:
+                unknown.append(f"{' '.join(path)} {option.group(1)}")
+    return unknown
+
+
+@pytest.mark.parametrize("path", PROSE_FILES)
+def test_usage_options_exist(path):
+    unknown = unknown_options(_read(path))
+    assert not unknown, f"{path} shows options its commands do not have: {unknown}"
+
+
+def _readme_numbers() -> list:
+    from benchbase.specs.model import ModelSpec
+    from benchbase.specs.workload import EvalSpec
+
+    fields = EvalSpec.model_fields
+    symbols = {type(bound).__name__: bound for bound in ModelSpec.model_fields["symbols"].metadata}
+    return [
+        pytest.param(r"Every (\d+) batches the harness greedy-decodes", fields["log_sentences_every"].default,
+                     id="log_sentences_every"),
+        pytest.param(r"every (\d+) it writes an atomic checkpoint", fields["checkpoint_every"].default,
+                     id="checkpoint_every"),
+        pytest.param(r"`--symbols N` \((\d+) to", symbols["Ge"].ge, id="symbols-least"),
+        pytest.param(r"`--symbols N` \(\d+ to (\d+)", symbols["Le"].le, id="symbols-most"),
+    ]
+
+
+@pytest.mark.parametrize(("pattern", "value"), _readme_numbers())
+def test_readme_number_is_the_codes_default(pattern, value):
+    found = re.search(pattern, _read("README.md"))
+    assert found, f"README.md no longer says {pattern!r}: say it again, or hold its new wording here"
+    assert int(found.group(1)) == value, f"README.md says {found.group(0)!r}; the code's value is {value}"
+
+
+def _plugin_packages() -> list:
+    return [pytest.param(path, id=path.parent.name) for path in sorted(ROOT.glob("plugins/*/benchbase_*"))
+            if (path / "__init__.py").is_file()]
+
+
+@pytest.mark.parametrize("package", _plugin_packages())
+def test_plugin_description_names_its_families(package):
+    import importlib
+    import tomllib
+
+    from benchbase.families import folders
+
+    families = folders.discover(importlib.import_module(package.name), package.parent.name, folders.BackendFamily)
+    pyproject = tomllib.loads((package.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    description = pyproject["project"]["description"]
+    assert families.summaries() in description, (
+        f"plugins/{package.parent.name}/pyproject.toml's description names other families than the "
+        f"backend's folders hold ({families.summaries()}): {description!r}")
+
+
+RETIRED_SCRIPT = re.compile(r"`benchmarks/(\w+\.(?:py|sh))`, retired; at commit ([0-9a-f]{7,40})")
+
+
+def _benchmarks_md_scripts() -> list[str]:
+    return sorted(set(re.findall(r"\bbenchmarks/(\w+\.(?:py|sh))\b", _read("docs/BENCHMARKS.md"))))
+
+
+@pytest.mark.parametrize("script", _benchmarks_md_scripts())
+def test_benchmarks_md_script_exists_or_names_its_commit(script):
+    """A dated record may name a script since retired, with the commit that still holds it."""
+    import subprocess
+
+    if (ROOT / "benchmarks" / script).is_file():
+        return
+    commits = {commit for name, commit in RETIRED_SCRIPT.findall(_read("docs/BENCHMARKS.md")) if name == script}
+    assert commits, (f"docs/BENCHMARKS.md names benchmarks/{script}, which is gone: "
+                     f"say '`benchmarks/{script}`, retired; at commit HASH'")
+    for commit in commits:
+        held = subprocess.run(["git", "cat-file", "-e", f"{commit}:benchmarks/{script}"], cwd=ROOT, capture_output=True,
+                              check=False)
+        assert held.returncode == 0, f"commit {commit} holds no benchmarks/{script}"
+
+
+CODE_NAME = re.compile(r"`(_?[A-Za-z]\w*)(?:\(\))?`")
+"""A backticked bare name: `CTCParts`, `bounded_ctc_step`, `register_workloads()`."""
+
+OTHER_PROJECTS_NAMES = {
+    "result_summarizer": "MLPerf's results summarizer (mlperf-logging), which docs/submitting.md compares with",
+    "system_desc_checker": "MLPerf's system description checker (mlperf-logging), likewise",
+}
+
+
+def _looks_like_code(name: str) -> bool:
+    """snake_case with an underscore, CamelCase or a private name: a word of prose is none of them."""
+    return "_" in name.strip("_") or name.startswith("_") or bool(re.match(r"[A-Z][a-z0-9]+[A-Z]", name))
+
+
+@functools.cache
+def _defined_names() -> frozenset[str]:
+    """Every name the repository's code defines or spells: functions, classes, assigned names,
+    attributes, arguments, the words of its string constants (rule, strategy and key names) and of
+    its YAML files and shell scripts."""
+    names: set[str] = set()
+    sources = [*_text_files("benchbase", "plugins", "benchmarks", "tests"), *ROOT.glob("benchmarks/*.sh"),
+               ROOT / "Makefile"]
+    for path in [source for source in sources if source != Path(__file__).resolve()]:  # this file plants drifts
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix != ".py":
+            names.update(re.findall(r"\w+", text))
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name | ast.arg | ast.keyword | ast.Attribute):
+                names.add(getattr(node, "id", None) or getattr(node, "arg", None) or getattr(node, "attr", ""))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.update(re.findall(r"\w+", node.value))
+    return frozenset(names)
+
+
+def undefined_code_names(text: str) -> list[str]:
+    """The backticked bare names in ``text`` that look like code and that neither the repository
+    nor the text's own code blocks define (a tutorial defines its own classes)."""
+    own = set(re.findall(r"^\s*(?:def|class)\s+(\w+)", text, re.MULTILINE))
+    return sorted({match.group(1) for match in CODE_NAME.finditer(text)
+                   if _looks_like_code(match.group(1)) and match.group(1) not in _defined_names() | own
+                   and match.group(1) not in OTHER_PROJECTS_NAMES})
+
+
+@pytest.mark.parametrize("path", PROSE_FILES)
+def test_code_names_are_defined(path):
+    undefined = undefined_code_names(_read(path))
+    assert not undefined, f"{path} names code that the repository does not have: {undefined}"
+
+
+@pytest.mark.parametrize(("check", "planted", "found"), [
+    (unresolved_names, "the seam `benchbase.families.parts.FamilyPart`.", ["benchbase.families.parts.FamilyPart"]),
+    (unresolved_names, "`benchbase.families.ds2.reference.RoundedArithmetic`",
+     ["benchbase.families.ds2.reference.RoundedArithmetic"]),  # it lives in benchbase.numerics.rounded
+    (undefined_code_names, "(`bounded_ctc_steps` gives its reference step)", ["bounded_ctc_steps"]),
+    (lambda text: missing_paths(text, frozenset({"plugins", "docs"})), "`plugins/torch/`, docs/writing-a-workloads.md",
+     ["docs/writing-a-workloads.md", "plugins/torch/"]),
+    (unknown_options, "    benchbase run --workload W [--seed 0] [--fast]\n                  [--turbo]\n",
+     ["benchbase run --fast", "benchbase run --turbo"]),
+    (unknown_options, "    benchbase results compare --by system sys1   # or --nope\n", []),  # a comment is no usage
+])
+def test_prose_checks_find_a_planted_drift(check, planted, found):
+    assert check(planted) == found
