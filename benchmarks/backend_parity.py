@@ -30,6 +30,7 @@ from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
+from benchbase.specs import HardwareProfile, WorkloadSpec
 from benchbase.specs.model import PRECISIONS, ModelSpec
 
 PROFILE = "cpu"
@@ -40,10 +41,8 @@ def main() -> None:
     registry = collect_registry(get_plugin_manager())
     workload, profile = registry.workload(arguments.workload), registry.profile(PROFILE)
     store = arguments.store or ensure_workload_data(workload, None, default_cache())
-    batches = _batches(store, workload.model, profile.pipeline.global_batch, arguments.batches, arguments.seed)
-    plan = DevicePlan(kind="cpu", count=1, batch_per_device=profile.pipeline.batch_per_device,
-                      threads=arguments.threads or profile.pipeline.threads)
-    longest_frames, longest_labels = FeatureStore(store).longest(workload.data.train + workload.data.dev)
+    batches = training_batches(store, workload.model, profile.pipeline.global_batch, arguments.batches, arguments.seed)
+    plan = cpu_plan(profile, arguments.threads)
     precisions = arguments.precisions.split(",") if arguments.precisions else [workload.model.precision]
     unknown = [precision for precision in precisions if precision not in PRECISIONS]
     if unknown:
@@ -52,18 +51,14 @@ def main() -> None:
                          arguments.xla_forward, precisions)
     first_pass = {}
     for name, (backend, precision) in backends.items():
-        context = BuildContext(model=workload.model.model_copy(update={"precision": precision}),
-                               optimizer=workload.optimizer, feature_dimension=workload.features.dimension,
-                               plan=plan, seed=arguments.seed, max_frames=longest_frames,
-                               max_label_length=longest_labels)
         started = time.perf_counter()
-        backend.build(context)
+        backend.build(build_context(workload, precision, plan, store, arguments.seed))
         if name.startswith(XLA_ROW):
             backend.family = _XlaForward(backend.family)  # before the first step traces the train function
         for batch in batches:
             backend.train_step(batch)
         first_pass[name] = time.perf_counter() - started
-    times = _time_steps({name: backend for name, (backend, _) in backends.items()}, batches)
+    times = time_steps({name: backend for name, (backend, _) in backends.items()}, batches)
     _print_table(workload.name, times, first_pass, store, plan, batches)
 
 
@@ -86,7 +81,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _batches(store: Path, model: ModelSpec, batch_size: int, count: int, seed: int) -> list[Batch]:
+def cpu_plan(profile: HardwareProfile, threads: int | None) -> DevicePlan:
+    """One CPU device with the profile's batch, on ``threads`` compute threads (default: the profile's)."""
+    return DevicePlan(kind="cpu", count=1, batch_per_device=profile.pipeline.batch_per_device,
+                      threads=threads or profile.pipeline.threads)
+
+
+def build_context(workload: WorkloadSpec, precision: str, plan: DevicePlan, store: Path, seed: int) -> BuildContext:
+    """What ``build()`` gets for ``workload``'s model in ``precision``, bounded by the store's longest utterance."""
+    longest_frames, longest_labels = FeatureStore(store).longest(workload.data.train + workload.data.dev)
+    return BuildContext(model=workload.model.model_copy(update={"precision": precision}),
+                        optimizer=workload.optimizer, feature_dimension=workload.features.dimension,
+                        plan=plan, seed=seed, max_frames=longest_frames, max_label_length=longest_labels)
+
+
+def training_batches(store: Path, model: ModelSpec, batch_size: int, count: int, seed: int) -> list[Batch]:
+    """The harness pipeline's first ``count`` training batches (epochs 1, 2, ... as needed)."""
     pipeline = BatchPipeline(FeatureStore(store), ("train",), batch_size, model=model, seed=seed)
     batches: list[Batch] = []
     epoch = 1
@@ -149,7 +159,8 @@ class _XlaModel:
         return self._compiled(*arguments, **keywords)
 
 
-def _time_steps(backends: dict[str, Backend], batches: list[Batch]) -> dict[str, list[float]]:
+def time_steps(backends: dict[str, Backend], batches: list[Batch]) -> dict[str, list[float]]:
+    """Each backend's seconds per step on every batch, the backends alternating in rotating order."""
     times: dict[str, list[float]] = {name: [] for name in backends}
     names = list(backends)
     for index, batch in enumerate(batches):

@@ -24,12 +24,15 @@ import numpy as np
 import torch
 import torch._dynamo  # (see below)
 
+import benchbase_torch_ds2
 from benchbase.backend import Backend, Batch, BuildContext, Capabilities, DevicePlan, Inputs
 from benchbase.errors import BenchbaseError
+from benchbase.families.folders import discover
 from benchbase.specs import OptimizerSpec
 from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, SGDSpec
-from benchbase_torch_ds2 import families
 from benchbase_torch_ds2.cuda_graphs import GraphedNetwork
+from benchbase_torch_ds2.family import ModelFamily
+from benchbase_torch_ds2.stage_timing import StageClock
 from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy
 
 # torch.optim's first optimizer imports torch._dynamo (1.1 to 1.4 s of a run's build() on a 2-core
@@ -42,16 +45,17 @@ DROPOUT_SEED_STRIDE = 1_000_003
 PINNED_COPY_BYTES = 1 << 20
 """Host arrays at least this large go to a GPU through page-locked memory (``_tensor``)."""
 
-FAMILIES = families.discovered_families()
+FAMILIES = discover(benchbase_torch_ds2, "torch", ModelFamily)
+"""The model families this package's folders hold: what the capabilities and the description name."""
 
 
 class TorchBackend(Backend):
     name = "torch"
-    description = f"PyTorch {torch.__version__}: {families.summaries(FAMILIES)}"
+    description = f"PyTorch {torch.__version__}: {FAMILIES.summaries()}"
     capabilities = Capabilities(families=frozenset(FAMILIES), optimizers=frozenset({"adadelta", "adamw", "sgd"}),
                                 devices=frozenset({"cpu", "cuda"}), max_devices=1024,
-                                precisions=families.all_precisions(FAMILIES),
-                                family_precisions=families.narrower_precisions(FAMILIES),
+                                precisions=FAMILIES.all_precisions(),
+                                family_precisions=FAMILIES.narrower_precisions(),
                                 strategies=IMPLEMENTED, process_model="process_per_device")
 
     @classmethod
@@ -59,7 +63,7 @@ class TorchBackend(Backend):
         return None if kind == "cpu" else torch.cuda.device_count()  # CUDA_VISIBLE_DEVICES respected
 
     def build(self, context: BuildContext) -> None:
-        self.family = families.family_named(context.model.family)
+        self.family = FAMILIES.for_model(context.model)
         self.context = context
         self.device = _select_device(context.plan)
         _configure_threads(context.plan.threads)
@@ -88,26 +92,32 @@ class TorchBackend(Backend):
             # but draws its own dropout masks: the same masks on every slice would correlate them.
             torch.manual_seed(context.seed + DROPOUT_SEED_STRIDE * context.plan.rank)
         self.optimizer = _optimizer([p for p in self.network.parameters() if p.requires_grad], context.optimizer)
+        self.stages = StageClock(self.device)  # the step's phases, for step_timings()
 
     def train_step(self, batch: Batch) -> float:
         self.strategy.meter.reset()
         self.strategy.before_step()
-        loss = self.family.training_loss(self.model, batch, self.spec, self._tensor, self._autocast)
+        self.stages.start()
+        loss = self.family.training_loss(self.model, batch, self.spec, self._timed_tensor, self._autocast)
+        self.stages.mark("forward")
         self.optimizer.zero_grad(set_to_none=True)
         _schedule_learning_rate(self.optimizer, self.context.optimizer)
         clip = self.context.optimizer.gradient_clip_norm
         if self.scaler is None:
             loss.backward()
+            self.stages.mark("backward")
             if clip:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
         else:
             self.scaler.scale(loss).backward()
+            self.stages.mark("backward")
             if clip:
                 self.scaler.unscale_(self.optimizer)  # the spec's norm is of the true gradient
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.scaler.step(self.optimizer)  # skipped when a gradient overflowed
             self.scaler.update()
+        self.stages.mark("optimizer")
         self.strategy.after_step()
         if self.world_size > 1:
             # This slice's loss is its own mean; the global batch's is the mean of the equal slices'.
@@ -117,6 +127,10 @@ class TorchBackend(Backend):
         return float(loss.detach())  # .item() waits for the device: the update is complete
 
     def step_timings(self) -> dict[str, float]:
+        stages = getattr(self, "stages", None)  # before build(): nothing measured
+        return {**(stages.seconds() if stages else {}), **self._graph_or_communication_timings()}
+
+    def _graph_or_communication_timings(self) -> dict[str, float]:
         graph_sets = self._graph_sets()
         if graph_sets:
             # On the steps that captured a graph (or failed to): the totals so far, on record in metrics.jsonl.
@@ -239,6 +253,10 @@ class TorchBackend(Backend):
             tensor = tensor.pin_memory()
         return tensor.to(self.device, non_blocking=True)
 
+    def _timed_tensor(self, array: np.ndarray) -> torch.Tensor:
+        with self.stages.copy():
+            return self._tensor(array)
+
     def _autocast(self):
         """torch.autocast in the run's mixed precision (bf16, fp16); off for the others."""
         if self.autocast_dtype is None:
@@ -249,12 +267,18 @@ class TorchBackend(Backend):
         return torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=not graphed)
 
 
+ADAMW_KERNEL = "default"
+"""torch.optim.AdamW's implementation: ``"default"`` (PyTorch's choice: a loop over the tensors on
+a CPU, the foreach kernels on a GPU), ``"foreach"`` or ``"fused"``. Read when the backend is built."""
+
+
 def _optimizer(parameters: list[torch.nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
     """The spec's optimizer with every field of it; the learning rate is set before each step."""
     if isinstance(spec, AdamWSpec):
         # PyTorch's AdamW decays decoupled, by lr * weight_decay, as the spec pins.
+        kernel = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[ADAMW_KERNEL]
         return torch.optim.AdamW(parameters, lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
-                                 eps=spec.epsilon, weight_decay=spec.weight_decay)
+                                 eps=spec.epsilon, weight_decay=spec.weight_decay, **kernel)
     if isinstance(spec, AdaDeltaSpec):
         return torch.optim.Adadelta(parameters, lr=spec.learning_rate, rho=spec.rho, eps=spec.epsilon)
     if isinstance(spec, SGDSpec):

@@ -32,7 +32,14 @@ from benchbase_jax_ds2.arithmetic import Arithmetic
 from benchbase_jax_ds2.conformer.normalization import batch_norm, layer_norm
 from benchbase_jax_ds2.dropout import counter_hash
 
-__all__ = ["forward", "initial_weights"]
+__all__ = ["depthwise_convolution", "forward", "initial_weights"]
+
+DEPTHWISE_AS_SHIFTS = True
+"""The depthwise convolution as a sum of shifted products (``depthwise_convolution``); False: XLA's
+grouped convolution. On a CPU, XLA's grouped convolution and its gradients are among the costliest
+operations of conformer-mini's step, and the products took its step from 1610 to 1326 ms (1.21x,
+one thread on a loaded 2-core AVX-512 machine, the two alternating on the same batches); the
+switch keeps the convolution for a GPU measurement. Read when the step is traced."""
 
 
 def initial_weights(spec: ConformerModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
@@ -174,11 +181,28 @@ class _Network:
         gated = self.dense(f"{prefix}.glu", layer_norm(x, self.parameters, f"{prefix}.norm", spec.layernorm_epsilon))
         # Zeroed before the depthwise convolution: a valid frame near the end reads zeros past it.
         x = jnp.where(valid, gated[..., :d] * jax.nn.sigmoid(gated[..., d:]), 0.0)
-        half = (spec.conv_kernel_size - 1) // 2
-        kernel = self.parameters[f"{prefix}.depthwise.kernel"][:, None, :]  # (width, 1, channels): WIO, one per group
-        x = lax.conv_general_dilated(self.math.operand(x), self.math.operand(kernel), (1,), ((half, half),),
-                                     dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=d,
-                                     precision=self.math.precision, preferred_element_type=jnp.float32)
+        x = depthwise_convolution(x, self.parameters[f"{prefix}.depthwise.kernel"], self.math)
         x = batch_norm(x, valid, spec, self.parameters, self.statistics, f"{prefix}.batchnorm",
                        self.updated if self.training else None)
         return self.dropout(self.dense(f"{prefix}.output", jax.nn.silu(x)))
+
+
+def depthwise_convolution(x: jax.Array, kernel: jax.Array, math: Arithmetic) -> jax.Array:
+    """(batch, frames, channels) * (width, channels), "same" padding with zeros, float32 results.
+
+    As shifted products (``DEPTHWISE_AS_SHIFTS``): products of the operands in the precision's
+    type are exact in float32 and summed in float32 in the kernel's order, as a convolution
+    with float32 accumulation does."""
+    width, channels = kernel.shape
+    half = (width - 1) // 2
+    if not DEPTHWISE_AS_SHIFTS:
+        return lax.conv_general_dilated(math.operand(x), math.operand(kernel[:, None, :]), (1,), ((half, half),),
+                                        dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=channels,
+                                        precision=math.precision, preferred_element_type=jnp.float32)
+    padded = jnp.pad(math.operand(x), ((0, 0), (half, width - 1 - half), (0, 0))).astype(jnp.float32)
+    taps = math.operand(kernel).astype(jnp.float32)
+    frames = x.shape[1]
+    out = padded[:, :frames, :] * taps[0]
+    for tap in range(1, width):
+        out = out + padded[:, tap : tap + frames, :] * taps[tap]
+    return out

@@ -1,6 +1,6 @@
 """The Conformer of ``benchbase.families.conformer.spec`` in PyTorch (AlgoPerf's LibriSpeech model).
 
-    features -> [3x3 conv, stride 2, ReLU, padded frames zeroed] x subsampling_layers
+    features -> [3x3 conv, stride 2, ReLU, padded frames zeroed but after the last] x subsampling_layers
       -> flatten (frequency, channel) -> Linear -> + sinusoids -> dropout
       -> [x + FFN/2, x + MHSA, x + Conv, x + FFN/2, LayerNorm] x encoder_layers
       -> LayerNorm -> Linear -> log-softmax
@@ -9,6 +9,11 @@ Every layer that mixes frames sees the padded frames as zeros (the convolutions)
 (the attention's keys, the BatchNorm's statistics), so an utterance's outputs at its valid frames
 do not depend on the batch it is padded in. Outputs at padded frames are garbage that CTC and
 decoding never read (the attention's padded queries are not masked, as in AlgoPerf).
+
+The class constants (``Subsampling.ZERO_OUTPUT_PADDING``, ``RELU_IN_PLACE``,
+``SelfAttention.KERNEL``, ``FeedForward.MASK_PADDING``) switch the CPU levers measured in
+docs/BENCHMARKS.md, "conformer-mini's PyTorch step on a CPU"; each changes at most the padded
+frames' garbage and the order of sums.
 """
 
 from __future__ import annotations
@@ -89,6 +94,18 @@ class Subsampling(nn.Module):
 
     CHANNELS_LAST = True
 
+    ZERO_OUTPUT_PADDING = False
+    """Whether the last convolution's padded frames are zeroed too (those between convolutions
+    always are: the next one reads across frames). Nothing after it reads a padded frame into a
+    valid one (the encoder's layers are per-frame, or mask the keys, or zero their own inputs
+    before the depthwise convolution), so the zeroing changes only the padded frames' garbage and
+    the backward's exact zeros; it and its backward cost a full pass over the largest activation
+    (batch x frames/2 x bins/2 x channels). Read when the module is built."""
+
+    RELU_IN_PLACE = True
+    """The ReLU overwrites the convolution's output instead of allocating a tensor as large (a
+    fresh allocation of that size is page faults on a CPU). Read when the module is built."""
+
     def __init__(self, spec: ConformerModelSpec, feature_dimension: int) -> None:
         super().__init__()
         d = spec.encoder_dim
@@ -98,17 +115,23 @@ class Subsampling(nn.Module):
         self.dropout = nn.Dropout(spec.dropout)
         self.max_timescale = spec.max_timescale
         self.memory_format = torch.channels_last if self.CHANNELS_LAST else torch.contiguous_format
+        self.zero_output_padding = self.ZERO_OUTPUT_PADDING
+        self.relu_in_place = self.RELU_IN_PLACE
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, frames, F), lengths -> (batch, T', d) and the lengths T' of each row."""
         frames = torch.arange(features.shape[1], device=features.device)
         x = features.masked_fill((frames >= lengths[:, None])[:, :, None], 0.0)[:, None]  # (batch, 1, time, freq)
-        for conv in self.convs:
+        for index, conv in enumerate(self.convs):
             # Two zero rows after the last of time and frequency, then a valid stride-2 convolution:
             # output row i reads rows 2i .. 2i+2 and there are ceil(n / 2) of them, whatever the
             # batch's padded length (PyTorch's symmetric padding would start at row 2i - 1).
-            x = torch.relu(conv(nn.functional.pad(x, (0, 2, 0, 2)).contiguous(memory_format=self.memory_format)))
+            x = conv(nn.functional.pad(x, (0, 2, 0, 2)).contiguous(memory_format=self.memory_format))
+            # In place when allowed: the convolution's backward keeps its input, not its output.
+            x = torch.relu_(x) if self.relu_in_place else torch.relu(x)
             lengths = (lengths + 1) // 2
+            if index == len(self.convs) - 1 and not self.zero_output_padding:
+                break
             padded = (torch.arange(x.shape[2], device=x.device) >= lengths[:, None])[:, None, :, None]
             # masked_fill's copy comes out in the default layout; where() keeps channels-last.
             x = (torch.where(padded, 0.0, x) if self.memory_format == torch.channels_last
@@ -151,6 +174,10 @@ class ConformerBlock(nn.Module):
 class FeedForward(nn.Module):
     """LayerNorm -> Linear(d, h) -> swish -> mask -> Linear(h, d) -> mask -> dropout."""
 
+    MASK_PADDING = True
+    """Whether the padded frames are zeroed (the two masks). Every operation here is per-frame,
+    so they change only the padded frames' garbage. Read when the module is built."""
+
     def __init__(self, spec: ConformerModelSpec) -> None:
         super().__init__()
         d = spec.encoder_dim
@@ -158,15 +185,23 @@ class FeedForward(nn.Module):
         self.inner = nn.Linear(d, d * spec.feed_forward_expansion)
         self.outer = nn.Linear(d * spec.feed_forward_expansion, d)
         self.dropout = nn.Dropout(spec.dropout)
+        self.mask_padding = self.MASK_PADDING
 
     def forward(self, x: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
-        hidden = nn.functional.silu(self.inner(self.norm(x))).masked_fill(padded, 0.0)
-        return self.dropout(self.outer(hidden).masked_fill(padded, 0.0))
+        hidden = nn.functional.silu(self.inner(self.norm(x)))
+        if not self.mask_padding:
+            return self.dropout(self.outer(hidden))
+        return self.dropout(self.outer(hidden.masked_fill(padded, 0.0)).masked_fill(padded, 0.0))
 
 
 class SelfAttention(nn.Module):
     """LayerNorm -> one Linear to queries, keys, values -> per-dimension query scale ->
     scaled_dot_product_attention over the valid keys -> Linear -> dropout."""
+
+    KERNEL = "sdpa"
+    """How the attention is computed: ``"sdpa"``, scaled_dot_product_attention with the boolean
+    key mask; ``"sdpa-additive"``, with the mask as 0 / -inf added to the scores; ``"math"``,
+    explicit batched products and a float32 softmax. Read when the module is built."""
 
     def __init__(self, spec: ConformerModelSpec) -> None:
         super().__init__()
@@ -177,6 +212,9 @@ class SelfAttention(nn.Module):
         self.query_scale = nn.Parameter(torch.zeros(spec.head_dim))
         self.output = nn.Linear(d, d)
         self.dropout = nn.Dropout(spec.dropout)
+        if self.KERNEL not in ("sdpa", "sdpa-additive", "math"):
+            raise ValueError(f"SelfAttention.KERNEL: {self.KERNEL!r} is not sdpa, sdpa-additive or math")
+        self.kernel = self.KERNEL
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         batch, frames, d = x.shape
@@ -185,8 +223,19 @@ class SelfAttention(nn.Module):
         # In the autocast type: a float32 scale would promote the queries out of it, and SDPA
         # wants one dtype. SDPA then applies the contract's 1 / sqrt(head_dim).
         q = q * (QUERY_SCALE * nn.functional.softplus(self.query_scale)).to(q.dtype)
-        attended = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        attended = self._attend(q, k, v, key_mask)
         return self.dropout(self.output(attended.transpose(1, 2).reshape(batch, frames, d)))
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """softmax(q k^T / sqrt(head_dim) over the valid keys) v, per head."""
+        if self.kernel == "sdpa":
+            return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        additive = torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill(
+            ~key_mask, float("-inf"))
+        if self.kernel == "sdpa-additive":
+            return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive.to(q.dtype))
+        scores = torch.matmul(q, k.transpose(-2, -1)).float() * (1.0 / math.sqrt(q.shape[-1])) + additive
+        return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
 
 
 class ConvolutionModule(nn.Module):

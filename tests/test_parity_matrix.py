@@ -1,0 +1,58 @@
+"""The parity matrix's cells come from the registry: every family x every backend declaring it."""
+
+from __future__ import annotations
+
+import pytest
+from benchmark_scripts import load_benchmark
+
+from benchbase.backend import Capabilities
+from benchbase.errors import InputError
+from benchbase.specs.model import model_families
+
+parity_matrix = load_benchmark("parity_matrix")
+
+
+def _declaring(families: set[str], precisions: set[str], narrower: dict[str, set[str]] | None = None) -> Capabilities:
+    return Capabilities(families=frozenset(families), precisions=frozenset(precisions),
+                        family_precisions=tuple((family, frozenset(p)) for family, p in (narrower or {}).items()))
+
+
+def _cells(rows) -> set[tuple[str, str, str]]:
+    return {(row.family, row.precision, backend) for row in rows for backend in row.backends}
+
+
+def test_every_family_by_every_backend_declaring_it_is_a_cell(registry):
+    families = model_families()
+    backends = {"all": _declaring(set(families), {"fp32", "bf16"}),
+                "first": _declaring({families[0]}, {"fp32", "bf16"}, {families[0]: {"fp32"}}),
+                "none": _declaring(set(), {"fp32"})}
+    rows = parity_matrix.plan_rows(registry.workloads, families, backends, ("fp32", "bf16"))
+    expected = ({(family, precision, "all") for family in families for precision in ("fp32", "bf16")}
+                | {(families[0], "fp32", "first")})
+    assert _cells(rows) == expected
+    for row in rows:
+        assert row.workload.endswith("-mini") and registry.workload(row.workload).model.family == row.family
+
+
+def test_a_new_backend_is_a_cell_of_every_family_it_declares(registry):
+    families = model_families()
+    before = parity_matrix.plan_rows(registry.workloads, families, {"old": _declaring(set(families), {"fp32"})},
+                                     ("fp32",))
+    after = parity_matrix.plan_rows(registry.workloads, families, {"old": _declaring(set(families), {"fp32"}),
+                                                                    "new": _declaring(set(families), {"fp32"})},
+                                    ("fp32",))
+    assert _cells(after) - _cells(before) == {(family, "fp32", "new") for family in families}
+
+
+def test_a_family_without_a_mini_workload_is_refused(registry):
+    workloads = {name: spec for name, spec in registry.workloads.items() if not name.endswith("-mini")}
+    with pytest.raises(InputError, match="no registered -mini workload"):
+        parity_matrix.plan_rows(workloads, model_families(), {"all": _declaring(set(model_families()), {"fp32"})},
+                                ("fp32",))
+
+
+@pytest.mark.parametrize(("flags", "precisions"), [({"avx512f", "avx2"}, ("fp32",)),
+                                                   ({"avx512f", "avx512_bf16"}, ("fp32", "bf16")),
+                                                   ({"amx_bf16"}, ("fp32", "bf16"))])
+def test_bf16_is_a_row_where_the_cpu_has_bf16_kernels(flags, precisions):
+    assert parity_matrix.cpu_precisions(flags) == precisions
