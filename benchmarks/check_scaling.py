@@ -95,6 +95,7 @@ def _line(time_ms: int, event_type: str, key: str, value: Any, lineno: int, **me
 def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> dict[str, Any]:
     """A passing bare log of about size_mb MB; returns its shape."""
     from benchbase.compliance.keys import OPTIMIZER_KEYS
+    from benchbase.compliance.precision_keys import lowest_numerical_precisions
     from benchbase.compliance.rules import load_ruleset
     from benchbase.plugin_host import get_plugin_manager
     from benchbase.plugin_host.registry import collect_registry
@@ -142,6 +143,8 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
                                            "profile_kind": "cpu", "profile_count": 1, "overridden": False}
         header["benchbase_overrides"] = []
         header["benchbase_open_changes"] = []
+        # MLPerf Training 6.0's lowest numerical precisions (rule set 1.9), as the harness logs them.
+        header.update(lowest_numerical_precisions(workload.model.precision, "sync"))
         # The environment a real run records (rule set 1.4), this machine's, as the harness writes it.
         header["benchbase_environment"] = {**software_environment("torch", "benchbase_torch_ds2.backend"),
                                            "cpu": cpu_record()}
@@ -154,6 +157,10 @@ def write_log(path: Path, workload_name: str, size_mb: float, epochs: int) -> di
             emit("INTERVAL_START", "epoch_start", None, 186, 5, epoch_num=epoch)
             for _ in range(batches_per_epoch):
                 step += 1
+                if step == 1:  # rule set 1.9: the first step, replayed with the workload's optimizer
+                    emit("POINT_IN_TIME", "benchbase_optimizer_replay",
+                         {"optimizer": workload.optimizer.name, "probe": "sgd", "worst_ratio": 0.2014, "seconds": 3.9,
+                          "agree": True}, 197, 240, epoch_num=epoch)
                 emit("POINT_IN_TIME", "tracked_stats", {"throughput": round(150 + (step * 7919) % 1000 / 100, 4),
                                                         "loss": round(200 * 0.9999 ** step + step % 13 / 10, 4)},
                      244, 240, epoch_num=epoch, step=step)

@@ -307,6 +307,17 @@ FAULTS = {
                                  "checkpoint 'checkpoints/final.ckpt' named by the log does not exist"),
     "precision edited": (_edit_events(_set_value("precision", "bf16")), "fixed_hyperparameters",
                          "precision is 'bf16' in the log"),
+    "first step not replayed": (_edit_events(_drop("benchbase_optimizer_replay")), "optimizer_replay",
+                                "the log has no benchbase_optimizer_replay"),
+    "replay skipped for a reason of its own": (
+        _edit_events(_set_value("benchbase_optimizer_replay", {"skipped": "the backend said so"})), "optimizer_replay",
+        "skipped for a reason the rule does not accept: the backend said so"),
+    # The stand-in model's weights are not ds2's layout: only an open run may train such a model.
+    "closed run whose weights the replay cannot read": (
+        _edit_events(_set_value("submission_division", "closed")), "optimizer_replay",
+        "skipped for a reason the rule does not accept: the exported weights are not the family's layout"),
+    "replay disagreed": (_edit_events(_set_value("benchbase_optimizer_replay", {"agree": False, "error": "rho 0.9"})),
+                         "optimizer_replay", "rho 0.9"),
 }
 
 
@@ -317,6 +328,13 @@ def test_a_planted_fault_fails_with_a_message_that_names_it(fault, run_copy, wor
     report = check_log(run_copy / "mllog.log", workloads=workloads)
     assert not report.passed
     assert any(line.startswith(f"{rule}: ") and message in line for line in report.failures), report.failures
+
+
+@pytest.mark.parametrize("replay", [{"skipped": "multi-process"}, {"agree": True, "worst_ratio": 0.2}])
+def test_a_replay_that_agreed_or_was_skipped_for_an_accepted_reason_passes_its_rule(replay, run_copy, workloads):
+    _edit_events(_set_value("benchbase_optimizer_replay", replay))(run_copy)
+    findings = {finding.rule: finding for finding in check_log(run_copy / "mllog.log", workloads=workloads).findings}
+    assert findings["optimizer_replay"].status == "pass", findings["optimizer_replay"].messages
 
 
 def test_the_official_checker_crashes_where_benchbase_reports(run_copy, tmp_path, workloads):
@@ -362,7 +380,8 @@ def test_a_bare_log_skips_the_result_rules(real_run, tmp_path, workloads):
     assert report.passed
     assert {f.rule for f in report.findings if f.status == "skip"} == {
         "result_consistency", "result_tta", "final_evaluation", "decoded_outputs", "eval_counts", "timeline",
-        "artifacts", "independent_scoring"}  # the last: an open run's own workload is in its config.json
+        "artifacts", "independent_scoring", "compute"}  # independent_scoring: an open run's own workload is in
+    # its config.json
 
 
 def test_rule_sets_are_validated_data():
@@ -527,7 +546,7 @@ def test_a_run_that_crashed_after_run_stop_is_a_compliant_log_but_no_result(cras
     said = " ".join(out.split())
     assert code == 4, out + err
     assert out.split()[0] == "UNFINISHED" and "not a result: no result.json" in said
-    assert "1/1 log(s) pass rule set 1.8, 1 of them of a run that did not finish" in said
+    assert "1/1 log(s) pass rule set 1.9, 1 of them of a run that did not finish" in said
     assert err.strip() == ("benchbase: error: 1 of 1 log(s) are of runs that did not finish: compliant logs, not "
                            "results (exit code 4)")
 
@@ -591,7 +610,7 @@ def test_a_run_aborted_at_its_epoch_limit_is_a_result_and_says_so(real_run, caps
     code, out, err = benchbase_in_process(capsys, "check", str(real_run))
     said = " ".join(out.split())
     assert code == 0, out + err
-    assert out.split()[0] == "PASS" and "1/1 log(s) pass rule set 1.8" in said
+    assert out.split()[0] == "PASS" and "1/1 log(s) pass rule set 1.9" in said
     assert "stopped at its limit (max_epochs) with status aborted: a finished run and a result" in said
 
 

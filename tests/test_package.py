@@ -234,6 +234,14 @@ def test_mlperfs_package_checker_finds_the_layout_and_skips_a_benchmark_it_does_
 
 # --- summarize --------------------------------------------------------------------------------------------------
 
+def _train_samples(runs: Path) -> int:
+    """The train_samples every run's log states (one training set: the same in each)."""
+    stated = {json.loads(line.split(":::MLLOG ", 1)[1])["value"] for run in runs.iterdir()
+              for line in (run / "mllog.log").read_text().splitlines() if '"key": "train_samples"' in line}
+    (samples,) = stated
+    return samples
+
+
 def _minutes_to_targets(log: Path) -> dict[str, float | None]:
     """Each target's run-clock minutes, read from the log here: run_start to the eval_stop of the first
     dev-clean evaluation whose median of the last 3 reaches it, less the off-clock intervals before it."""
@@ -266,5 +274,7 @@ def test_summarize_gives_the_olympic_mean_of_the_logs_minutes(capsys, built, tmp
         factor = rows[label]["rcp_norm_factor"]
         assert rows[label]["rcp"] == "pass" and factor >= 1
         assert rows[label]["score"] == pytest.approx(rows[label]["olympic_minutes"] * factor, abs=1e-3)
+        assert rows[label]["samples_to_converge"] == pytest.approx(
+            rows[label]["epochs_to_converge"] * _train_samples(HONEST), rel=1e-3)
     assert csv_path.read_text().splitlines()[0].startswith("division,availability,submitter,system,")
     assert rows["CER 40"]["system"] == SYSTEM and rows["CER 40"]["accelerators_count"] == 0
