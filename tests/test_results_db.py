@@ -137,6 +137,13 @@ def database(request, tmp_path) -> str:
 # --- the commands --------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch):
+    """pytest-xdist's workers set COLUMNS=80, which `results` honours off a terminal: these tests read
+    the table a pipe gets when nobody sets it (a test of COLUMNS sets its own)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def _cli(capsys, *arguments: str) -> subprocess.CompletedProcess:
     """`benchbase ARGUMENTS` in this process (a subprocess would spend seconds importing): its exit
     code, its output and its errors, as a subprocess's."""

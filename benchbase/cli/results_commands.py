@@ -47,10 +47,12 @@ def add(paths: tuple[Path, ...], database: str | None) -> None:
         added = add_imports(connection, imports)
     console = _console()
     for item in added:
-        console.print(f"{item.path}: added {len(item.added)} run(s), {len(item.already)} already in the database")
+        # Lines, not tables: a long path wraps where the terminal wraps it, never inside the words.
+        console.print(f"{item.path}: added {len(item.added)} run(s), {len(item.already)} already in the database",
+                      soft_wrap=True)
         for folder in item.left_out:
-            console.print(f"[yellow]left out:[/] {folder} has no result.json (killed or still running)")
-    console.print(f"results database: {describe(url)}")
+            console.print(f"[yellow]left out:[/] {folder} has no result.json (killed or still running)", soft_wrap=True)
+    console.print(f"results database: {describe(url)}", soft_wrap=True)
 
 
 @results.command("list")
