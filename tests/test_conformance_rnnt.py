@@ -328,6 +328,16 @@ def test_a_backends_suite_marks_slow_the_families_and_cases_it_names():
     assert slow == {f"rnnt-{name}" for name in RNNT_RULE_NAMES} | {"ds2-loss"}
 
 
+def test_a_backends_suite_marks_numerics_the_rules_held_to_the_error_models_bounds():
+    class TestTorch(BackendConformance):
+        backend_class = TorchBackend
+
+    numerics = {case.id for case in conformance_cases(TestTorch) if any(mark.name == "numerics" for mark in case.marks)}
+    bounded = {f"{family}-{rule.name}" for family in sorted(TorchBackend.capabilities.families)
+               for rule in select_rules(None, family) if rule.within_bounds}
+    assert numerics == bounded and "ds2-forward_parity" in numerics and "ds2-parameter_count" not in numerics
+
+
 def test_a_kit_of_another_family_is_refused(rnnt_data):
     with pytest.raises(ValueError, match="the kit's data is the rnnt family's, not ds2's"):
         run_conformance(TorchBackend, ["parameter_count"], kit=Kit(TorchBackend, rnnt_data))

@@ -21,7 +21,7 @@ from typing import ClassVar
 import pytest
 
 from benchbase.backend import Backend
-from benchbase.kit.conformance import Kit, families_to_test, resolve_backend, run_conformance, select_rules
+from benchbase.kit.conformance import Kit, Rule, families_to_test, resolve_backend, run_conformance, select_rules
 from benchbase.kit.data import load_kit_data
 
 __all__ = ["BackendConformance"]
@@ -43,11 +43,16 @@ class BackendConformance:
         if metafunc.function.__name__ != "test_conformance":
             return
         families = families_to_test(_backend_under_test(type(self)), self.family)
-        cases = [(family, rule.name) for family in families for rule in select_rules(None, family)]
+        cases = [(family, rule) for family in families for rule in select_rules(None, family)]
         metafunc.parametrize(("family", "rule"), [
-            pytest.param(family, rule, id=f"{family}-{rule}",
-                         marks=[pytest.mark.slow] if {family, f"{family}-{rule}"} & set(self.slow) else [])
+            pytest.param(family, rule.name, id=f"{family}-{rule.name}", marks=self._marks(family, rule))
             for family, rule in cases])
+
+    def _marks(self, family: str, rule: Rule) -> list[pytest.MarkDecorator]:
+        """slow where the suite says so; numerics where the rule holds floats to the error model's
+        bounds (``make test-isa`` runs those again one CPU ISA lower)."""
+        marks = [pytest.mark.slow] if {family, f"{family}-{rule.name}"} & set(self.slow) else []
+        return marks + ([pytest.mark.numerics] if rule.within_bounds else [])
 
     @pytest.fixture(scope="class")
     @classmethod

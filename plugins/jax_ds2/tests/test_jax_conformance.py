@@ -10,8 +10,9 @@ from benchbase.testing import BackendConformance
 pytest.importorskip("benchbase_jax_ds2")
 
 # slow: every build compiles the backend's programs, and the rules that build several backends
-# take 10 to 30 s each on two cores. numerics: `make test-isa` runs these again under a lower CPU ISA.
-pytestmark = [pytest.mark.numerics, pytest.mark.slow]
+# take 10 to 30 s each on two cores. The rules that hold floats to the error model's bounds are
+# marked numerics by BackendConformance: `make test-isa` runs those again under a lower CPU ISA.
+pytestmark = pytest.mark.slow
 
 
 class TestJaxConformance(BackendConformance):

@@ -10,7 +10,6 @@ from benchbase.testing import BackendConformance
 pytest.importorskip("tensorflow")  # from the plugin's cpu or gpu extra
 pytest.importorskip("benchbase_tf_ds2")
 
-pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
 
 class TestTensorFlowConformance(BackendConformance):

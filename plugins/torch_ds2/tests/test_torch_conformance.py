@@ -9,7 +9,6 @@ from benchbase.testing import BackendConformance
 
 pytest.importorskip("benchbase_torch_ds2")
 
-pytestmark = pytest.mark.numerics  # `make test-isa` runs these again under a lower CPU ISA
 
 
 class TestTorchConformance(BackendConformance):
