@@ -9,8 +9,8 @@ import numpy as np
 from benchbase.backend import Batch
 from benchbase.families.batch_cost import batch_training_flops
 from benchbase.families.ctc import CTCParts, ctc_step_loss
+from benchbase.families.ds2 import quantization
 from benchbase.families.ds2.cost import training_flops
-from benchbase.families.ds2.quantization import QUANTIZED_REFERENCE
 from benchbase.families.ds2.reference import (
     batchnorm_names,
     bounded_reference,
@@ -34,7 +34,7 @@ that what passes between layers is checked too, small enough for the float64 ref
 
 
 class DS2Parts(CTCParts):
-    quantized_reference = QUANTIZED_REFERENCE
+    quantized_reference = quantization
 
     def weight_layout(self, model, feature_dimension: int) -> dict[str, tuple[int, ...]]:
         return weight_layout(model, feature_dimension)

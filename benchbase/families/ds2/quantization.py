@@ -17,7 +17,7 @@ from benchbase.families.ds2.spec import DS2ModelSpec
 from benchbase.families.parts import Weights
 from benchbase.numerics.quantization import fake_quantize_weight, is_quantized
 
-__all__ = ["QUANTIZED_REFERENCE", "DS2QuantizedReference", "input_range_names", "quantized_kernels",
+__all__ = ["input_range_names", "quantized_kernels", "range_names",
            "quantizer_state_layout", "tensor_name"]
 
 
@@ -59,14 +59,6 @@ def quantized_kernels(weights: Weights, model: DS2ModelSpec) -> dict[str, np.nda
     return {name: fake_quantize_weight(value, spec) if quantized(name) else value for name, value in weights.items()}
 
 
-class DS2QuantizedReference:
-    """DS2's part of the kit's int8-emulated rules (``benchbase.families.parts.QuantizedReference``)."""
-
-    def range_names(self, model: DS2ModelSpec) -> list[str]:
-        return input_range_names(model)
-
-    def quantized_kernels(self, weights: Weights, model: DS2ModelSpec) -> dict[str, np.ndarray]:
-        return quantized_kernels(weights, model)
-
-
-QUANTIZED_REFERENCE = DS2QuantizedReference()
+range_names = input_range_names
+"""This module is the family's ``benchbase.families.parts.QuantizedReference``: its ``range_names``
+and ``quantized_kernels``."""

@@ -23,11 +23,11 @@ from benchbase.data.vocabulary import CharacterVocabulary, Vocabulary
 from benchbase.decode.factory import Decoder
 from benchbase.families.batch_cost import batch_training_flops
 from benchbase.families.parts import KitModel, ReferenceStep, Weights
+from benchbase.families.rnnt import quantization
 from benchbase.families.rnnt.bounds import bounded_transducer_loss, rounded_encoder
 from benchbase.families.rnnt.cost import training_flops
 from benchbase.families.rnnt.greedy import greedy_decode
 from benchbase.families.rnnt.loss import transducer_loss
-from benchbase.families.rnnt.quantization import QUANTIZED_REFERENCE
 from benchbase.families.rnnt.reference import encoder_forward, joint, prediction_forward, random_weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.families.rnnt.weight_layout import validate_weights, weight_layout
@@ -78,7 +78,7 @@ class RNNTParts:
     loss_name = "transducer loss"
     outputs_name = "encoder projection"
     log_probability_outputs = False  # the joint's encoder projection; the harness runs the joint
-    quantized_reference = QUANTIZED_REFERENCE
+    quantized_reference = quantization
 
     def evaluation_head(self, model, decoder: Decoder, weights: Callable[[], Weights]) -> TransducerHead:
         # The search needs the prediction network and joint; the decoder's vocabulary spells its labels.

@@ -37,7 +37,7 @@ from benchbase.families.parts import Weights
 from benchbase.families.rnnt.spec import RNNTModelSpec
 from benchbase.numerics import quantization as primitives
 
-__all__ = ["QUANTIZED_REFERENCE", "Quantizer", "RNNTQuantizedReference", "input_range_names", "quantized_kernels",
+__all__ = ["Quantizer", "input_range_names", "quantized_kernels", "range_names",
            "quantizer_state_layout", "tensor_name"]
 
 JOINT_LAYERS = ("joint.encoder", "joint.prediction", "joint.output")
@@ -115,14 +115,6 @@ def quantized_kernels(weights: Weights, model: RNNTModelSpec) -> dict[str, np.nd
     return {name: kernels.kernel(name, value) if name.endswith("kernel") else value for name, value in weights.items()}
 
 
-class RNNTQuantizedReference:
-    """The transducer's part of the kit's int8-emulated rules (``benchbase.families.parts.QuantizedReference``)."""
-
-    def range_names(self, model: RNNTModelSpec) -> list[str]:
-        return input_range_names(model)
-
-    def quantized_kernels(self, weights: Weights, model: RNNTModelSpec) -> dict[str, np.ndarray]:
-        return quantized_kernels(weights, model)
-
-
-QUANTIZED_REFERENCE = RNNTQuantizedReference()
+range_names = input_range_names
+"""This module is the family's ``benchbase.families.parts.QuantizedReference``: its ``range_names``
+and ``quantized_kernels``."""
