@@ -34,8 +34,10 @@ from benchbase.results_db import (
     open_for_writing,
     read_run_record,
     run_id,
+    time_table,
 )
 from benchbase.results_db.schema import EVALUATIONS, METADATA, RUNS, SCORES, TTA
+from benchbase.specs.result import TIME_PARTS
 
 RUNS_DATA = Path(__file__).parent / "data" / "rcp"
 SECOND_SYSTEM = "cpu-b"
@@ -222,12 +224,14 @@ def test_a_run_that_ended_on_a_nan_is_stored_and_read_back(two_machines, databas
     assert reported.returncode == 0, reported.stderr
 
 
-def _documented_query() -> str:
-    """docs/results-database.md's example query, as a reader would paste it."""
+def documented_query(joining: str = "tta") -> str:
+    """docs/results-database.md's example query that joins ``joining`` to runs, as a reader would paste it."""
     lines = (Path(__file__).parent.parent / "docs" / "results-database.md").read_text().splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith("    select "))
-    end = next(index for index in range(start, len(lines)) if not lines[index].startswith("    "))
-    return "\n".join(line[4:] for line in lines[start:end])
+    starts = [index for index, line in enumerate(lines) if line.startswith("    select ")]
+    blocks = [lines[start:next(index for index in range(start, len(lines)) if not lines[index].startswith("    "))]
+              for start in starts]
+    [block] = [block for block in blocks if any(f"from runs join {joining} " in line for line in block)]
+    return "\n".join(line[4:] for line in block)
 
 
 def test_the_documented_query_counts_only_the_runs_that_reached_the_target(two_machines, tmp_path, capsys):
@@ -239,7 +243,7 @@ def test_the_documented_query_counts_only_the_runs_that_reached_the_target(two_m
     database = str(tmp_path / "results.sqlite")
     assert _cli(capsys, "results", "add", str(runs), "--db", database).returncode == 0
     with open_for_reading(database_url(database)) as connection:
-        [row] = connection.execute(sa.text(_documented_query())).mappings()
+        [row] = connection.execute(sa.text(documented_query())).mappings()
     reached = [json.loads((runs / f"seed-{seed}" / "result.json").read_text())["tta"]["WER 80"]["seconds"]
                for seed in range(1, 5)]
     assert (row["workload"], row["backend"], row["system"], row["reached"]) == ("ds2-mini", "tf", "cpu", 4)
@@ -539,3 +543,30 @@ def test_a_comparison_of_like_with_like_has_no_differs_column(two_machines, tmp_
     with open_for_reading(url) as connection:
         table = comparison_table(connection, "system", "cpu", SECOND_SYSTEM)
     assert "differs" not in table.headers and not any("like with like" in note for note in table.notes)
+
+
+def test_an_older_database_gains_the_time_parts_of_the_runs_it_holds(tmp_path):
+    from alembic import command
+
+    from benchbase.results_db.store import _alembic_config
+
+    url = database_url(str(tmp_path / "results.sqlite"))
+    breakdown = {"wall_s": 10.0, "stages": "reported", "seconds": {"forward": 6.0, "evaluation": 4.0},
+                 "fractions": {"forward": 0.6, "evaluation": 0.4}}
+    result = {"status": "success", "time_breakdown": breakdown, "compute": {"padding_fraction": 0.25,
+                                                                           "mfu_hardware": None, "mfu_useful": None}}
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:  # the schema as benchbase 0.3.0 left it, with one run in it
+        config = _alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        runs = sa.Table("runs", sa.MetaData(), autoload_with=connection)
+        connection.execute(runs.insert().values(run_id="a" * 64, workload="ds2-mini", result=result))
+    engine.dispose()
+    with open_for_writing(url):  # what `results add` does first
+        pass
+    with open_for_reading(url) as connection:
+        [row] = time_table(connection).rows
+    parts = dict(zip(TIME_PARTS, row[5:-4], strict=True))
+    assert parts["forward"] == pytest.approx(60) and parts["evaluation"] == pytest.approx(40)
+    assert row[-4:] == ["reported", pytest.approx(25), None, None]

@@ -10,8 +10,10 @@ import json
 import time
 
 import pytest
+import sqlalchemy as sa
 import torch
 from test_plugins import LinearCTCBackend, stand_in_workload
+from test_results_db import documented_query
 
 import benchbase
 from benchbase.backend import STEP_STAGES
@@ -25,6 +27,7 @@ from benchbase.plugin_host.registry import collect_registry
 from benchbase.report import load_groups
 from benchbase.report.figures import write_figures
 from benchbase.report.time_breakdown import time_breakdown_table
+from benchbase.results_db import add_paths, database_url, open_for_reading, open_for_writing, time_table
 from benchbase.specs import RunConfig
 from benchbase.specs.result import STAGES_NOT_REPORTED, TIME_PARTS
 
@@ -91,6 +94,18 @@ def reported(tmp_path) -> tuple[list, list[str]]:
     return time_breakdown_table(groups).rows[0], figures
 
 
+def stored_row(tmp_path) -> list:
+    """The run at tmp_path/run added to a results database, and its row of `benchbase results time`."""
+    url = database_url(str(tmp_path / "results.sqlite"))
+    with open_for_writing(url) as connection:
+        add_paths(connection, [tmp_path / "run"])
+    with open_for_reading(url) as connection:
+        [row] = time_table(connection).rows
+        [queried] = connection.execute(sa.text(documented_query(joining="time_parts"))).mappings()
+    assert queried["evaluating"] == pytest.approx(row[5 + TIME_PARTS.index("evaluation")] / 100)
+    return row
+
+
 def test_a_backends_phases_and_the_harness_intervals_add_up_to_the_wall_time(pm, tmp_path, small_store):
     result = run_result(pm, tmp_path, small_store, "staged-linear-ctc")
     breakdown = result["time_breakdown"]
@@ -106,6 +121,9 @@ def test_a_backends_phases_and_the_harness_intervals_add_up_to_the_wall_time(pm,
     assert row[-1] == "reported" and sum(row[1:-1]) == pytest.approx(100, abs=0.1) and row[3] > 0  # forward
     assert "time-breakdown.png" in figures
     assert "forward" in time_breakdown_line(breakdown) and "not reported" not in time_breakdown_line(breakdown)
+    stored = stored_row(tmp_path)
+    assert stored[-4] == "reported" and stored[6] > 0  # forward
+    assert sum(stored[5:-4]) == pytest.approx(100, abs=100 * TIMER_ERROR)
 
 
 def test_a_backend_without_the_split_still_runs_and_says_not_reported(pm, tmp_path, small_store):
@@ -118,6 +136,11 @@ def test_a_backend_without_the_split_still_runs_and_says_not_reported(pm, tmp_pa
     row, figures = reported(tmp_path)
     assert row[-1] == STAGES_NOT_REPORTED and "time-breakdown.png" in figures
     assert "(step phases not reported)" in time_breakdown_line(breakdown)
+    stored = stored_row(tmp_path)
+    assert stored[-4] == STAGES_NOT_REPORTED
+    assert stored[-3] == pytest.approx(100 * result["compute"]["padding_fraction"])
+    assert stored[-2:] == [None, None]  # the cpu profile states no clock to estimate a peak from
+    assert sum(stored[5:-4]) == pytest.approx(100, abs=100 * TIMER_ERROR)
     # The same run's log: MLPerf's precision keys stated, and held to its fp32.
     log, workloads = tmp_path / "run" / "mllog.log", collect_registry(pm).workloads
     report = check_log(log, workloads=workloads)

@@ -1,4 +1,4 @@
-"""`benchbase results add | list | compare`: a results database of runs from many machines and backends.
+"""`benchbase results add | list | time | compare`: a results database of runs from many machines and backends.
 
 --db takes a SQLite file's path or a SQLAlchemy URL (postgresql+psycopg://user@host/db); without
 it, $BENCHBASE_RESULTS, else results.sqlite in benchbase's cache folder.
@@ -63,6 +63,18 @@ def list_runs(database: str | None) -> None:
 
     with open_for_reading(database_to_read(database)) as connection:
         table = runs_table(connection)
+    _print_fitted(table)
+
+
+@results.command("time")
+@DATABASE
+def time_of_runs(database: str | None) -> None:
+    """Where each run's wall time went (data wait, the step's phases, evaluation, checkpoints, the rest),
+    with its padding and MFU."""
+    from benchbase.results_db import database_to_read, open_for_reading, time_table
+
+    with open_for_reading(database_to_read(database)) as connection:
+        table = time_table(connection)
     _print_fitted(table)
 
 

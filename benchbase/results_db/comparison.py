@@ -21,9 +21,10 @@ import sqlalchemy as sa
 from benchbase.errors import InputError
 from benchbase.report.report_table import ReportTable
 from benchbase.report.runs import strategy_name
-from benchbase.results_db.schema import RUNS, TTA
+from benchbase.results_db.schema import RUNS, TTA, WALL_TIME_PARTS
+from benchbase.specs.result import TIME_PARTS
 
-__all__ = ["DIMENSIONS", "Dimension", "Setup", "comparison_table", "runs_table", "setup_of"]
+__all__ = ["DIMENSIONS", "Dimension", "Setup", "comparison_table", "runs_table", "setup_of", "time_table"]
 
 Dimension = Literal["system", "backend"]
 DIMENSIONS: dict[str, str] = {"system": "backend", "backend": "system"}
@@ -84,6 +85,38 @@ def runs_table(connection: sa.Connection) -> ReportTable:
     return ReportTable(f"{len(rows)} run(s)", ["run", "workload", "backend", "system", "seed", "division", "status",
                        "precision", "started (UTC)", "epochs", "final WER", "benchbase"], rows, name="runs",
                        notes=[] if rows else ["The database holds no runs yet (`benchbase results add RUN_DIR`)."])
+
+
+def time_table(connection: sa.Connection) -> ReportTable:
+    """Where each stored run's wall time went, the oldest first: each part's share (%) of the run
+    clock, adding up to 100, beside the padding's share of the FLOPs and the MFUs (%)."""
+    query = sa.select(RUNS.c.run_id, RUNS.c.workload, RUNS.c.backend, RUNS.c.system, RUNS.c.run_seconds,
+                      RUNS.c.stages, RUNS.c.padding_fraction, RUNS.c.mfu_hardware, RUNS.c.mfu_useful,
+                      ).order_by(RUNS.c.started_at, RUNS.c.run_id)
+    runs = connection.execute(query).all()
+    fractions: dict[str, dict[str, float | None]] = {}
+    for row in connection.execute(sa.select(WALL_TIME_PARTS)):
+        fractions.setdefault(row.run_id, {})[row.part] = row.fraction
+    rows = []
+    for run in runs:
+        parts = fractions.get(run.run_id, {})
+        rows.append([run.run_id[:12], run.workload, run.backend, run.system, run.run_seconds,
+                     *(_percent(parts.get(part)) if parts else None for part in TIME_PARTS),
+                     run.stages or "not recorded", _percent(run.padding_fraction), _percent(run.mfu_hardware),
+                     _percent(run.mfu_useful)])
+    notes = ["Each part is a share of the run clock; a run's parts add up to 100. \"step\" is the steps' time the "
+             "backend did not split into phases (all of it where its phases are not reported). MFU: the FLOPs of the "
+             "padded (hardware) and of the valid frames (useful) over the run seconds times the devices' peak; "
+             "NA where no peak is known. A run stored before benchbase recorded these shows none."]
+    return ReportTable(f"where the wall time went, {len(rows)} run(s)",
+                       ["run", "workload", "backend", "system", "run s",
+                        *(part.replace("_", " ") + " %" for part in TIME_PARTS),
+                        "step phases", "padding %", "MFU %", "useful MFU %"], rows, name="time", digits=1,
+                       notes=notes if rows else ["The database holds no runs yet (`benchbase results add RUN_DIR`)."])
+
+
+def _percent(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
 
 
 def comparison_table(connection: sa.Connection, by: Dimension, first: str, second: str) -> ReportTable:

@@ -21,7 +21,17 @@ from benchbase.rcp.checking import GroupRcp, rcp_of_groups
 from benchbase.report.runs import RunGroup, load_groups
 from benchbase.report.scoring import score_group
 from benchbase.results_db.record import RunRecord, read_run_record
-from benchbase.results_db.schema import ENVIRONMENT, EVALUATIONS, GROUP_RUNS, GROUPS, RCP_VERDICTS, RUNS, SCORES, TTA
+from benchbase.results_db.schema import (
+    ENVIRONMENT,
+    EVALUATIONS,
+    GROUP_RUNS,
+    GROUPS,
+    RCP_VERDICTS,
+    RUNS,
+    SCORES,
+    TTA,
+    WALL_TIME_PARTS,
+)
 from benchbase.run_folder import RunFolder, find_run_folders
 
 __all__ = ["Added", "Import", "add_imports", "add_paths", "read_imports"]
@@ -94,7 +104,8 @@ def _add_run(connection: sa.Connection, record: RunRecord) -> bool:
     """Store the run unless the database holds it; True when it was new."""
     if not _insert_if_new(connection, RUNS, record.run):
         return False
-    for table, rows in ((ENVIRONMENT, record.environment), (EVALUATIONS, record.evaluations), (TTA, record.tta)):
+    for table, rows in ((ENVIRONMENT, record.environment), (EVALUATIONS, record.evaluations), (TTA, record.tta),
+                        (WALL_TIME_PARTS, record.time_parts)):
         if rows:
             connection.execute(table.insert(), rows)
     return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ class RunRecord:
     environment: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
     tta: list[dict[str, Any]]
+    time_parts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -56,14 +57,17 @@ def run_id(folder: Path) -> str:
 def read_run_record(run: Run, imported_at: datetime) -> RunRecord:
     log = _read_log(RunFolder(run.path))
     identity = run_id(run.path)
-    row = {"run_id": identity, **_description(run, log), **_final_rates(run),
+    row = {"run_id": identity, **_description(run, log), **_final_rates(run), **_where_time_went(run),
            **_revision(run), "imported_at": imported_at, "source": str(run.path.resolve()),
            "config": json_safe(run.config), "result": json_safe(run.result.model_dump(mode="json"))}
     environment = [{"run_id": identity, "key": key, "value": value} for key, value in flatten(_environment(run))]
     evaluations = [{"run_id": identity, **item} for item in [*_training_evaluations(log), *_final_evaluations(run)]]
     tta = [{"run_id": identity, "target": label, "seconds": None if reached is None else reached["seconds"],
             "epoch": None if reached is None else reached["epoch"]} for label, reached in run.result.tta.items()]
-    return RunRecord(row, environment, evaluations, tta)
+    breakdown = run.result.time_breakdown
+    time_parts = [{"run_id": identity, "part": part, "seconds": _finite(breakdown.get("seconds", {}).get(part)),
+                   "fraction": _finite(fraction)} for part, fraction in breakdown.get("fractions", {}).items()]
+    return RunRecord(row, environment, evaluations, tta, time_parts)
 
 
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str | None]]:
@@ -107,6 +111,18 @@ def _description(run: Run, log: ParsedLog) -> dict[str, Any]:
             "global_batch": run.global_batch, "world_size": result.world_size, "epochs": result.epochs,
             "run_seconds": result.run_seconds,
             "started_at": None if start is None else datetime.fromtimestamp(start.time_ms / 1000, UTC)}
+
+
+def _where_time_went(run: Run) -> dict[str, Any]:
+    """Whether the backend timed its step's phases, the padding's share of the FLOPs and the MFUs
+    (None where the run recorded none: an older run, a family without a cost model, no known peak)."""
+    compute = run.result.compute
+    return {"stages": run.result.time_breakdown.get("stages"),
+            **{key: _finite(compute.get(key)) for key in ("padding_fraction", "mfu_hardware", "mfu_useful")}}
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if is_number(value) else None
 
 
 def _logged(log: ParsedLog, key: str) -> str | None:

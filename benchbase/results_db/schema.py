@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = ["ENVIRONMENT", "EVALUATIONS", "GROUPS", "GROUP_RUNS", "METADATA", "RCP_VERDICTS", "RUNS", "SCORES",
-           "TTA"]
+           "TTA", "WALL_TIME_PARTS"]
 
 METADATA = sa.MetaData()
 
@@ -45,6 +45,12 @@ RUNS = sa.Table(
     sa.Column("source", sa.Text, comment="the run folder it was imported from"),
     sa.Column("config", sa.JSON, comment="config.json"),
     sa.Column("result", sa.JSON, comment="result.json"),
+    sa.Column("stages", sa.String(20),
+              comment="reported, or not reported: whether the backend timed its step's phases"),
+    sa.Column("padding_fraction", sa.Float, comment="the share of the training FLOPs spent on padded frames"),
+    sa.Column("mfu_hardware", sa.Float,
+              comment="padded FLOPs / (run seconds x the devices' peak); null: no peak known"),
+    sa.Column("mfu_useful", sa.Float, comment="the valid frames' FLOPs / (run seconds x peak)"),
     sa.Index("runs_by_workload", "workload", "backend", "system"),
 )
 
@@ -66,6 +72,15 @@ EVALUATIONS = sa.Table(
     sa.Column("paper_cer", sa.Float, comment="the paper's CER (edits / the longer of hypothesis and reference)"),
     sa.Column("loss", sa.Float),
     sa.Column("run_seconds", sa.Float, comment="the run clock when the evaluation ended; null after run_stop"),
+)
+
+WALL_TIME_PARTS = sa.Table(
+    "time_parts", METADATA,
+    sa.Column("run_id", _RUN_ID, sa.ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("part", sa.String(30), primary_key=True,
+              comment="data_wait, host_to_device, forward, backward, optimizer, step, evaluation, checkpoint or other"),
+    sa.Column("seconds", sa.Float),
+    sa.Column("fraction", sa.Float, comment="of the run's wall time; a run's fractions add up to one"),
 )
 
 TTA = sa.Table(
