@@ -23,7 +23,9 @@ host-to-device copy and other, measured after the timed steps, so it never slows
   ``aten::_to_copy``, ``aten::copy_``) before the backward pass host-to-device, the rest before
   it forward, after it other; the step's time outside every operation is other too.
 - tf: ``tf.profiler.experimental`` (its XPlane trace) over the same steps; every executed
-  operation's time, not counting an operation inside another: names under ``gradient_tape/``
+  operation's wall time in which it is the outermost one running, on any thread (an operation
+  inside another, or overlapping an earlier one on another thread, adds nothing, so the stages
+  add up to at most the step): names under ``gradient_tape/``
   are backward, the optimizer's resource updates (``ResourceApply*``, ``Assign*VariableOp``
   and names under the optimizer's scope) the update, ``_Recv``/``_Send``/``MemcpyHtoD``
   host-to-device, the rest forward; the step's time outside them is other.
@@ -42,6 +44,7 @@ the same profile (for JAX, the XLA thunks of ``jax.profiler``'s trace of the rea
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import statistics
 import sys
@@ -265,27 +268,55 @@ def _is_operation(label: str) -> bool:
 
 
 def _xplane_operations(path: Path) -> tuple[list[tuple[str, str, float]], float]:
-    """(name, type, ms) of every operation not inside another, and the steps' marked ms, from a
-    TensorFlow profile (``_is_operation``)."""
+    """(name, type, ms) of the executed operations (``_is_operation``) and the steps' marked ms,
+    from a TensorFlow profile. Each operation gets the wall time in which it is the outermost one
+    running: an operation nested in another, on its line or on another thread's (TensorFlow runs a
+    function's operations on other threads than its caller's), adds nothing, and two operations
+    overlapping on two threads share the time between them, so the operations' times add up to at
+    most the time something ran, never more."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TensorFlow's own profile format
 
     space = xplane_pb2.XSpace()
     space.ParseFromString(path.read_bytes())
     plane = next(plane for plane in space.planes if plane.name == "/host:CPU")
     names = {key: value.name for key, value in plane.event_metadata.items()}
-    operations, step_ms = [], 0.0
+    events, step_ms = [], 0.0
     for line in plane.lines:
-        step_ms += sum(event.duration_ps for event in line.events if names[event.metadata_id] == STEP_MARK) / 1e9
-        events = sorted(((event.offset_ps, event.duration_ps, names[event.metadata_id]) for event in line.events
-                         if _is_operation(names[event.metadata_id])),
-                        key=lambda event: (event[0], -event[1]))
-        end = -1
-        for start, duration, label in events:
-            if start >= end:
-                name, _, kind = label.rpartition(":")
-                operations.append((name, kind, duration / 1e9))
-                end = start + duration
+        origin_ps = line.timestamp_ns * 1000
+        for event in line.events:
+            label = names[event.metadata_id]
+            if label == STEP_MARK:
+                step_ms += event.duration_ps / 1e9
+            elif _is_operation(label):
+                events.append((origin_ps + event.offset_ps, origin_ps + event.offset_ps + event.duration_ps, label))
+    owned = outermost_wall_time([(start, end) for start, end, _ in events])
+    operations = []
+    for (_, _, label), picoseconds in zip(events, owned):
+        if picoseconds:
+            name, _, kind = label.rpartition(":")
+            operations.append((name, kind, picoseconds / 1e9))
     return operations, step_ms
+
+
+def outermost_wall_time(intervals: list[tuple[int, int]]) -> list[int]:
+    """For each (start, end) interval, the length of time in which it is the outermost one
+    running: the earliest started of those covering that time (on a tie the longest). The
+    results add up to the length of the intervals' union."""
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], -intervals[i][1]))
+    owned = [0] * len(intervals)
+    running: list[tuple[int, int, int]] = []  # a heap of (start, -end, index): its top is the outermost
+    boundaries = sorted({point for interval in intervals for point in interval})
+    following = 0
+    for left, right in zip(boundaries, boundaries[1:]):
+        while following < len(order) and intervals[order[following]][0] <= left:
+            index = order[following]
+            heapq.heappush(running, (intervals[index][0], -intervals[index][1], index))
+            following += 1
+        while running and -running[0][1] <= left:
+            heapq.heappop(running)
+        if running:
+            owned[running[0][2]] += right - left
+    return owned
 
 
 # -- jax ---------------------------------------------------------------------------------------------

@@ -56,3 +56,16 @@ def test_a_family_without_a_mini_workload_is_refused(registry):
                                                    ({"amx_bf16"}, ("fp32", "bf16"))])
 def test_bf16_is_a_row_where_the_cpu_has_bf16_kernels(flags, precisions):
     assert parity_matrix.cpu_precisions(flags) == precisions
+
+
+def test_an_operation_counts_only_where_it_is_the_outermost_running():
+    # A call (0-10) with an operation inside it on another thread (2-5), and an operation
+    # (8-14) overlapping the call's end on a third thread, then a gap, then one more (20-21).
+    intervals = [(0, 10), (2, 5), (8, 14), (20, 21)]
+    owned = parity_matrix.outermost_wall_time(intervals)
+    assert owned == [10, 0, 4, 1]
+    assert sum(owned) == 10 + 4 + 1  # the union of the intervals: nothing counted twice
+
+
+def test_of_two_operations_starting_together_the_longer_is_outermost():
+    assert parity_matrix.outermost_wall_time([(0, 3), (0, 7), (5, 6)]) == [0, 7, 0]
