@@ -188,6 +188,16 @@ def test_bucketing_batches_similar_lengths_and_covers_the_split(small_store):
     assert [b.utterance_ids for b in pipeline.epoch(0)] == [b.utterance_ids for b in batches]
 
 
+def test_a_split_too_small_for_its_buckets_is_cut_into_fewer_not_into_none(small_store):
+    store = FeatureStore(small_store)
+    utterances = store.utterance_count(("train",))
+    batch = utterances // 3  # three batches' worth of utterances, asked for in six buckets
+    pipeline = BatchPipeline(store, ("train",), batch, length_buckets=6, model=MINI_MODEL, seed=5)
+    batches = list(pipeline.epoch(0))
+    assert len(batches) == len(pipeline) == 3
+    assert all(len(b.utterance_ids) == batch for b in batches)
+
+
 def test_bucketed_plan_keeps_every_index_once():
     rng = np.random.default_rng(0)
     plan = bucketed_plan(np.arange(100)[::-1], buckets=5, batch_size=8, drop_last=False, rng=rng)

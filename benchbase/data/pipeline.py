@@ -9,7 +9,9 @@ parallel but their results are consumed in plan order, so every backend sees the
 batches in the same order.
 
 Readers are threads: the features are already extracted, so reading is I/O and array
-copies, during which numpy releases the GIL.
+copies, during which numpy releases the GIL. Not all of it: each utterance costs interpreter
+time too, which bounds what one process's threads deliver; with ``reader_processes``, worker
+processes read and pad the same batches instead (``benchbase.data.reader_processes``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.backend import Batch, BatchShape
+from benchbase.data.reader_processes import BatchWorkers, Pick
 from benchbase.data.store import FeatureStore, ShardIndex, Utterance
 from benchbase.errors import BenchbaseError
 from benchbase.specs import ModelSpec
 
-__all__ = ["BatchPipeline", "EpochBatches", "HostArrays", "RunEpochs", "bucketed_plan", "pad_batch"]
+__all__ = ["BatchPipeline", "EpochBatches", "HostArrays", "RunEpochs", "bucket_count", "bucketed_plan", "pad_batch"]
 
 HostArrays = Callable[[tuple[int, ...], np.dtype], "np.ndarray | None"]
 """``Backend.host_array``: an array for a batch's padded features, or None for NumPy's."""
@@ -53,8 +56,12 @@ class BatchPipeline:
         seed: int = 0,
         length_buckets: int = 0,
         pad_to_frames: int | None = None,
+        reader_processes: int = 0,
     ) -> None:
+        """``reader_processes``: 0, reader threads read the batches and this process pads them; N > 0,
+        N worker processes read and pad them (the same batches, bit for bit)."""
         self.store = store
+        self._subsets = tuple(subsets)
         self.shards = store.shards(subsets)
         self.utterances = store.utterance_count(subsets)
         self.batch_size = batch_size
@@ -66,6 +73,7 @@ class BatchPipeline:
         self.seed = seed
         self.length_buckets = length_buckets if shuffle else 0
         self.pad_to_frames = pad_to_frames
+        self.reader_processes = reader_processes
         self.model = model
         self.host_arrays: HostArrays | None = None
         """Where padded features go (the backend's ``host_array``, set after its build); None: np.zeros."""
@@ -74,7 +82,8 @@ class BatchPipeline:
         """Batches per epoch (with bucketing, each bucket drops its own remainder)."""
         groups = [self.utterances]
         if self.length_buckets:
-            groups = [len(part) for part in np.array_split(np.arange(self.utterances), self.length_buckets)]
+            buckets = bucket_count(self.utterances, self.length_buckets, self.batch_size)
+            groups = [len(part) for part in np.array_split(np.arange(self.utterances), buckets)]
         return sum(count // self.batch_size + (1 if count % self.batch_size and not self.drop_last else 0)
                    for count in groups)
 
@@ -90,14 +99,29 @@ class BatchPipeline:
     def _produce(self, epoch: int, batches: queue.Queue, stop: threading.Event, skip: int = 0) -> None:
         try:
             rng = np.random.default_rng([self.seed, epoch])
-            groups = self._bucketed_batches(rng, stop) if self.length_buckets else self._streamed_batches(rng, stop)
-            for index, group in enumerate(groups):
-                if index < skip:
-                    continue
-                _put(batches, pad_batch(group, self.model, self.pad_to_frames, self.host_arrays), stop)
+            if self.reader_processes:
+                self._produce_in_processes(rng, batches, stop, skip)
+            else:
+                groups = self._bucketed_batches(rng, stop) if self.length_buckets else self._streamed_batches(rng, stop)
+                for index, group in enumerate(groups):
+                    if index >= skip:
+                        _put(batches, pad_batch(group, self.model, self.pad_to_frames, self.host_arrays), stop)
             _put(batches, _END, stop)
         except BaseException as error:  # noqa: BLE001 - handed to the consumer, which re-raises it
             _put(batches, error, stop)
+
+    def _produce_in_processes(self, rng: np.random.Generator, batches: queue.Queue, stop: threading.Event,
+                              skip: int) -> None:
+        """The same batches cut as picks from the indexes, read and padded by worker processes.
+        Skipped batches are not read at all: their picks alone keep the shuffle's draws in step."""
+        picks = (self._bucketed_batches(rng, stop, _as_list) if self.length_buckets
+                 else self._streamed_batches(rng, stop, self._shard_picks))
+        wanted = (group for index, group in enumerate(picks) if index >= skip)
+        largest = (self.batch_size, self.pad_to_frames or self.store.longest(self._subsets)[0],
+                   self.store.feature_dimension)
+        with BatchWorkers(self.store, self.model, self.pad_to_frames, self.reader_processes, largest) as workers:
+            for batch in workers.batches(wanted, stop, lambda shape: _backend_array(self.host_arrays, shape)):
+                _put(batches, batch, stop)
 
     def batch_shapes(self, epoch: int) -> list[BatchShape]:
         """The shape of every batch ``epoch(epoch)`` yields, in order, from the shards' indexes
@@ -113,6 +137,9 @@ class BatchPipeline:
     def _shard_lengths(self, shard: Path) -> list[tuple[int, int]]:
         index = self.store.index(shard)
         return list(zip(index.frames().tolist(), np.diff(index.label_offsets).tolist()))
+
+    def _shard_picks(self, shard: Path) -> list[Pick]:
+        return [(shard, i) for i in range(len(self.store.index(shard)))]
 
     def _lengths_at(self, picks: list[tuple[Path, int]]) -> list[tuple[int, int]]:
         def lengths(index: ShardIndex, i: int) -> tuple[int, int]:
@@ -234,11 +261,18 @@ def bucketed_plan(frames: np.ndarray, buckets: int, batch_size: int, drop_last: 
     bucket, cut batches within buckets, then shuffle the batches."""
     by_length = np.argsort(frames, kind="stable")
     batches = []
-    for bucket in np.array_split(by_length, min(buckets, len(by_length))):
+    for bucket in np.array_split(by_length, bucket_count(len(by_length), buckets, batch_size)):
         bucket = rng.permutation(bucket)
         cut = len(bucket) - len(bucket) % batch_size if drop_last else len(bucket)
         batches += [bucket[start : start + batch_size] for start in range(0, cut, batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def bucket_count(utterances: int, buckets: int, batch_size: int) -> int:
+    """The buckets a split of ``utterances`` is sorted into: ``buckets``, or fewer where a bucket
+    would hold less than one batch, and train nothing, since each bucket drops its own remainder
+    (six buckets of a 184-utterance split at batch 32 would leave no batch at all); at least one."""
+    return max(1, min(buckets, utterances // batch_size))
 
 
 def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int | None = None,
@@ -272,14 +306,25 @@ def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int 
 
 def _host_features(host_arrays: HostArrays | None, shape: tuple[int, int, int]) -> np.ndarray:
     """Zeros of ``shape``, float32, where the backend wants them (page-locked memory) or NumPy's."""
-    features = host_arrays(shape, np.dtype(np.float32)) if host_arrays is not None else None
+    features = _backend_array(host_arrays, shape)
     if features is None:
         return np.zeros(shape, dtype=np.float32)
-    if features.shape != shape or features.dtype != np.float32 or not features.flags.writeable:
-        raise BenchbaseError(f"the backend's host_array{shape} gave a {features.dtype} array of shape "
-                             f"{features.shape}; expected a writeable float32 array of that shape")
     features.fill(0)
     return features
+
+
+def _backend_array(host_arrays: HostArrays | None, shape: tuple[int, int, int]) -> np.ndarray | None:
+    """The backend's float32 array of ``shape`` for a batch's features (checked), or None: NumPy's."""
+    features = host_arrays(shape, np.dtype(np.float32)) if host_arrays is not None else None
+    if features is not None and (features.shape != shape or features.dtype != np.float32
+                                 or not features.flags.writeable):
+        raise BenchbaseError(f"the backend's host_array{shape} gave a {features.dtype} array of shape "
+                             f"{features.shape}; expected a writeable float32 array of that shape")
+    return features
+
+
+def _as_list(picks: list[Pick]) -> list[Pick]:
+    return list(picks)
 
 
 def _ordered_map(function, items: list, workers: int, stop: threading.Event) -> Iterator:

@@ -21,7 +21,7 @@ def run_pipeline(config: RunConfig, store: FeatureStore, subsets: tuple[str, ...
         return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
                              prefetch=pipeline.buffer, shuffle_buffer=pipeline.shuffle_buffer, shuffle=True,
                              drop_last=True, seed=config.seed, length_buckets=data.length_buckets,
-                             pad_to_frames=data.pad_to_frames)
+                             pad_to_frames=data.pad_to_frames, reader_processes=pipeline.reader_processes)
     return BatchPipeline(store, subsets, pipeline.global_batch, model=model, readers=pipeline.readers,
                          prefetch=pipeline.buffer, shuffle=False, drop_last=False, seed=config.seed,
                          pad_to_frames=data.pad_to_frames)

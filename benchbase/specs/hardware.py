@@ -52,6 +52,11 @@ class PipelineDefaults(Spec):
     global_batch: int = Field(ge=1, le=65_536, description="Utterances per optimizer step over all devices.")
     batch_per_device: int = Field(ge=1, le=65_536, description="Utterances per device per step.")
     readers: int = Field(ge=1, le=256, description="Parallel shard readers.")
+    reader_processes: int = Field(
+        0, ge=0, le=256, description="Worker processes that read and pad the training batches "
+        "(benchbase.data.reader_processes): 0, the reader threads read them and the pipeline's thread pads "
+        "them, all in the run's process, where the GIL bounds them; N > 0, N processes do, for a many-core "
+        "host feeding fast GPUs (the same batches, bit for bit; 2N of the longest batch in /dev/shm).")
     buffer: int = Field(ge=1, le=10_000, description="Prefetched batches.")
     shuffle_buffer: int = Field(2048, ge=1, le=1_000_000, description="Utterances in the shuffle buffer.")
     threads: int | None = Field(None, ge=1, le=4096, description="Compute threads for CPU training (None: all cores).")

@@ -72,7 +72,8 @@ class DataSpec(Spec):
         ge=0,
         le=10_000,
         description="0: a shuffle buffer over shards. N > 0: sort the split by length into N buckets, "
-        "batch within buckets, shuffle within buckets and across batches (as MLPerf's RNN-T reference).",
+        "batch within buckets, shuffle within buckets and across batches (as MLPerf's RNN-T reference); "
+        "fewer buckets where the split holds less than one global batch per bucket.",
     )
     pad_to_frames: int | None = Field(
         None,
