@@ -37,6 +37,11 @@ host-to-device copy and other, measured after the timed steps, so it never slows
   the timed step's median less those (negative where the fused step beats its parts). The
   backend's own step is untouched.
 
+The torch backend's CPU build has glibc's malloc keep the large blocks it frees
+(``benchbase_torch_ds2.host_memory``), which holds for the whole process: in a row with torch,
+every backend's timed steps run so too (they follow every build). TensorFlow's allocator keeps its own memory either way;
+``--backends jax`` times JAX in a process without it.
+
 A cell over 1.25x its row's fastest also lists its ten costliest operations by self time from
 the same profile (for JAX, the XLA thunks of ``jax.profiler``'s trace of the real step).
 """
