@@ -28,6 +28,7 @@ from benchbase.backend import Backend, Batch, BuildContext, DevicePlan
 from benchbase.data.pipeline import BatchPipeline
 from benchbase.data.store import FeatureStore
 from benchbase.data.workload_data import default_cache, ensure_workload_data
+from benchbase.harness.host_memory import keep_host_memory_on_cpus
 from benchbase.plugin_host import get_plugin_manager
 from benchbase.plugin_host.registry import collect_registry
 from benchbase.specs import HardwareProfile, WorkloadSpec
@@ -43,6 +44,7 @@ def main() -> None:
     store = arguments.store or ensure_workload_data(workload, None, default_cache())
     batches = training_batches(store, workload.model, profile.pipeline.global_batch, arguments.batches, arguments.seed)
     plan = cpu_plan(profile, arguments.threads)
+    keep_host_memory_on_cpus(plan)  # as a run on CPUs does, for every backend alike
     precisions = arguments.precisions.split(",") if arguments.precisions else [workload.model.precision]
     unknown = [precision for precision in precisions if precision not in PRECISIONS]
     if unknown:

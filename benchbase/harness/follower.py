@@ -19,6 +19,7 @@ from benchbase.data.store import FeatureStore
 from benchbase.errors import Terminated
 from benchbase.harness.assembly import build_context, pad_into_backend_arrays, run_pipeline
 from benchbase.harness.devices import config_plan, own_slice
+from benchbase.harness.host_memory import keep_host_memory_on_cpus
 from benchbase.harness.rank_checkpoints import own_checkpoint, write_own_checkpoint
 from benchbase.harness.resume_state import ResumeState
 from benchbase.harness.termination import deferred_termination, termination_requested
@@ -63,6 +64,7 @@ class _Follower:
         plan = config_plan(config, self.backend_class, coordinator.world, coordinator.service_addresses)
         store = FeatureStore(config.data)
         context = build_context(config, store, plan)
+        keep_host_memory_on_cpus(plan)
         train_data = run_pipeline(config, store, config.workload.data.train, training=True)
         self.backend = backend = self.backend_class()
         try:

@@ -31,6 +31,7 @@ from benchbase.harness.clock import RunClock
 from benchbase.harness.devices import check_devices_in_use, device_plan, gpus_in_use, thread_budget
 from benchbase.harness.final_evaluation import FinalEvaluation
 from benchbase.harness.follower import follow
+from benchbase.harness.host_memory import keep_host_memory_on_cpus
 from benchbase.harness.initialization import RunInputs, open_store
 from benchbase.harness.lifecycle import TimedRun
 from benchbase.harness.progress import TrainingProgress
@@ -196,6 +197,7 @@ class Harness:
             self.folder.write_json(self.folder.config, {**self.config.model_dump(mode="json"),
                                                         "environment": self.environment})
         inputs = RunInputs.assemble(self.config, store, self.backend_class, self.coordinator)
+        keep_host_memory_on_cpus(inputs.plan)
         if fresh:
             log_submission(log, self.config, self.environment, inputs.plan, inputs.train_data, inputs.dev_data)
         return inputs

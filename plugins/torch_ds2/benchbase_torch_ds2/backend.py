@@ -32,7 +32,6 @@ from benchbase.specs import OptimizerSpec
 from benchbase.specs.optimizer import AdaDeltaSpec, AdamWSpec, SGDSpec
 from benchbase_torch_ds2.cuda_graphs import GraphedNetwork
 from benchbase_torch_ds2.family import ModelFamily
-from benchbase_torch_ds2.host_memory import keep_freed_host_memory
 from benchbase_torch_ds2.stage_timing import StageClock
 from benchbase_torch_ds2.strategies import IMPLEMENTED, build_strategy
 
@@ -68,8 +67,6 @@ class TorchBackend(Backend):
         self.context = context
         self.device = _select_device(context.plan)
         _configure_threads(context.plan.threads)
-        if self.device.type == "cpu" and KEEP_FREED_HOST_MEMORY:
-            keep_freed_host_memory()
         precision = context.model.precision
         _allow_tf32(precision == "tf32")
         # bf16 and fp16 are torch.autocast's mixed precision: float32 weights and optimizer,
@@ -269,11 +266,6 @@ class TorchBackend(Backend):
         graphed = getattr(self, "graphs", None) is not None
         return torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=not graphed)
 
-
-KEEP_FREED_HOST_MEMORY = True
-"""On a CPU, glibc's malloc keeps the large blocks it frees (``host_memory``): conformer-mini's
-step 1.3x faster, no value changed. False: glibc's defaults, a page fault per page of each large
-tensor every step."""
 
 ADAMW_KERNEL = "default"
 """torch.optim.AdamW's implementation: ``"default"`` (PyTorch's choice: a loop over the tensors on
