@@ -444,8 +444,8 @@ def child(args: argparse.Namespace) -> None:
         from jax import lax
 
         steps = int(unrolled.group(1))
-        unrolled_lax = types.SimpleNamespace(**{**vars(lax), "scan": functools.partial(lax.scan, unroll=steps)})
-        recurrence.lax = transducer_loss.lax = unrolled_lax
+        recurrence.SCAN_UNROLL = steps
+        transducer_loss.lax = types.SimpleNamespace(**{**vars(lax), "scan": functools.partial(lax.scan, unroll=steps)})
     else:
         import torch
         from benchbase_torch_ds2 import backend as torch_backend

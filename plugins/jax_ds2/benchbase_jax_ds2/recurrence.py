@@ -17,7 +17,14 @@ from benchbase.specs.workload import QuantizationSpec
 from benchbase_jax_ds2.arithmetic import HIGHEST, Arithmetic
 from benchbase_jax_ds2.quantization import quantize_state
 
-__all__ = ["FP32_RECURRENCE", "Recurrent", "recurrence"]
+__all__ = ["FP32_RECURRENCE", "SCAN_UNROLL", "Recurrent", "recurrence"]
+
+SCAN_UNROLL = 1
+"""Frames per iteration of the loops over frames, forward and backward (``lax.scan``'s ``unroll``):
+fewer, larger loop bodies for XLA; the same arithmetic. On one thread of a 2-core AVX-512 EPYC
+(rough: the machine loaded by other work, alternating on the same ds2-mini batches) 2, 4 and 8
+made the step slower (1.50-1.60x PyTorch's against 1.28x unrolled once), so 1 stays; the GPU
+measurement sets it (benchmarks/gpu_bundle.py's ``unrollN``). Read when the step is traced."""
 
 
 class Recurrent(NamedTuple):
@@ -65,7 +72,7 @@ def _recurrence_forward(inputs: jax.Array, recurrent_kernel: jax.Array, settings
         return (h, c), (h, c, jnp.concatenate([i, f, g, o], axis=-1))
 
     zeros = jnp.zeros(inputs.shape[1:2] + recurrent_kernel.shape[:1], inputs.dtype)
-    _, (hidden, cells, gates) = lax.scan(step, (zeros, zeros), inputs)
+    _, (hidden, cells, gates) = lax.scan(step, (zeros, zeros), inputs, unroll=SCAN_UNROLL)
     return hidden, (hidden, cells, gates, recurrent_kernel)
 
 
@@ -94,7 +101,8 @@ def _recurrence_backward(residuals, hidden_gradient: jax.Array,
         return (settings.math.dot("bg,ug->bu", dz, recurrent_kernel), dc * f), dz
 
     zeros = jnp.zeros_like(hidden[0])
-    _, input_gradient = lax.scan(step, (zeros, zeros), (hidden_gradient, cells, previous_cells, gates), reverse=True)
+    _, input_gradient = lax.scan(step, (zeros, zeros), (hidden_gradient, cells, previous_cells, gates), reverse=True,
+                                 unroll=SCAN_UNROLL)
     previous_hidden = settings.state(jnp.concatenate([jnp.zeros_like(hidden[:1]), hidden[:-1]]))
     kernel_gradient = settings.math.dot("tbu,tbg->ug", previous_hidden, input_gradient)
     return input_gradient, kernel_gradient

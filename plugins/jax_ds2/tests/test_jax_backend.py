@@ -146,7 +146,32 @@ def test_adadelta_is_pytorchs(clip):
     assert (np.abs(parameters["w"] - expected) <= allowed).all(), np.abs(parameters["w"] - expected) / allowed
 
 
-def test_the_lstms_hand_written_gradient_equals_autodiffs():
+@pytest.mark.parametrize("layout", ["nwc", "ncw", "matmul"])
+def test_each_way_of_computing_the_convolution_is_the_convolution(monkeypatch, layout):
+    """Every ``CONVOLUTION`` against the float64 convolution, within the float32 bound of its sums
+    (width x features terms each), on an input one frame past whole windows."""
+    from benchbase_jax_ds2.arithmetic import arithmetic
+    from benchbase_jax_ds2.ds2 import model as ds2_model
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 40, FEATURES)).astype(np.float32)
+    kernel = rng.normal(size=(MODEL.conv_width, FEATURES, MODEL.conv_channels)).astype(np.float32)
+    frames = MODEL.output_frames(40)
+    windows = np.stack([x[:, t * MODEL.conv_stride : t * MODEL.conv_stride + MODEL.conv_width].reshape(2, -1)
+                        for t in range(frames)], axis=1).astype(np.float64)
+    flat = kernel.reshape(-1, MODEL.conv_channels).astype(np.float64)
+    monkeypatch.setattr(ds2_model, "CONVOLUTION", layout)
+    found = np.asarray(ds2_model._convolution(MODEL, jnp.asarray(x), jnp.asarray(kernel), arithmetic(MODEL)))
+    assert found.shape == (2, frames, MODEL.conv_channels)
+    allowed = accumulation_bound(flat.shape[0]) * (np.abs(windows) @ np.abs(flat))
+    assert (np.abs(found - windows @ flat) <= allowed).all()
+
+
+@pytest.mark.parametrize("unroll", [1, 4])
+def test_the_lstms_hand_written_gradient_equals_autodiffs(monkeypatch, unroll):
+    from benchbase_jax_ds2 import recurrence as recurrence_module
+
+    monkeypatch.setattr(recurrence_module, "SCAN_UNROLL", unroll)  # 4: 9 frames are no whole number of 4
     def differentiated_scan(inputs, kernel):
         def step(carry, z):
             h, c = carry

@@ -28,7 +28,16 @@ from benchbase_jax_ds2.quantization import quantize_activation, quantize_weight,
 from benchbase_jax_ds2.recurrence import Recurrent, recurrence
 from benchbase_jax_ds2.state import STATISTICS
 
-__all__ = ["forward", "initial_weights"]
+__all__ = ["CONVOLUTION", "forward", "initial_weights"]
+
+CONVOLUTION = "nwc"
+"""How the conv layer computes (``_convolution``): "nwc", XLA's convolution with the channels last
+(JAX's and Keras's layout); "ncw", XLA's convolution with the channels first (PyTorch's layout,
+transposed on the way in and out); "matmul", each output frame's window of input frames side by side
+and one matmul with the kernel (im2col). On one thread of a 2-core AVX-512 EPYC (rough: the machine
+loaded by other work, the variants alternating on the same ds2-mini batches) the step took 1.28x
+PyTorch's with "nwc", 1.35x with "ncw" and 1.62x with "matmul" (one matmul per kernel tap, summed:
+1.91x); the switch keeps the others for a GPU measurement. Read when the step is traced."""
 
 
 def initial_weights(spec: ModelSpec, feature_dimension: int, seed: int) -> dict[str, np.ndarray]:
@@ -76,10 +85,7 @@ def forward(spec: ModelSpec, parameters: dict, statistics: dict, features: jax.A
     """
     layer = _Layer(spec, parameters, statistics, frame_mask, dropout_key, valid_mask)
     math = math or arithmetic(spec)
-    x = layer.quantized_input("conv", features)
-    x = lax.conv_general_dilated(math.operand(x), math.operand(layer.kernel("conv.kernel")),
-                                 (spec.conv_stride,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"),
-                                 precision=math.precision, preferred_element_type=jnp.float32)
+    x = _convolution(spec, layer.quantized_input("conv", features), layer.kernel("conv.kernel"), math)
     x = layer.dropout(_activation(spec, layer.batchnorm("conv_norm", x)))
     for index in range(spec.lstm_layers):
         prefix = f"lstm.{index}"
@@ -170,6 +176,32 @@ def _masked_moments(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array
     mean = jnp.sum(x * weights, axis=(0, 1)) / count
     variance = jnp.sum(jnp.square(x - mean) * weights, axis=(0, 1)) / count
     return mean, variance
+
+
+def _convolution(spec: ModelSpec, x: jax.Array, kernel: jax.Array, math: Arithmetic) -> jax.Array:
+    """(batch, frames, features) * (width, features, channels), stride and valid padding as the spec
+    says -> (batch, output frames, channels), float32, computed as ``CONVOLUTION`` says."""
+    if CONVOLUTION == "matmul":
+        return math.dot("btk,kc->btc", _windows(spec, x), kernel.reshape(-1, kernel.shape[-1]))
+    channels_first = CONVOLUTION == "ncw"
+    x, kernel = math.operand(x), math.operand(kernel)
+    if channels_first:
+        x, kernel = jnp.swapaxes(x, 1, 2), jnp.transpose(kernel, (2, 1, 0))
+    y = lax.conv_general_dilated(x, kernel, (spec.conv_stride,), "VALID",
+                                 dimension_numbers=("NCW", "OIW", "NCW") if channels_first else ("NWC", "WIO", "NWC"),
+                                 precision=math.precision, preferred_element_type=jnp.float32)
+    return jnp.swapaxes(y, 1, 2) if channels_first else y
+
+
+def _windows(spec: ModelSpec, x: jax.Array) -> jax.Array:
+    """(batch, frames, features) -> (batch, output frames, width x features): each output frame's
+    window of input frames side by side, in the kernel's (width, features) order."""
+    frames = spec.output_frames(x.shape[1])
+    if frames == 0:  # shorter than one window
+        return jnp.zeros((x.shape[0], 0, spec.conv_width * x.shape[2]), x.dtype)
+    span = spec.conv_stride * (frames - 1) + 1
+    taps = [lax.slice_in_dim(x, tap, tap + span, spec.conv_stride, axis=1) for tap in range(spec.conv_width)]
+    return jnp.concatenate(taps, axis=-1)
 
 
 def _activation(spec: ModelSpec, x: jax.Array) -> jax.Array:

@@ -1,0 +1,281 @@
+"""ds2-mini's convolution and LSTMs in PyTorch, TensorFlow and JAX alone, forward and backward, on one thread.
+
+    python benchmarks/standalone_ds2.py                       # 30 steps per framework and operation
+    python benchmarks/standalone_ds2.py --steps 50 --json standalone_ds2.json
+    python benchmarks/standalone_ds2.py --frameworks torch,jax --operations lstm
+
+The parity matrix (benchmarks/parity_matrix.py) names what costs the JAX backend's ds2-mini step
+most: the convolution and the LSTMs' loops over frames. This script times those operations with
+each framework's own building blocks, written as its documentation writes them, and no benchbase
+code, at ds2-mini's shapes (the constants below, each naming the workload field it mirrors):
+
+- ``conv``: the 11-wide, stride-2 valid convolution from the features to its channels, without a
+  bias; its kernel's gradient (the features need none). torch ``nn.Conv1d`` on (batch, features,
+  frames); Keras ``Conv1D`` on (batch, frames, features); JAX ``lax.conv_general_dilated`` in
+  Keras's layout.
+- ``lstm``: two unidirectional LSTM layers over the convolution's output frames; the gradients
+  of every weight and of the input. torch ``nn.LSTM(num_layers=2, batch_first=True)``; two Keras
+  ``LSTM(return_sequences=True)``; JAX, each layer's input projection as one matmul over all
+  frames and a ``lax.scan`` of the cell, differentiated by ``jax.grad``.
+
+Every framework computes in float32 on one compute thread, set as the parity matrix's backends set
+it (torch ``set_num_threads(1)``, TensorFlow's intra- and inter-op pools of one, XLA's Eigen pool
+off and its client created on one CPU), on the same random inputs. After ``--warm-up`` untimed
+steps each (tracing and compilation), ``--steps`` steps are timed with the frameworks alternating
+in rotating order. It prints, per operation, each framework's median milliseconds, p25-p75 and the
+ratio to the fastest; ``--json`` writes the same with the versions and shapes. docs/BENCHMARKS.md,
+"Framework parity: the matrix", sets these ratios beside the matrix's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BATCH = 32  # hardware_profiles/cpu.yaml: pipeline.global_batch, the matrix's batch
+FEATURES = 93  # ds2-mini features: mel_bands (80) + mfcc (13)
+FRAMES = 418  # the median padded frames of the matrix's ds2-mini batches (docs/BENCHMARKS.md)
+CONV_CHANNELS = 96  # ds2-mini model.conv_channels
+CONV_WIDTH = 11  # ds2-mini model.conv_width
+CONV_STRIDE = 2  # ds2-mini model.conv_stride
+LSTM_LAYERS = 2  # ds2-mini model.lstm_layers (unidirectional)
+LSTM_UNITS = 96  # ds2-mini model.lstm_units
+OUTPUT_FRAMES = (FRAMES - CONV_WIDTH) // CONV_STRIDE + 1  # the convolution's output, the LSTMs' input
+
+FRAMEWORKS = ("torch", "tf", "jax")
+OPERATIONS = ("conv", "lstm")
+Step = Callable[[], None]
+"""One forward and backward pass of an operation, finished when it returns."""
+
+
+# -- torch ---------------------------------------------------------------------------------------------
+
+
+def torch_steps(features, frames) -> dict[str, Step]:
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(0)
+    conv = nn.Conv1d(FEATURES, CONV_CHANNELS, CONV_WIDTH, stride=CONV_STRIDE, bias=False)
+    lstm = nn.LSTM(CONV_CHANNELS, LSTM_UNITS, num_layers=LSTM_LAYERS, batch_first=True)
+    conv_input = torch.from_numpy(features).transpose(1, 2).contiguous()  # (batch, features, frames)
+    lstm_input = torch.from_numpy(frames).requires_grad_()
+
+    def conv_step() -> None:
+        conv.zero_grad()
+        conv(conv_input).sum().backward()
+
+    def lstm_step() -> None:
+        lstm.zero_grad()
+        lstm_input.grad = None
+        lstm(lstm_input)[0].sum().backward()
+
+    return {"conv": conv_step, "lstm": lstm_step}
+
+
+# -- TensorFlow ----------------------------------------------------------------------------------------
+
+
+def tf_steps(features, frames) -> dict[str, Step]:
+    import keras
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    keras.utils.set_random_seed(0)
+    conv = keras.layers.Conv1D(CONV_CHANNELS, CONV_WIDTH, strides=CONV_STRIDE, use_bias=False)
+    lstms = [keras.layers.LSTM(LSTM_UNITS, return_sequences=True) for _ in range(LSTM_LAYERS)]
+    conv_input, lstm_input = tf.constant(features), tf.constant(frames)
+
+    @tf.function
+    def conv_gradient(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(conv(x))
+        return [loss, *tape.gradient(loss, conv.trainable_variables)]
+
+    @tf.function
+    def lstm_gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = x
+            for layer in lstms:
+                y = layer(y)
+            loss = tf.reduce_sum(y)
+        return [loss, *tape.gradient(loss, [x, *(v for layer in lstms for v in layer.trainable_variables)])]
+
+    def finished(results) -> None:  # the loss too: what no result needs, a graph may prune
+        for result in results:
+            result.numpy()
+
+    return {"conv": lambda: finished(conv_gradient(conv_input)), "lstm": lambda: finished(lstm_gradient(lstm_input))}
+
+
+# -- JAX -----------------------------------------------------------------------------------------------
+
+EIGEN_FLAG = "--xla_cpu_multi_thread_eigen=false"
+
+
+def jax_steps(features, frames) -> dict[str, Step]:
+    import numpy as np
+
+    jax = _jax_on_one_cpu()
+    import jax.numpy as jnp
+    from jax import lax
+
+    rng = np.random.default_rng(0)
+    kernel = jnp.asarray(rng.uniform(-0.05, 0.05, (CONV_WIDTH, FEATURES, CONV_CHANNELS)).astype(np.float32))
+    sizes = [CONV_CHANNELS] + [LSTM_UNITS] * LSTM_LAYERS
+    layers = [tuple(jnp.asarray(rng.uniform(-0.1, 0.1, shape).astype(np.float32))
+                    for shape in ((sizes[i], 4 * LSTM_UNITS), (LSTM_UNITS, 4 * LSTM_UNITS), (4 * LSTM_UNITS,)))
+              for i in range(LSTM_LAYERS)]
+    conv_input, lstm_input = jnp.asarray(features), jnp.asarray(frames)
+
+    def conv_loss(kernel, x):
+        y = lax.conv_general_dilated(x, kernel, (CONV_STRIDE,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"))
+        return jnp.sum(y)
+
+    def lstm_layer(weights, x):  # x: time-major (frames, batch, inputs)
+        input_kernel, recurrent_kernel, bias = weights
+        projected = x @ input_kernel + bias  # every frame's input projection in one matmul
+
+        def cell(carry, z):
+            h, c = carry
+            i, f, g, o = jnp.split(z + h @ recurrent_kernel, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+
+        zeros = jnp.zeros((x.shape[1], LSTM_UNITS), x.dtype)
+        return lax.scan(cell, (zeros, zeros), projected)[1]
+
+    def lstm_loss(layers, x):
+        y = jnp.swapaxes(x, 0, 1)
+        for weights in layers:
+            y = lstm_layer(weights, y)
+        return jnp.sum(y)
+
+    # The loss too: the gradient of a sum needs no forward pass, which XLA would then skip.
+    conv_gradient = jax.jit(jax.value_and_grad(conv_loss))
+    lstm_gradient = jax.jit(jax.value_and_grad(lstm_loss, argnums=(0, 1)))
+    return {"conv": lambda: jax.block_until_ready(conv_gradient(kernel, conv_input)),
+            "lstm": lambda: jax.block_until_ready(lstm_gradient(layers, lstm_input))}
+
+
+def xla_on_one_thread() -> None:
+    """XLA's Eigen pool off: XLA reads XLA_FLAGS once, so this runs before anything imports jax."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join([flag for flag in flags if not flag.startswith(EIGEN_FLAG.split("=")[0])]
+                                       + [EIGEN_FLAG])
+
+
+def _jax_on_one_cpu():
+    """JAX with its CPU client created while this thread may run on one CPU only, so every thread
+    XLA starts stays there (its pools are sized from, and inherit, the creating thread's CPUs), as
+    the JAX backend does (``xla_on_one_thread`` ran first)."""
+    import jax
+
+    everywhere = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(everywhere)})
+    try:
+        jax.devices()
+    finally:
+        os.sched_setaffinity(0, everywhere)
+    return jax
+
+
+BUILDERS = {"torch": torch_steps, "tf": tf_steps, "jax": jax_steps}
+
+
+# -- timing --------------------------------------------------------------------------------------------
+
+
+def timed(steps: dict[str, Step], count: int) -> dict[str, list[float]]:
+    """Each framework's seconds per step over ``count`` steps, alternating in rotating order."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    for index in range(count):
+        shift = index % len(names)  # none always runs right after another's cache misses
+        for name in names[shift:] + names[:shift]:
+            started = time.perf_counter()
+            steps[name]()
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
+def summary(times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    medians = {name: statistics.median(seconds) for name, seconds in times.items()}
+    fastest = min(medians.values())
+    cells = {}
+    for name, seconds in times.items():
+        p25, _, p75 = statistics.quantiles(seconds, n=4)
+        cells[name] = {"median_ms": 1e3 * medians[name], "p25_ms": 1e3 * p25, "p75_ms": 1e3 * p75,
+                       "ratio": medians[name] / fastest}
+    return cells
+
+
+def versions(frameworks: list[str]) -> dict[str, str]:
+    import importlib
+
+    modules = {"torch": "torch", "tf": "tensorflow", "jax": "jax"}
+    return {name: importlib.import_module(modules[name]).__version__ for name in frameworks}
+
+
+def main() -> None:
+    xla_on_one_thread()
+    arguments = _parser().parse_args()
+    frameworks = _chosen(arguments.frameworks, FRAMEWORKS, "framework")
+    operations = _chosen(arguments.operations, OPERATIONS, "operation")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal((BATCH, FRAMES, FEATURES), dtype=np.float32)
+    frames = rng.standard_normal((BATCH, OUTPUT_FRAMES, CONV_CHANNELS), dtype=np.float32)
+    built = {name: BUILDERS[name](features, frames) for name in frameworks}
+    print(f"batch {BATCH}, {FRAMES} frames x {FEATURES} features -> conv {CONV_WIDTH} wide, stride {CONV_STRIDE}, "
+          f"{CONV_CHANNELS} channels -> {OUTPUT_FRAMES} frames -> {LSTM_LAYERS} LSTM x {LSTM_UNITS}; fp32, 1 thread; "
+          f"{arguments.steps} steps; {platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.2f}")
+    results = {}
+    for operation in operations:
+        steps = {name: built[name][operation] for name in frameworks}
+        timed(steps, arguments.warm_up)
+        results[operation] = cells = summary(timed(steps, arguments.steps))
+        for name, cell in cells.items():
+            print(f"{operation:<6}{name:<7}{cell['median_ms']:>9.2f} ms ({cell['p25_ms']:.2f}-{cell['p75_ms']:.2f})"
+                  f"{cell['ratio']:>7.2f}", flush=True)
+    if arguments.json:
+        shapes = {"batch": BATCH, "frames": FRAMES, "features": FEATURES, "conv_channels": CONV_CHANNELS,
+                  "conv_width": CONV_WIDTH, "conv_stride": CONV_STRIDE, "lstm_layers": LSTM_LAYERS,
+                  "lstm_units": LSTM_UNITS, "output_frames": OUTPUT_FRAMES}
+        document = {"steps": arguments.steps, "shapes": shapes, "versions": versions(frameworks),
+                    "operations": results}
+        arguments.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+def _chosen(names: str, known: tuple[str, ...], kind: str) -> list[str]:
+    chosen = names.split(",")
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown {kind} {', '.join(unknown)}: choose from {', '.join(known)}")
+    return chosen
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per framework and operation (default: 30)")
+    parser.add_argument("--warm-up", type=int, default=3, help="untimed steps first (default: 3)")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma-separated (default: all)")
+    parser.add_argument("--operations", default=",".join(OPERATIONS), help="comma-separated (default: all)")
+    parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    return parser
+
+
+if __name__ == "__main__":
+    main()
