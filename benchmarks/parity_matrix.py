@@ -37,10 +37,9 @@ host-to-device copy and other, measured after the timed steps, so it never slows
   the timed step's median less those (negative where the fused step beats its parts). The
   backend's own step is untouched.
 
-The torch backend's CPU build has glibc's malloc keep the large blocks it frees
-(``benchbase_torch_ds2.host_memory``), which holds for the whole process: in a row with torch,
-every backend's timed steps run so too (they follow every build). TensorFlow's allocator keeps its own memory either way;
-``--backends jax`` times JAX in a process without it.
+Like a run on CPUs, the matrix has glibc's malloc keep the large blocks it frees, for every
+backend alike (``benchbase.harness.host_memory``; ``KEEP_FREED_HOST_MEMORY = False`` there
+measures glibc's defaults).
 
 A cell over 1.25x its row's fastest also lists its ten costliest operations by self time from
 the same profile (for JAX, the XLA thunks of ``jax.profiler``'s trace of the real step).
@@ -68,6 +67,7 @@ from backend_parity import PROFILE, build_context, cpu_plan, time_steps, trainin
 
 from benchbase.backend import Backend, Batch, Capabilities  # noqa: E402
 from benchbase.errors import InputError  # noqa: E402
+from benchbase.harness import host_memory  # noqa: E402
 from benchbase.specs import WorkloadSpec  # noqa: E402
 
 STAGES = ("forward", "backward", "optimizer", "host-to-device", "other")
@@ -119,6 +119,8 @@ def main() -> None:
     from benchbase.telemetry.cpu_features import cpu_flags
 
     arguments = _parser().parse_args()
+    if host_memory.KEEP_FREED_HOST_MEMORY:  # read now, so that a caller may turn it off first
+        host_memory.keep_freed_host_memory()
     registry = collect_registry(get_plugin_manager())
     classes = _installed_backends(registry, arguments.backends)
     rows = plan_rows(registry.workloads, model_families(), {name: cls.capabilities for name, cls in classes.items()},
@@ -267,9 +269,12 @@ def _tf_stage(name: str, kind: str) -> str:
 
 
 def _is_operation(label: str) -> bool:
-    """An executed operation's event ("name:Type"), not the runtime's ("::") nor a call of others."""
+    """An executed operation's event ("name:Type"), not the runtime's ("::") nor a call of others:
+    a function's call is traced as "LABEL: __inference_train_N" (a label, a space, the function), and
+    its operations, on the executor's threads, are the ones to count."""
     name, _, kind = label.rpartition(":")
-    return bool(name) and "::" not in label and kind not in TF_CALLS and not name.startswith("__inference")
+    return (bool(name) and "::" not in label and kind == kind.lstrip() and kind not in TF_CALLS
+            and not name.startswith("__inference") and not kind.startswith("__inference"))
 
 
 def _xplane_operations(path: Path) -> tuple[list[tuple[str, str, float]], float]:

@@ -69,3 +69,13 @@ def test_an_operation_counts_only_where_it_is_the_outermost_running():
 
 def test_of_two_operations_starting_together_the_longer_is_outermost():
     assert parity_matrix.outermost_wall_time([(0, 3), (0, 7), (5, 6)]) == [0, 7, 0]
+
+
+@pytest.mark.parametrize(("label", "counted"), [
+    ("gradient_tape/conv/Conv2DBackpropInput:Conv2DBackpropInput", True),
+    ("EagerExecute: __inference_train_28917", False),  # the call: its operations count
+    ("StatefulPartitionedCall:StatefulPartitionedCall", False),
+    ("ThreadpoolDevice::Compute", False),
+])
+def test_a_functions_call_is_not_one_of_its_operations(label, counted):
+    assert parity_matrix._is_operation(label) is counted
