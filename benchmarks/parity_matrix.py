@@ -25,9 +25,9 @@ host-to-device copy and other, measured after the timed steps, so it never slows
 - tf: ``tf.profiler.experimental`` (its XPlane trace) over the same steps; every executed
   operation's wall time in which it is the outermost one running, on any thread (an operation
   inside another, or overlapping an earlier one on another thread, adds nothing, so the stages
-  add up to at most the step): names under ``gradient_tape/``
-  are backward, the optimizer's resource updates (``ResourceApply*``, ``Assign*VariableOp``
-  and names under the optimizer's scope) the update, ``_Recv``/``_Send``/``MemcpyHtoD``
+  add up to at most the step): names under ``gradient_tape/`` and gradient kernels (``*Grad*``,
+  ``*Backprop*``) are backward, the optimizer's resource updates (``ResourceApply*``,
+  ``Assign*VariableOp`` and names under the optimizer's scope) the update, ``_Recv``/``_Send``/``MemcpyHtoD``
   host-to-device, the rest forward; the step's time outside them is other.
 - jax: XLA compiles the whole step into one program, whose parts no profiler names by stage,
   so the family's batch loss, its gradient and the optimizer's update are jitted separately
@@ -265,7 +265,11 @@ def _tf_stage(name: str, kind: str) -> str:
         return "host-to-device"
     if kind.startswith(TF_UPDATES) or "optimizer" in name.lower():
         return "optimizer"
-    return "backward" if "gradient_tape/" in name else "forward"
+    # A gradient's operations are under the tape's scope, or are the kernels TensorFlow registers
+    # as an operation's gradient (BlockLSTMGradV2, Conv2DBackpropFilter, ReluGrad), whose names
+    # follow their op's scope instead.
+    backward = "gradient_tape/" in name or "Grad" in kind or "Backprop" in kind
+    return "backward" if backward else "forward"
 
 
 def _is_operation(label: str) -> bool:

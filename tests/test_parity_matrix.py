@@ -79,3 +79,14 @@ def test_of_two_operations_starting_together_the_longer_is_outermost():
 ])
 def test_a_functions_call_is_not_one_of_its_operations(label, counted):
     assert parity_matrix._is_operation(label) is counted
+
+
+@pytest.mark.parametrize(("name", "kind", "stage"), [
+    ("gradient_tape/dense/MatMul", "MatMul", "backward"),
+    ("lstm/BlockLSTMV2", "BlockLSTMGradV2", "backward"),  # a gradient kernel named after its op's scope
+    ("conv/Conv2D", "_MklNativeConv2DBackpropFilter", "backward"),
+    ("lstm/BlockLSTMV2", "BlockLSTMV2", "forward"),
+    ("Adam/update/ResourceApplyAdam", "ResourceApplyAdam", "optimizer"),
+])
+def test_tensorflows_operations_fall_in_their_stage(name, kind, stage):
+    assert parity_matrix._tf_stage(name, kind) == stage
