@@ -1,4 +1,5 @@
-"""ds2-mini's convolution and LSTMs in PyTorch, TensorFlow and JAX alone, forward and backward, on one thread.
+"""ds2-mini's convolution and LSTMs, and rnnt-mini's LSTMs, in PyTorch, TensorFlow and JAX alone,
+forward and backward, on one thread.
 
     python benchmarks/standalone_ds2.py                       # 30 steps per framework and operation
     python benchmarks/standalone_ds2.py --steps 50 --json standalone_ds2.json
@@ -17,6 +18,10 @@ code, at ds2-mini's shapes (the constants below, each naming the workload field 
   of every weight and of the input. torch ``nn.LSTM(num_layers=2, batch_first=True)``; two Keras
   ``LSTM(return_sequences=True)``; JAX, each layer's input projection as one matmul over all
   frames and a ``lax.scan`` of the cell, differentiated by ``jax.grad``.
+- ``rnnt``: rnnt-mini's recurrences, the same three ways: its encoder's LSTM over the stacked
+  frames (3 frames of features side by side, every third kept), the time stacking of its output
+  (2 frames side by side), the second encoder LSTM, and the prediction network's LSTM over a
+  batch's longest transcript (its embeddings); the gradients of every weight and input.
 
 Every framework computes in float32 on one compute thread, set as the parity matrix's backends set
 it (torch ``set_num_threads(1)``, TensorFlow's intra- and inter-op pools of one, XLA's Eigen pool
@@ -47,9 +52,17 @@ CONV_STRIDE = 2  # ds2-mini model.conv_stride
 LSTM_LAYERS = 2  # ds2-mini model.lstm_layers (unidirectional)
 LSTM_UNITS = 96  # ds2-mini model.lstm_units
 OUTPUT_FRAMES = (FRAMES - CONV_WIDTH) // CONV_STRIDE + 1  # the convolution's output, the LSTMs' input
+RNNT_INPUT_STACK = 3  # rnnt-mini model.input_stack (and input_subsample: every third stack kept)
+RNNT_TIME_STACK = 2  # rnnt-mini model.stack_time_factor
+RNNT_ENCODER_UNITS = 128  # rnnt-mini model.encoder_units (one LSTM before the time stacking, one after)
+RNNT_EMBEDDING = 32  # rnnt-mini model.prediction_embedding
+RNNT_PREDICTION_UNITS = 64  # rnnt-mini model.prediction_units (one LSTM)
+RNNT_LABELS = 71  # a batch of 32's longest transcript, 70 characters (median over random batches), + the blank
+RNNT_STACKED_FRAMES = FRAMES // RNNT_INPUT_STACK  # the first encoder LSTM's frames
+RNNT_ENCODER_FRAMES = RNNT_STACKED_FRAMES // RNNT_TIME_STACK  # the second's: the encoder's output
 
 FRAMEWORKS = ("torch", "tf", "jax")
-OPERATIONS = ("conv", "lstm")
+OPERATIONS = ("conv", "lstm", "rnnt")
 Step = Callable[[], None]
 """One forward and backward pass of an operation, finished when it returns."""
 
@@ -78,7 +91,20 @@ def torch_steps(features, frames) -> dict[str, Step]:
         lstm_input.grad = None
         lstm(lstm_input)[0].sum().backward()
 
-    return {"conv": conv_step, "lstm": lstm_step}
+    pre = nn.LSTM(FEATURES * RNNT_INPUT_STACK, RNNT_ENCODER_UNITS, batch_first=True)
+    post = nn.LSTM(RNNT_ENCODER_UNITS * RNNT_TIME_STACK, RNNT_ENCODER_UNITS, batch_first=True)
+    prediction = nn.LSTM(RNNT_EMBEDDING, RNNT_PREDICTION_UNITS, batch_first=True)
+    stacked, embedded = (torch.from_numpy(array).requires_grad_() for array in rnnt_inputs(features))
+
+    def rnnt_step() -> None:
+        for module in (pre, post, prediction):
+            module.zero_grad()
+        stacked.grad = embedded.grad = None
+        encoded = pre(stacked)[0][:, : RNNT_ENCODER_FRAMES * RNNT_TIME_STACK]
+        encoded = post(encoded.reshape(BATCH, RNNT_ENCODER_FRAMES, -1))[0]
+        (encoded.sum() + prediction(embedded)[0].sum()).backward()
+
+    return {"conv": conv_step, "lstm": lstm_step, "rnnt": rnnt_step}
 
 
 # -- TensorFlow ----------------------------------------------------------------------------------------
@@ -111,11 +137,26 @@ def tf_steps(features, frames) -> dict[str, Step]:
             loss = tf.reduce_sum(y)
         return [loss, *tape.gradient(loss, [x, *(v for layer in lstms for v in layer.trainable_variables)])]
 
+    pre, post, prediction = (keras.layers.LSTM(units, return_sequences=True) for units in
+                             (RNNT_ENCODER_UNITS, RNNT_ENCODER_UNITS, RNNT_PREDICTION_UNITS))
+    stacked, embedded = (tf.constant(array) for array in rnnt_inputs(features))
+
+    @tf.function
+    def rnnt_gradient(stacked, embedded):
+        with tf.GradientTape() as tape:
+            tape.watch([stacked, embedded])
+            encoded = pre(stacked)[:, : RNNT_ENCODER_FRAMES * RNNT_TIME_STACK]
+            encoded = post(tf.reshape(encoded, (BATCH, RNNT_ENCODER_FRAMES, -1)))
+            loss = tf.reduce_sum(encoded) + tf.reduce_sum(prediction(embedded))
+        weights = [v for layer in (pre, post, prediction) for v in layer.trainable_variables]
+        return [loss, *tape.gradient(loss, [stacked, embedded, *weights])]
+
     def finished(results) -> None:  # the loss too: what no result needs, a graph may prune
         for result in results:
             result.numpy()
 
-    return {"conv": lambda: finished(conv_gradient(conv_input)), "lstm": lambda: finished(lstm_gradient(lstm_input))}
+    return {"conv": lambda: finished(conv_gradient(conv_input)), "lstm": lambda: finished(lstm_gradient(lstm_input)),
+            "rnnt": lambda: finished(rnnt_gradient(stacked, embedded))}
 
 
 # -- JAX -----------------------------------------------------------------------------------------------
@@ -132,10 +173,16 @@ def jax_steps(features, frames) -> dict[str, Step]:
 
     rng = np.random.default_rng(0)
     kernel = jnp.asarray(rng.uniform(-0.05, 0.05, (CONV_WIDTH, FEATURES, CONV_CHANNELS)).astype(np.float32))
+    def lstm_weights(inputs: int, units: int) -> tuple:
+        return tuple(jnp.asarray(rng.uniform(-0.1, 0.1, shape).astype(np.float32))
+                     for shape in ((inputs, 4 * units), (units, 4 * units), (4 * units,)))
+
     sizes = [CONV_CHANNELS] + [LSTM_UNITS] * LSTM_LAYERS
-    layers = [tuple(jnp.asarray(rng.uniform(-0.1, 0.1, shape).astype(np.float32))
-                    for shape in ((sizes[i], 4 * LSTM_UNITS), (LSTM_UNITS, 4 * LSTM_UNITS), (4 * LSTM_UNITS,)))
-              for i in range(LSTM_LAYERS)]
+    layers = [lstm_weights(sizes[i], LSTM_UNITS) for i in range(LSTM_LAYERS)]
+    rnnt_layers = (lstm_weights(FEATURES * RNNT_INPUT_STACK, RNNT_ENCODER_UNITS),
+                   lstm_weights(RNNT_ENCODER_UNITS * RNNT_TIME_STACK, RNNT_ENCODER_UNITS),
+                   lstm_weights(RNNT_EMBEDDING, RNNT_PREDICTION_UNITS))
+    stacked, embedded = (jnp.asarray(array) for array in rnnt_inputs(features))
     conv_input, lstm_input = jnp.asarray(features), jnp.asarray(frames)
 
     def conv_loss(kernel, x):
@@ -153,7 +200,7 @@ def jax_steps(features, frames) -> dict[str, Step]:
             h = jax.nn.sigmoid(o) * jnp.tanh(c)
             return (h, c), h
 
-        zeros = jnp.zeros((x.shape[1], LSTM_UNITS), x.dtype)
+        zeros = jnp.zeros((x.shape[1], recurrent_kernel.shape[0]), x.dtype)
         return lax.scan(cell, (zeros, zeros), projected)[1]
 
     def lstm_loss(layers, x):
@@ -162,11 +209,20 @@ def jax_steps(features, frames) -> dict[str, Step]:
             y = lstm_layer(weights, y)
         return jnp.sum(y)
 
+    def rnnt_loss(layers, stacked, embedded):
+        pre, post, prediction = layers
+        encoded = lstm_layer(pre, jnp.swapaxes(stacked, 0, 1))[: RNNT_ENCODER_FRAMES * RNNT_TIME_STACK]
+        encoded = jnp.swapaxes(encoded, 0, 1).reshape(BATCH, RNNT_ENCODER_FRAMES, -1)
+        encoded = lstm_layer(post, jnp.swapaxes(encoded, 0, 1))
+        return jnp.sum(encoded) + jnp.sum(lstm_layer(prediction, jnp.swapaxes(embedded, 0, 1)))
+
     # The loss too: the gradient of a sum needs no forward pass, which XLA would then skip.
     conv_gradient = jax.jit(jax.value_and_grad(conv_loss))
     lstm_gradient = jax.jit(jax.value_and_grad(lstm_loss, argnums=(0, 1)))
+    rnnt_gradient = jax.jit(jax.value_and_grad(rnnt_loss, argnums=(0, 1, 2)))
     return {"conv": lambda: jax.block_until_ready(conv_gradient(kernel, conv_input)),
-            "lstm": lambda: jax.block_until_ready(lstm_gradient(layers, lstm_input))}
+            "lstm": lambda: jax.block_until_ready(lstm_gradient(layers, lstm_input)),
+            "rnnt": lambda: jax.block_until_ready(rnnt_gradient(rnnt_layers, stacked, embedded))}
 
 
 def xla_on_one_thread() -> None:
@@ -192,6 +248,18 @@ def _jax_on_one_cpu():
 
 
 BUILDERS = {"torch": torch_steps, "tf": tf_steps, "jax": jax_steps}
+
+
+def rnnt_inputs(features):
+    """rnnt-mini's encoder input, ``features`` stacked 3 frames side by side with every third stack
+    kept, (batch, stacked frames, 3 x features); and its prediction network's input, a batch's
+    embedded labels, (batch, labels, embedding): float32 NumPy arrays."""
+    import numpy as np
+
+    frames = RNNT_STACKED_FRAMES * RNNT_INPUT_STACK
+    stacked = np.ascontiguousarray(features[:, :frames].reshape(BATCH, RNNT_STACKED_FRAMES, -1))
+    embedded = np.random.default_rng(1).standard_normal((BATCH, RNNT_LABELS, RNNT_EMBEDDING), dtype=np.float32)
+    return stacked, embedded
 
 
 # -- timing --------------------------------------------------------------------------------------------
@@ -253,7 +321,10 @@ def main() -> None:
     if arguments.json:
         shapes = {"batch": BATCH, "frames": FRAMES, "features": FEATURES, "conv_channels": CONV_CHANNELS,
                   "conv_width": CONV_WIDTH, "conv_stride": CONV_STRIDE, "lstm_layers": LSTM_LAYERS,
-                  "lstm_units": LSTM_UNITS, "output_frames": OUTPUT_FRAMES}
+                  "lstm_units": LSTM_UNITS, "output_frames": OUTPUT_FRAMES,
+                  "rnnt": {"stacked_frames": RNNT_STACKED_FRAMES, "encoder_frames": RNNT_ENCODER_FRAMES,
+                           "encoder_units": RNNT_ENCODER_UNITS, "labels": RNNT_LABELS,
+                           "prediction_units": RNNT_PREDICTION_UNITS}}
         document = {"steps": arguments.steps, "shapes": shapes, "versions": versions(frameworks),
                     "operations": results}
         arguments.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

@@ -28,6 +28,19 @@ def test_the_shapes_are_ds2_minis():
     assert 0 < script.FRAMES * workload.features.hop / workload.features.sample_rate <= workload.data.max_duration
 
 
+def test_the_rnnt_shapes_are_rnnt_minis():
+    script = load_benchmark("standalone_ds2")
+    workload = collect_registry(get_plugin_manager(load_entrypoints=False)).workload("rnnt-mini")
+    model = workload.model
+    assert script.FEATURES == workload.features.dimension
+    assert script.RNNT_INPUT_STACK == model.input_stack == model.input_subsample
+    assert script.RNNT_TIME_STACK == model.stack_time_factor
+    assert (script.RNNT_ENCODER_UNITS, script.RNNT_EMBEDDING, script.RNNT_PREDICTION_UNITS) == (
+        model.encoder_units, model.prediction_embedding, model.prediction_units)
+    assert (model.encoder_pre_layers, model.encoder_post_layers, model.prediction_layers) == (1, 1, 1)
+    assert script.RNNT_ENCODER_FRAMES == model.output_frames(script.FRAMES)
+
+
 def test_it_imports_no_benchbase_code_and_no_framework_until_it_runs():
     tree = ast.parse((BENCHMARKS / "standalone_ds2.py").read_text(encoding="utf-8"))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
