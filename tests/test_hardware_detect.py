@@ -28,6 +28,16 @@ def test_the_detected_profile_describes_this_machine():
         assert "No GPU" in profile.description
 
 
+@pytest.mark.parametrize(("reported", "ghz"), [((2596.12, 0.0, 0.0), 2.6), ((1800.0, 800.0, 3500.0), 3.5),
+                                                ((0.0, 0.0, 0.0), None)])
+def test_the_clock_is_the_highest_reported_else_the_nominal_one(monkeypatch, reported, ghz):
+    # (current, min, max) MHz: a VM without cpufreq reports its nominal clock as current and no max.
+    frequency = type(psutil.cpu_freq())  # psutil's (current, min, max) named tuple
+    monkeypatch.setattr(psutil, "cpu_freq", lambda: frequency(*reported))
+    profile = detect_profile()
+    assert profile.cpu.ghz == ghz
+
+
 def test_detect_writes_a_profile_that_loads(tmp_path):
     target = tmp_path / "this-machine.yaml"
     written = run_benchbase("profiles", "--detect", "--write", str(target))

@@ -118,7 +118,10 @@ def _cpu() -> dict:
     threads = psutil.cpu_count(logical=True) or 1
     cores = psutil.cpu_count(logical=False) or threads
     frequency = psutil.cpu_freq()
-    ghz = round(frequency.max / 1000, 2) if frequency and frequency.max else None
+    # The highest clock the OS reports; a VM without cpufreq reports only the nominal one
+    # (/proc/cpuinfo's "cpu MHz"), which is what its peak FLOP estimate can go on.
+    megahertz = frequency and (frequency.max or frequency.current)
+    ghz = round(megahertz / 1000, 2) if megahertz else None
     return {"model": cpu_model(), "sockets": _sockets(), "cores": cores, "threads": threads, "ghz": ghz,
             "ram_gb": round(psutil.virtual_memory().total / BYTES_PER_GB, 1), "vector_extensions": vector_extensions()}
 
