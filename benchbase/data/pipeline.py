@@ -27,15 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.backend import Batch, BatchShape
+from benchbase.data.padding import HostArrays, backend_array, pad_batch
 from benchbase.data.reader_processes import BatchWorkers, Pick
-from benchbase.data.store import FeatureStore, ShardIndex, Utterance
-from benchbase.errors import BenchbaseError
+from benchbase.data.store import FeatureStore, ShardIndex
 from benchbase.specs import ModelSpec
 
 __all__ = ["BatchPipeline", "EpochBatches", "HostArrays", "RunEpochs", "bucket_count", "bucketed_plan", "pad_batch"]
 
-HostArrays = Callable[[tuple[int, ...], np.dtype], "np.ndarray | None"]
-"""``Backend.host_array``: an array for a batch's padded features, or None for NumPy's."""
+
 
 _END = object()
 
@@ -120,7 +119,7 @@ class BatchPipeline:
         largest = (self.batch_size, self.pad_to_frames or self.store.longest(self._subsets)[0],
                    self.store.feature_dimension)
         with BatchWorkers(self.store, self.model, self.pad_to_frames, self.reader_processes, largest) as workers:
-            for batch in workers.batches(wanted, stop, lambda shape: _backend_array(self.host_arrays, shape)):
+            for batch in workers.batches(wanted, stop, lambda shape: backend_array(self.host_arrays, shape)):
                 _put(batches, batch, stop)
 
     def batch_shapes(self, epoch: int) -> list[BatchShape]:
@@ -273,54 +272,6 @@ def bucket_count(utterances: int, buckets: int, batch_size: int) -> int:
     would hold less than one batch, and train nothing, since each bucket drops its own remainder
     (six buckets of a 184-utterance split at batch 32 would leave no batch at all); at least one."""
     return max(1, min(buckets, utterances // batch_size))
-
-
-def pad_batch(utterances: list[Utterance], model: ModelSpec, pad_to_frames: int | None = None,
-              host_arrays: HostArrays | None = None) -> Batch:
-    """Right-pad features with zeros (to the longest, or to ``pad_to_frames``) and labels with the blank.
-
-    The output lengths come from the model spec's formula, the only one. ``host_arrays`` (a
-    backend's ``host_array``) gives the array the features are padded into; None, or its None: NumPy's.
-    """
-    frames = np.asarray([u.features.shape[0] for u in utterances], dtype=np.int32)
-    label_lengths = np.asarray([len(u.labels) for u in utterances], dtype=np.int32)
-    width = pad_to_frames or int(frames.max())
-    if frames.max() > width:
-        raise ValueError(f"an utterance has {frames.max()} frames, more than pad_to_frames {width}")
-    shape = (len(utterances), width, utterances[0].features.shape[1])
-    features = _host_features(host_arrays, shape)
-    labels = np.full((len(utterances), label_lengths.max()), model.blank_index, dtype=np.int32)
-    for row, utterance in enumerate(utterances):
-        features[row, : frames[row]] = utterance.features
-        labels[row, : label_lengths[row]] = utterance.labels
-    return Batch(
-        features=features,
-        feature_lengths=frames,
-        output_lengths=model.output_frames(frames),
-        labels=labels,
-        label_lengths=label_lengths,
-        utterance_ids=tuple(u.utterance_id for u in utterances),
-        transcripts=tuple(u.transcript for u in utterances),
-    )
-
-
-def _host_features(host_arrays: HostArrays | None, shape: tuple[int, int, int]) -> np.ndarray:
-    """Zeros of ``shape``, float32, where the backend wants them (page-locked memory) or NumPy's."""
-    features = _backend_array(host_arrays, shape)
-    if features is None:
-        return np.zeros(shape, dtype=np.float32)
-    features.fill(0)
-    return features
-
-
-def _backend_array(host_arrays: HostArrays | None, shape: tuple[int, int, int]) -> np.ndarray | None:
-    """The backend's float32 array of ``shape`` for a batch's features (checked), or None: NumPy's."""
-    features = host_arrays(shape, np.dtype(np.float32)) if host_arrays is not None else None
-    if features is not None and (features.shape != shape or features.dtype != np.float32
-                                 or not features.flags.writeable):
-        raise BenchbaseError(f"the backend's host_array{shape} gave a {features.dtype} array of shape "
-                             f"{features.shape}; expected a writeable float32 array of that shape")
-    return features
 
 
 def _as_list(picks: list[Pick]) -> list[Pick]:

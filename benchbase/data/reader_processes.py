@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from benchbase.backend import Batch
+from benchbase.data.padding import pad_batch
 from benchbase.data.store import FeatureStore
 from benchbase.process_guard import end_with_parent
 from benchbase.specs import ModelSpec
@@ -129,8 +130,6 @@ def _start_worker(parent_pid: int, root: Path, model: ModelSpec, pad_to_frames: 
 
 def _pad_picks(picks: list[Pick], slot_name: str) -> tuple[Batch, tuple[int, int, int]]:
     """Read and pad one batch into the named block; the batch without its features, and their shape."""
-    from benchbase.data.pipeline import pad_batch  # the module that imports this one
-
     assert _state is not None, "worker not initialized"
     if slot_name not in _state.attached:
         _state.attached[slot_name] = SharedMemory(name=slot_name)
