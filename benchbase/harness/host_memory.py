@@ -1,12 +1,12 @@
 """Large CPU arrays without a page fault per step: glibc's heap keeps the memory it frees.
 
-PyTorch's CPU allocator and XLA's CPU runtime (JAX) take their memory from malloc. glibc serves a
-block larger than its mmap threshold (at most 32 MiB on 64-bit) with a mapping of its own and
-unmaps it when freed, so an array of that size made afresh every step (conformer-mini's
-subsampling output and its gradient, about 51 MB each at batch 32) faults in every 4 KiB page
-again each time: about 100,000 page faults a step in PyTorch, a quarter of its step.
-TensorFlow's allocator keeps its memory and faults none (docs/BENCHMARKS.md, "Framework parity:
-the matrix"). PyTorch's tuning guide answers this with another malloc (jemalloc, tcmalloc)
+PyTorch's CPU allocator takes its memory from malloc. glibc serves a block larger than its mmap
+threshold (at most 32 MiB on 64-bit) with a mapping of its own and unmaps it when freed, so a
+tensor of that size made afresh every step (conformer-mini's subsampling output and its
+gradient, about 51 MB each at batch 32) faults in every 4 KiB page again each time: 50,000 page
+faults a Conformer step, a fifth of it (docs/BENCHMARKS.md, "Framework parity: the matrix").
+TensorFlow's allocator keeps its memory and faults none; XLA's CPU runtime (JAX) faults as many
+pages either way. PyTorch's tuning guide answers this with another malloc (jemalloc, tcmalloc)
 preloaded before the process starts; the same effect from inside a running process is glibc's own
 settings: no mappings for large blocks (M_MMAP_MAX 0), and the heap's free top never returned to
 the system (M_TRIM_THRESHOLD at its largest), so a freed block is reused by the next allocation
