@@ -24,8 +24,9 @@ code, at ds2-mini's shapes (the constants below, each naming the workload field 
   batch's longest transcript (its embeddings); the gradients of every weight and input.
 
 Every framework computes in float32 on one compute thread, set as the parity matrix's backends set
-it (torch ``set_num_threads(1)``, TensorFlow's intra- and inter-op pools of one, XLA's Eigen pool
-off and its client created on one CPU), on the same random inputs. After ``--warm-up`` untimed
+it (``standalone.timing.one_thread``: torch ``set_num_threads(1)``, TensorFlow's intra- and
+inter-op pools of one, XLA's Eigen pool off and its client created on one CPU), on the same
+random inputs. After ``--warm-up`` untimed
 steps each (tracing and compilation), ``--steps`` steps are timed with the frameworks alternating
 in rotating order. It prints, per operation, each framework's median milliseconds, p25-p75 and the
 ratio to the fastest; ``--json`` writes the same with the versions and shapes. docs/BENCHMARKS.md,
@@ -38,10 +39,13 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the standalone/ folder beside this script
+
+from standalone.timing import one_thread, time_rotating
 
 BATCH = 32  # hardware_profiles/cpu.yaml: pipeline.global_batch, the matrix's batch
 FEATURES = 93  # ds2-mini features: mel_bands (80) + mfcc (13)
@@ -74,8 +78,6 @@ def torch_steps(features, frames) -> dict[str, Step]:
     import torch
     from torch import nn
 
-    torch.set_num_threads(1)
-    torch.set_num_interop_threads(1)
     torch.manual_seed(0)
     conv = nn.Conv1d(FEATURES, CONV_CHANNELS, CONV_WIDTH, stride=CONV_STRIDE, bias=False)
     lstm = nn.LSTM(CONV_CHANNELS, LSTM_UNITS, num_layers=LSTM_LAYERS, batch_first=True)
@@ -114,8 +116,6 @@ def tf_steps(features, frames) -> dict[str, Step]:
     import keras
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
     keras.utils.set_random_seed(0)
     conv = keras.layers.Conv1D(CONV_CHANNELS, CONV_WIDTH, strides=CONV_STRIDE, use_bias=False)
     lstms = [keras.layers.LSTM(LSTM_UNITS, return_sequences=True) for _ in range(LSTM_LAYERS)]
@@ -161,14 +161,10 @@ def tf_steps(features, frames) -> dict[str, Step]:
 
 # -- JAX -----------------------------------------------------------------------------------------------
 
-EIGEN_FLAG = "--xla_cpu_multi_thread_eigen=false"
-
-
 def jax_steps(features, frames) -> dict[str, Step]:
-    import numpy as np
-
-    jax = _jax_on_one_cpu()
+    import jax
     import jax.numpy as jnp
+    import numpy as np
     from jax import lax
 
     rng = np.random.default_rng(0)
@@ -225,28 +221,6 @@ def jax_steps(features, frames) -> dict[str, Step]:
             "rnnt": lambda: jax.block_until_ready(rnnt_gradient(rnnt_layers, stacked, embedded))}
 
 
-def xla_on_one_thread() -> None:
-    """XLA's Eigen pool off: XLA reads XLA_FLAGS once, so this runs before anything imports jax."""
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    os.environ["XLA_FLAGS"] = " ".join([flag for flag in flags if not flag.startswith(EIGEN_FLAG.split("=")[0])]
-                                       + [EIGEN_FLAG])
-
-
-def _jax_on_one_cpu():
-    """JAX with its CPU client created while this thread may run on one CPU only, so every thread
-    XLA starts stays there (its pools are sized from, and inherit, the creating thread's CPUs), as
-    the JAX backend does (``xla_on_one_thread`` ran first)."""
-    import jax
-
-    everywhere = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(everywhere)})
-    try:
-        jax.devices()
-    finally:
-        os.sched_setaffinity(0, everywhere)
-    return jax
-
-
 BUILDERS = {"torch": torch_steps, "tf": tf_steps, "jax": jax_steps}
 
 
@@ -262,33 +236,6 @@ def rnnt_inputs(features):
     return stacked, embedded
 
 
-# -- timing --------------------------------------------------------------------------------------------
-
-
-def timed(steps: dict[str, Step], count: int) -> dict[str, list[float]]:
-    """Each framework's seconds per step over ``count`` steps, alternating in rotating order."""
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    names = list(steps)
-    for index in range(count):
-        shift = index % len(names)  # none always runs right after another's cache misses
-        for name in names[shift:] + names[:shift]:
-            started = time.perf_counter()
-            steps[name]()
-            times[name].append(time.perf_counter() - started)
-    return times
-
-
-def summary(times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    medians = {name: statistics.median(seconds) for name, seconds in times.items()}
-    fastest = min(medians.values())
-    cells = {}
-    for name, seconds in times.items():
-        p25, _, p75 = statistics.quantiles(seconds, n=4)
-        cells[name] = {"median_ms": 1e3 * medians[name], "p25_ms": 1e3 * p25, "p75_ms": 1e3 * p75,
-                       "ratio": medians[name] / fastest}
-    return cells
-
-
 def versions(frameworks: list[str]) -> dict[str, str]:
     import importlib
 
@@ -297,10 +244,10 @@ def versions(frameworks: list[str]) -> dict[str, str]:
 
 
 def main() -> None:
-    xla_on_one_thread()
     arguments = _parser().parse_args()
     frameworks = _chosen(arguments.frameworks, FRAMEWORKS, "framework")
     operations = _chosen(arguments.operations, OPERATIONS, "operation")
+    one_thread(frameworks)
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -313,8 +260,7 @@ def main() -> None:
     results = {}
     for operation in operations:
         steps = {name: built[name][operation] for name in frameworks}
-        timed(steps, arguments.warm_up)
-        results[operation] = cells = summary(timed(steps, arguments.steps))
+        results[operation] = cells = time_rotating(steps, arguments.steps, arguments.warm_up)
         for name, cell in cells.items():
             print(f"{operation:<6}{name:<7}{cell['median_ms']:>9.2f} ms ({cell['p25_ms']:.2f}-{cell['p75_ms']:.2f})"
                   f"{cell['ratio']:>7.2f}", flush=True)
